@@ -1,0 +1,514 @@
+//! QuickJS (quickjs-ng through rquickjs) as a harness engine.
+//!
+//! Runs on worker threads with a plain rquickjs [`Runtime`] driven by the
+//! core event loop (never rquickjs's `AsyncRuntime`). Each run gets a fresh
+//! context with a deliberate set of intrinsics and the shared hardening
+//! prelude; the runtime is reused by the worker thread unless the run
+//! faulted (timeout, memory, stack, cancel), in which case it is rebuilt.
+//! Deadlines and cancellation are enforced by the interrupt handler, memory
+//! by the runtime's malloc limit (rquickjs's `rust-alloc` feature, which
+//! would bypass it, is never enabled), recursion by the stack limit.
+//!
+//! # Examples
+//! ```
+//! use harness_core::{ExecutionRequest, ScriptRuntimeAdapter};
+//! use harness_quickjs::QuickJs;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let engine = QuickJs::new();
+//! let report = engine.execute(ExecutionRequest::new("return 1 + 1")).await;
+//! assert_eq!(report.value, Some(serde_json::json!(2)));
+//! # });
+//! ```
+
+use async_trait::async_trait;
+use harness_core::event_loop::{
+    host_call, run_script, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE_FILE,
+};
+use harness_core::pool::WorkerPool;
+use harness_core::CancellationToken;
+use harness_core::{
+    Capabilities, EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, Phase, ScriptError,
+    ScriptRuntimeAdapter,
+};
+use rquickjs::context::intrinsic;
+use rquickjs::context::EvalOptions;
+use rquickjs::{Context, Ctx, Function, Module, Object, Persistent, Runtime, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Engine name, as in `--engine`.
+pub const ENGINE_NAME: &str = "quickjs";
+
+/// The QuickJS version compiled in (quickjs-ng, vendored by rquickjs-sys).
+pub const QUICKJS_VERSION: &str = "quickjs-ng 0.16.2 (rquickjs 0.14)";
+
+/// Stack of each worker thread. The JS stack limit is kept well inside it.
+const THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
+/// Native stack kept free below the JS limit, for host code and the parser.
+const STACK_MARGIN_BYTES: u64 = 2 * 1024 * 1024;
+
+/// Intrinsics a script gets: the language, no `Performance`, no
+/// `DOMException`. `Eval` is needed to compile our own code; the prelude
+/// makes `eval` and the function constructors throw for scripts.
+type Intrinsics = (
+    intrinsic::Date,
+    intrinsic::Eval,
+    intrinsic::RegExpCompiler,
+    intrinsic::RegExp,
+    intrinsic::Json,
+    intrinsic::Proxy,
+    intrinsic::MapSet,
+    intrinsic::TypedArrays,
+    intrinsic::Promise,
+    intrinsic::WeakRef,
+);
+
+/// What the interrupt handler checks; set for each run.
+#[derive(Default)]
+struct InterruptState {
+    deadline: Option<Instant>,
+    cancel: Option<CancellationToken>,
+}
+
+impl InterruptState {
+    fn should_stop(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+            || self.cancel.as_ref().is_some_and(|c| c.is_cancelled())
+    }
+}
+
+/// A runtime owned by one worker thread.
+struct RuntimeSlot {
+    rt: Runtime,
+    interrupt: Arc<Mutex<InterruptState>>,
+}
+
+impl RuntimeSlot {
+    fn new() -> Result<Self, EngineFault> {
+        let rt = Runtime::new().map_err(|e| internal(&e.to_string()))?;
+        let interrupt = Arc::new(Mutex::new(InterruptState::default()));
+        let state = interrupt.clone();
+        rt.set_interrupt_handler(Some(Box::new(move || {
+            state.lock().map(|s| s.should_stop()).unwrap_or(true)
+        })));
+        Ok(RuntimeSlot { rt, interrupt })
+    }
+}
+
+/// Per-thread state: the reusable runtime, if healthy.
+#[derive(Default)]
+struct Worker {
+    slot: Option<RuntimeSlot>,
+}
+
+/// One run's engine: a fresh context on the worker's runtime.
+struct QjsEngine<'w> {
+    // Field order is drop order: JS handles before the context, the context
+    // before the runtime it lives in.
+    start_fn: Option<Persistent<Function<'static>>>,
+    settle_fn: Option<Persistent<Function<'static>>>,
+    ctx: Option<Context>,
+    slot: &'w RuntimeSlot,
+    memory_limit: u64,
+}
+
+fn internal(msg: &str) -> EngineFault {
+    EngineFault::new(FaultKind::Internal, "Error", msg)
+}
+
+/// Maps QuickJS's own error messages to fault kinds.
+fn classify(name: &str, message: &str) -> FaultKind {
+    match (name, message) {
+        ("InternalError", "interrupted") => FaultKind::Interrupted,
+        (_, "out of memory") => FaultKind::OutOfMemory,
+        ("RangeError", m) if m.starts_with("Maximum call stack size exceeded") => {
+            FaultKind::StackOverflow
+        }
+        ("InternalError", m) if m.starts_with("stack overflow") => FaultKind::StackOverflow,
+        _ => FaultKind::Thrown,
+    }
+}
+
+impl QjsEngine<'_> {
+    /// Turns an rquickjs error into a fault, reading the pending exception.
+    fn fault(&self, ctx: &Ctx<'_>, err: rquickjs::Error) -> EngineFault {
+        match err {
+            rquickjs::Error::Exception => exception_fault(ctx.catch()),
+            rquickjs::Error::Allocation => {
+                EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory")
+            }
+            other => internal(&other.to_string()),
+        }
+    }
+
+    fn near_memory_limit(&self) -> bool {
+        let used = self.slot.rt.memory_usage().malloc_size.max(0) as u64;
+        used + 64 * 1024 >= self.memory_limit
+    }
+
+    /// Runs `f` in the context. The runtime is locked meanwhile, so faults
+    /// are finished (memory check) only after leaving it.
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&Ctx<'_>) -> Result<R, EngineFault>,
+    ) -> Result<R, EngineFault> {
+        let ctx = self.ctx.as_ref().ok_or_else(|| internal("no context"))?;
+        ctx.with(|ctx| f(&ctx)).map_err(|f| self.finish_fault(f))
+    }
+
+    /// QuickJS throws a bare value (not an error object) only when it could
+    /// not allocate one: near the memory limit that is an out-of-memory.
+    fn finish_fault(&self, mut f: EngineFault) -> EngineFault {
+        if f.kind == FaultKind::Thrown && f.name.is_empty() && self.near_memory_limit() {
+            f = EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory");
+        }
+        f
+    }
+}
+
+/// Reads the pending exception. A non-object is reported with an empty
+/// name, for [`QjsEngine::finish_fault`] to judge.
+fn exception_fault(v: Value<'_>) -> EngineFault {
+    let Some(obj) = v.as_object() else {
+        return EngineFault::new(
+            FaultKind::Thrown,
+            "",
+            "a non-error value was thrown by the engine",
+        );
+    };
+    let get = |k: &str| {
+        obj.get::<_, Option<String>>(k)
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    };
+    let (name, message, stack) = (get("name"), get("message"), get("stack"));
+    let kind = classify(&name, &message);
+    EngineFault {
+        kind,
+        name,
+        message,
+        stack: Some(stack),
+    }
+}
+
+impl Engine for QjsEngine<'_> {
+    fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
+        {
+            let mut i = self
+                .slot
+                .interrupt
+                .lock()
+                .map_err(|_| internal("interrupt state poisoned"))?;
+            i.deadline = Some(setup.deadline);
+            i.cancel = Some(setup.cancel.clone());
+        }
+        let rt = &self.slot.rt;
+        self.memory_limit = setup.limits.memory_bytes;
+        rt.set_memory_limit(usize::try_from(setup.limits.memory_bytes).unwrap_or(usize::MAX));
+        let stack = setup
+            .limits
+            .stack_bytes
+            .min(THREAD_STACK_BYTES as u64 - STACK_MARGIN_BYTES);
+        rt.set_max_stack_size(stack as usize);
+        let ctx = Context::custom::<Intrinsics>(rt).map_err(|e| match e {
+            rquickjs::Error::Allocation => {
+                EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory")
+            }
+            e => internal(&e.to_string()),
+        })?;
+        let (start, settle) = ctx
+            .with(|ctx| {
+                let run = || -> rquickjs::Result<(Function<'_>, Function<'_>)> {
+                    let mut opts = EvalOptions::default();
+                    opts.strict = true;
+                    opts.filename = Some(PRELUDE_FILE.to_owned());
+                    let prelude: Function = ctx.eval_with_options(setup.prelude, opts)?;
+                    let host_fn =
+                        Function::new(ctx.clone(), move |op: String, a: String, b: String| {
+                            host_call(&host, &op, &a, &b)
+                        })?;
+                    let controller: Object = prelude.call((host_fn, setup.config_json))?;
+                    Ok((controller.get("start")?, controller.get("settle")?))
+                };
+                match run() {
+                    Ok((s, t)) => Ok((Persistent::save(&ctx, s), Persistent::save(&ctx, t))),
+                    Err(e) => Err(self.fault(&ctx, e)),
+                }
+            })
+            .map_err(|f| self.finish_fault(f))?;
+        self.start_fn = Some(start);
+        self.settle_fn = Some(settle);
+        self.ctx = Some(ctx);
+        Ok(())
+    }
+
+    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
+        let start = self
+            .start_fn
+            .clone()
+            .ok_or_else(|| internal("not loaded"))?;
+        self.with(|ctx| {
+            let mut opts = EvalOptions::default();
+            opts.strict = true;
+            opts.filename = Some(harness_core::error::SCRIPT_FILE.to_owned());
+            let script: Function = match ctx.eval_with_options(wrapped_source, opts) {
+                Ok(f) => f,
+                Err(e) => {
+                    let mut f = self.fault(ctx, e);
+                    if f.kind == FaultKind::Thrown && f.name == "SyntaxError" {
+                        f.kind = FaultKind::Syntax;
+                    }
+                    return Err(f);
+                }
+            };
+            let start = start.restore(ctx).map_err(|e| self.fault(ctx, e))?;
+            start
+                .call::<_, ()>((script,))
+                .map_err(|e| self.fault(ctx, e))
+        })
+    }
+
+    fn run_jobs(&mut self) -> Result<(), EngineFault> {
+        let mut n: u32 = 0;
+        loop {
+            match self.slot.rt.execute_pending_job() {
+                Ok(true) => {
+                    n = n.wrapping_add(1);
+                    // A flood of tiny jobs may never reach the interrupt
+                    // counter; check the deadline ourselves now and then.
+                    if n % 1024 == 0 {
+                        let stop = self
+                            .slot
+                            .interrupt
+                            .lock()
+                            .map(|s| s.should_stop())
+                            .unwrap_or(true);
+                        if stop {
+                            return Err(EngineFault::new(
+                                FaultKind::Interrupted,
+                                "InternalError",
+                                "interrupted",
+                            ));
+                        }
+                    }
+                }
+                Ok(false) => return Ok(()),
+                Err(job) => {
+                    let f = job.0.with(|ctx| exception_fault(ctx.catch()));
+                    return Err(self.finish_fault(f));
+                }
+            }
+        }
+    }
+
+    fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
+        let settle = self
+            .settle_fn
+            .clone()
+            .ok_or_else(|| internal("not loaded"))?;
+        self.with(|ctx| {
+            let f = settle.restore(ctx).map_err(|e| self.fault(ctx, e))?;
+            f.call::<_, ()>((id as f64, ok, payload))
+                .map_err(|e| self.fault(ctx, e))
+        })
+    }
+
+    fn memory_used(&mut self) -> Option<u64> {
+        Some(self.slot.rt.memory_usage().malloc_size.max(0) as u64)
+    }
+
+    fn classify(&self, name: &str, message: &str) -> FaultKind {
+        classify(name, message)
+    }
+}
+
+impl Worker {
+    fn slot(&mut self) -> Result<&RuntimeSlot, EngineFault> {
+        if self.slot.is_none() {
+            self.slot = Some(RuntimeSlot::new()?);
+        }
+        Ok(self.slot.as_ref().expect("just set"))
+    }
+
+    fn execute(
+        &mut self,
+        request: ExecutionRequest,
+        tokio: &tokio::runtime::Handle,
+    ) -> ExecutionReport {
+        let slot = match self.slot() {
+            Ok(s) => s,
+            Err(f) => {
+                return ExecutionReport::failed(ENGINE_NAME, ScriptError::internal(f.message))
+            }
+        };
+        let mut engine = QjsEngine {
+            start_fn: None,
+            settle_fn: None,
+            ctx: None,
+            slot,
+            memory_limit: request.limits.memory_bytes,
+        };
+        let out = run_script(&mut engine, ENGINE_NAME, request, tokio);
+        drop(engine);
+        self.recycle(out.engine_tainted);
+        out.report
+    }
+
+    fn check(&mut self, wrapped: &str) -> Result<(), ScriptError> {
+        let slot = self.slot().map_err(|f| ScriptError::internal(f.message))?;
+        let ctx = Context::custom::<Intrinsics>(&slot.rt)
+            .map_err(|e| ScriptError::internal(e.to_string()))?;
+        let result = ctx.with(|ctx| {
+            match Module::declare(ctx.clone(), harness_core::error::SCRIPT_FILE, wrapped) {
+                Ok(_) => Ok(()),
+                Err(rquickjs::Error::Exception) => {
+                    let f = exception_fault(ctx.catch());
+                    let loc = f.stack.as_deref().and_then(|s| {
+                        harness_core::error::first_location(
+                            s,
+                            harness_core::event_loop::WRAPPER_LINE_OFFSET,
+                        )
+                    });
+                    let message = match loc {
+                        Some(l) => format!("{} (script.js:{}:{})", f.message, l.line, l.column),
+                        None => f.message,
+                    };
+                    let code = match f.kind {
+                        FaultKind::StackOverflow => ErrorCode::StackOverflowError,
+                        FaultKind::OutOfMemory => ErrorCode::ScriptMemoryError,
+                        _ => ErrorCode::ScriptSyntaxError,
+                    };
+                    Err(ScriptError::new(code, Phase::Parsing, message)
+                        .with_name(f.name)
+                        .with_location(loc))
+                }
+                Err(e) => Err(ScriptError::internal(e.to_string())),
+            }
+        });
+        drop(ctx);
+        self.recycle(false);
+        result
+    }
+
+    /// After a run: drop the runtime if it may be unhealthy (a fault, or
+    /// jobs left from the dead context), otherwise collect its garbage.
+    fn recycle(&mut self, tainted: bool) {
+        let Some(slot) = &self.slot else { return };
+        if let Ok(mut i) = slot.interrupt.lock() {
+            *i = InterruptState::default();
+        }
+        if tainted || slot.rt.is_job_pending() {
+            self.slot = None;
+        } else {
+            slot.rt.run_gc();
+        }
+    }
+}
+
+/// The QuickJS engine: a pool of worker threads, each with its own runtime.
+#[derive(Debug, Clone)]
+pub struct QuickJs {
+    pool: Arc<WorkerPool<Worker>>,
+}
+
+impl Default for QuickJs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl QuickJs {
+    /// An engine with up to 64 worker threads.
+    pub fn new() -> Self {
+        Self::with_max_workers(64)
+    }
+
+    /// An engine with at most `max_workers` runs in flight; more queue.
+    pub fn with_max_workers(max_workers: usize) -> Self {
+        QuickJs {
+            pool: Arc::new(WorkerPool::new(
+                "harness-quickjs",
+                max_workers,
+                THREAD_STACK_BYTES,
+                Worker::default,
+            )),
+        }
+    }
+
+    async fn on_worker<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&mut Worker) -> R + Send + 'static,
+    ) -> Result<R, ScriptError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.pool
+            .submit(move |w| {
+                let _ = tx.send(job(w));
+            })
+            .map_err(ScriptError::internal)?;
+        rx.await.map_err(|_| {
+            ScriptError::internal("the QuickJS worker stopped before answering (engine panic)")
+        })
+    }
+}
+
+/// Cancels the run if the caller stops waiting for it (drops the future).
+struct CancelOnDrop(Option<CancellationToken>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.cancel();
+        }
+    }
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("warm", &self.slot.is_some())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl ScriptRuntimeAdapter for QuickJs {
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            name: ENGINE_NAME.to_owned(),
+            engine_version: QUICKJS_VERSION.to_owned(),
+            capabilities: Capabilities {
+                interrupt: true,
+                memory_limit: true,
+                fuel: false,
+                hard_kill: false,
+                filesystem: false,
+            },
+        }
+    }
+
+    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+        let wrapped = harness_core::event_loop::wrap_source(source);
+        self.on_worker(move |w| w.check(&wrapped)).await?
+    }
+
+    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+        let tokio = match tokio::runtime::Handle::try_current() {
+            Ok(h) => h,
+            Err(_) => {
+                return ExecutionReport::failed(
+                    ENGINE_NAME,
+                    ScriptError::internal("execute must be called from within a tokio runtime"),
+                )
+            }
+        };
+        let mut guard = CancelOnDrop(Some(request.cancel.clone()));
+        let report = match self.on_worker(move |w| w.execute(request, &tokio)).await {
+            Ok(report) => report,
+            Err(e) => ExecutionReport::failed(ENGINE_NAME, e),
+        };
+        guard.0 = None;
+        report
+    }
+}

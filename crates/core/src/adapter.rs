@@ -1,0 +1,138 @@
+//! The engine contract: [`ScriptRuntimeAdapter`] and the types it takes and returns.
+
+use crate::approval::{ApprovalBridge, AutoDeny};
+use crate::error::ScriptError;
+use crate::limits::Limits;
+use crate::report::ExecutionReport;
+use crate::tool::{Allowlist, ToolRegistry};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// What an engine can enforce. The conformance suite reads these to mark
+/// cases as unsupported instead of silently passing them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Stops a running script cooperatively (deadline, cancel).
+    pub interrupt: bool,
+    /// Enforces the memory limit inside the engine.
+    pub memory_limit: bool,
+    /// Counts instructions (fuel).
+    pub fuel: bool,
+    /// Can kill a script that ignores interrupts (process or instance boundary).
+    pub hard_kill: bool,
+    /// Offers a filesystem to scripts.
+    pub filesystem: bool,
+}
+
+/// Who the engine is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineInfo {
+    /// Stable engine name, as in `--engine` (`quickjs`, `boa`, …).
+    pub name: String,
+    pub engine_version: String,
+    pub capabilities: Capabilities,
+}
+
+/// How tools behave for a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Tools run.
+    #[default]
+    Enabled,
+    /// Calls are checked (name, schema, budget) but nothing runs; each call
+    /// returns `{"__dryRun": true, "tool": NAME, "args": ARGS}`.
+    DryRun,
+    /// The script runs without tools: every call is ToolNotFoundError.
+    Disabled,
+}
+
+/// The frozen `context` object a script sees, in host terms.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ScriptContext {
+    /// Free-form identity (session, user, agent ids); shown as `context.identity`.
+    pub identity: Value,
+    pub working_directory: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    /// Extra data the host wants the script to see, as `context.extra`.
+    pub extra: Value,
+}
+
+/// The tools a run may use: the registry, the allowlist and who approves.
+#[derive(Clone)]
+pub struct ToolSet {
+    pub registry: Arc<ToolRegistry>,
+    pub allow: Allowlist,
+    pub approvals: Arc<dyn ApprovalBridge>,
+}
+
+impl Default for ToolSet {
+    fn default() -> Self {
+        ToolSet {
+            registry: Arc::new(ToolRegistry::new()),
+            allow: Allowlist::All,
+            approvals: Arc::new(AutoDeny::default()),
+        }
+    }
+}
+
+impl fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolSet")
+            .field("registry", &self.registry)
+            .field("allow", &self.allow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolSet {
+    pub fn new(registry: Arc<ToolRegistry>) -> Self {
+        ToolSet {
+            registry,
+            ..ToolSet::default()
+        }
+    }
+}
+
+/// One script to run. The serialisable part (source, limits, context, mode)
+/// can cross a process boundary; tools and the cancel token stay on the host.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ExecutionRequest {
+    /// JavaScript source: the body of an async function.
+    pub source: String,
+    pub limits: Limits,
+    pub context: ScriptContext,
+    pub mode: Mode,
+    #[serde(skip)]
+    pub tools: ToolSet,
+    #[serde(skip)]
+    pub cancel: CancellationToken,
+}
+
+impl ExecutionRequest {
+    pub fn new(source: impl Into<String>) -> Self {
+        ExecutionRequest {
+            source: source.into(),
+            ..ExecutionRequest::default()
+        }
+    }
+}
+
+/// A JavaScript engine the harness can run scripts on.
+///
+/// An adapter must never panic or abort the host on any script: every
+/// failure is a [`ScriptError`] in the report.
+#[async_trait]
+pub trait ScriptRuntimeAdapter: Send + Sync {
+    fn info(&self) -> EngineInfo;
+    /// Parses `source` as a script body without running any of it.
+    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError>;
+    /// Runs one script to completion (or failure) and reports.
+    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport;
+}

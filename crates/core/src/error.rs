@@ -1,0 +1,296 @@
+//! The stable error taxonomy: every failure a script or the harness can hit
+//! is a [`ScriptError`] with one [`ErrorCode`], the [`Phase`] it happened in and
+//! a stack that names only `script.js:L:C`.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Stable error codes. Their string form (the variant name) is a public
+/// contract: scripts see it as `err.name`, users match on it in reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    ScriptSyntaxError,
+    BannedIdentifierError,
+    ScriptTooLargeError,
+    ScriptRuntimeError,
+    ScriptTimeoutError,
+    ScriptMemoryError,
+    StackOverflowError,
+    ScriptCancelledError,
+    ToolNotFoundError,
+    ToolValidationError,
+    ToolBudgetExceededError,
+    ConcurrencyLimitError,
+    ApprovalDeniedError,
+    ApprovalTimeoutError,
+    ToolExecutionError,
+    DetachedPromiseError,
+    SerializationError,
+    ReturnValueTooLargeError,
+    HarnessInternalError,
+}
+
+impl ErrorCode {
+    /// Every code, in catalogue order.
+    pub const ALL: [ErrorCode; 19] = [
+        ErrorCode::ScriptSyntaxError,
+        ErrorCode::BannedIdentifierError,
+        ErrorCode::ScriptTooLargeError,
+        ErrorCode::ScriptRuntimeError,
+        ErrorCode::ScriptTimeoutError,
+        ErrorCode::ScriptMemoryError,
+        ErrorCode::StackOverflowError,
+        ErrorCode::ScriptCancelledError,
+        ErrorCode::ToolNotFoundError,
+        ErrorCode::ToolValidationError,
+        ErrorCode::ToolBudgetExceededError,
+        ErrorCode::ConcurrencyLimitError,
+        ErrorCode::ApprovalDeniedError,
+        ErrorCode::ApprovalTimeoutError,
+        ErrorCode::ToolExecutionError,
+        ErrorCode::DetachedPromiseError,
+        ErrorCode::SerializationError,
+        ErrorCode::ReturnValueTooLargeError,
+        ErrorCode::HarnessInternalError,
+    ];
+
+    /// The stable string form, e.g. `"ScriptTimeoutError"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::ScriptSyntaxError => "ScriptSyntaxError",
+            ErrorCode::BannedIdentifierError => "BannedIdentifierError",
+            ErrorCode::ScriptTooLargeError => "ScriptTooLargeError",
+            ErrorCode::ScriptRuntimeError => "ScriptRuntimeError",
+            ErrorCode::ScriptTimeoutError => "ScriptTimeoutError",
+            ErrorCode::ScriptMemoryError => "ScriptMemoryError",
+            ErrorCode::StackOverflowError => "StackOverflowError",
+            ErrorCode::ScriptCancelledError => "ScriptCancelledError",
+            ErrorCode::ToolNotFoundError => "ToolNotFoundError",
+            ErrorCode::ToolValidationError => "ToolValidationError",
+            ErrorCode::ToolBudgetExceededError => "ToolBudgetExceededError",
+            ErrorCode::ConcurrencyLimitError => "ConcurrencyLimitError",
+            ErrorCode::ApprovalDeniedError => "ApprovalDeniedError",
+            ErrorCode::ApprovalTimeoutError => "ApprovalTimeoutError",
+            ErrorCode::ToolExecutionError => "ToolExecutionError",
+            ErrorCode::DetachedPromiseError => "DetachedPromiseError",
+            ErrorCode::SerializationError => "SerializationError",
+            ErrorCode::ReturnValueTooLargeError => "ReturnValueTooLargeError",
+            ErrorCode::HarnessInternalError => "HarnessInternalError",
+        }
+    }
+
+    /// Parses the stable string form.
+    pub fn parse(s: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.iter().copied().find(|c| c.as_str() == s)
+    }
+
+    /// Whether a model that wrote the script can reasonably fix and retry.
+    pub fn retryable_by_model(self) -> bool {
+        !matches!(
+            self,
+            ErrorCode::HarnessInternalError
+                | ErrorCode::ScriptCancelledError
+                | ErrorCode::ApprovalDeniedError
+        )
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where in a script's life an error happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Reading, size checks and compilation: nothing of the script ran.
+    Parsing,
+    /// The script (or a tool it called) was running.
+    Executing,
+    /// The script finished; its result or its pending work was being collected.
+    Finalizing,
+}
+
+/// A 1-based line and column in the user's script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Location {
+    pub line: u32,
+    pub column: u32,
+}
+
+/// One structured failure, as it appears in a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ScriptError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub phase: Phase,
+    /// The JS error name (`TypeError`, …) for script errors; the code otherwise.
+    pub name: String,
+    /// Stack frames naming only `script.js:L:C`; absent when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
+}
+
+impl ScriptError {
+    /// A new error whose `name` is its code.
+    pub fn new(code: ErrorCode, phase: Phase, message: impl Into<String>) -> Self {
+        ScriptError {
+            code,
+            message: message.into(),
+            phase,
+            name: code.as_str().to_owned(),
+            stack: None,
+            tool: None,
+            call_id: None,
+            location: None,
+        }
+    }
+
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    pub fn with_stack(mut self, stack: Option<String>) -> Self {
+        self.stack = stack.filter(|s| !s.is_empty());
+        self
+    }
+
+    pub fn with_tool(mut self, tool: impl Into<String>, call_id: Option<u64>) -> Self {
+        self.tool = Some(tool.into());
+        self.call_id = call_id;
+        self
+    }
+
+    pub fn with_location(mut self, location: Option<Location>) -> Self {
+        self.location = location;
+        self
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        ScriptError::new(ErrorCode::HarnessInternalError, Phase::Executing, message)
+    }
+}
+
+/// The file name user code is compiled under; the only file a stack may name.
+pub const SCRIPT_FILE: &str = "script.js";
+
+/// Rewrites an engine stack so that it names only `script.js:L:C`.
+///
+/// Frames that do not point into the user's script (the prelude, native
+/// functions, host paths) are dropped; line numbers are shifted back by
+/// `line_offset`, the lines the wrapper added before the user's first line.
+/// Frames are normalised to `    at NAME (script.js:L:C)` or `    at script.js:L:C`.
+pub fn sanitize_stack(raw: &str, line_offset: u32) -> Option<String> {
+    let mut out = String::new();
+    for line in raw.lines() {
+        let Some(pos) = line.find(SCRIPT_FILE) else {
+            continue;
+        };
+        let rest = &line[pos + SCRIPT_FILE.len()..];
+        let Some((l, c)) = parse_line_col(rest) else {
+            continue;
+        };
+        let l = l.saturating_sub(line_offset).max(1);
+        let name = frame_name(&line[..pos]);
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        match name {
+            Some(n) => out.push_str(&format!("    at {n} ({SCRIPT_FILE}:{l}:{c})")),
+            None => out.push_str(&format!("    at {SCRIPT_FILE}:{l}:{c}")),
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The first `script.js:L:C` location in an engine stack, shifted by `line_offset`.
+pub fn first_location(raw: &str, line_offset: u32) -> Option<Location> {
+    raw.match_indices(SCRIPT_FILE).find_map(|(pos, _)| {
+        parse_line_col(&raw[pos + SCRIPT_FILE.len()..]).map(|(l, c)| Location {
+            line: l.saturating_sub(line_offset).max(1),
+            column: c,
+        })
+    })
+}
+
+/// Parses `:L:C` or `:L` at the start of `s`.
+fn parse_line_col(s: &str) -> Option<(u32, u32)> {
+    let s = s.strip_prefix(':')?;
+    let end = s.find(|ch: char| !ch.is_ascii_digit()).unwrap_or(s.len());
+    let line: u32 = s[..end].parse().ok()?;
+    let rest = &s[end..];
+    let col = rest
+        .strip_prefix(':')
+        .and_then(|r| {
+            let e = r.find(|ch: char| !ch.is_ascii_digit()).unwrap_or(r.len());
+            r[..e].parse().ok()
+        })
+        .unwrap_or(1);
+    Some((line, col))
+}
+
+/// Extracts a function name from the text before the file name in a frame
+/// such as `    at foo (` or `foo@`; only identifier-like names survive.
+fn frame_name(prefix: &str) -> Option<String> {
+    let p = prefix.trim();
+    let p = p.strip_prefix("at ").unwrap_or(p);
+    let p = p.trim_end_matches(['(', '@', ' ']);
+    let p = p.trim();
+    if p.is_empty() || p.len() > 128 {
+        return None;
+    }
+    let ok = p
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '_' | '$' | '.' | '<' | '>' | ' ' | '[' | ']'));
+    (ok && !p.contains('/')).then(|| p.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_through_strings_and_serde() {
+        for code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(code));
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+        assert_eq!(ErrorCode::parse("NoSuchError"), None);
+    }
+
+    #[test]
+    fn stack_keeps_only_script_frames_and_shifts_lines() {
+        let raw = "    at <anonymous> (harness:prelude:10:3)\n    at inner (script.js:4:9)\n    at /home/user/secret.rs:1:1\n    at script.js:2:1\n    at native";
+        assert_eq!(
+            sanitize_stack(raw, 1).unwrap(),
+            "    at inner (script.js:3:9)\n    at script.js:1:1"
+        );
+        assert_eq!(sanitize_stack("    at /etc/passwd:1:1", 1), None);
+    }
+
+    #[test]
+    fn first_location_is_shifted() {
+        assert_eq!(
+            first_location("    at script.js:3:7\n", 1),
+            Some(Location { line: 2, column: 7 })
+        );
+    }
+
+    #[test]
+    fn display_names_code_and_message() {
+        let e = ScriptError::new(ErrorCode::ScriptTimeoutError, Phase::Executing, "too slow");
+        assert_eq!(e.to_string(), "ScriptTimeoutError: too slow");
+    }
+}

@@ -1,0 +1,754 @@
+//! The one event loop every engine runs on.
+//!
+//! An adapter supplies only engine primitives through [`Engine`]: load the
+//! prelude into a fresh context, start the script, drain jobs, settle a tool
+//! call, measure memory. [`run_script`] does the rest, the same way for
+//! every engine: hand new tool calls to the [`ToolFacade`] (on tokio), block
+//! until the next completion or the deadline, settle, repeat; then cancel
+//! what is left, wait out the grace period and build the report.
+
+use crate::adapter::{ExecutionRequest, Mode};
+use crate::error::{first_location, sanitize_stack, ErrorCode, Phase, ScriptError};
+use crate::facade::{CallFailure, CallOutcome, ToolFacade};
+use crate::limits::Limits;
+use crate::report::{ConsoleLevel, ExecutionReport, Metrics};
+use crate::sinks::{ms, ConsoleSink, ProgressSink};
+use crate::tracker::PromiseTracker;
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The hardening prelude shared by every engine (see `prelude.js`).
+pub const PRELUDE: &str = include_str!("prelude.js");
+
+/// File name the prelude is compiled under; never shown to users.
+pub const PRELUDE_FILE: &str = "harness:prelude";
+
+/// Lines the wrapper adds before the user's first line.
+pub const WRAPPER_LINE_OFFSET: u32 = 1;
+
+/// Wraps a script body as an async function expression, so that top-level
+/// `await` and `return` work.
+pub fn wrap_source(source: &str) -> String {
+    let mut s = String::with_capacity(source.len() + 32);
+    s.push_str("(async function () {\n");
+    s.push_str(source);
+    s.push_str("\n})");
+    s
+}
+
+/// What kind of failure an engine primitive hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The interrupt handler stopped the engine (deadline or cancel).
+    Interrupted,
+    OutOfMemory,
+    StackOverflow,
+    /// The source did not compile.
+    Syntax,
+    /// A JS exception escaped (should not happen past the prelude).
+    Thrown,
+    /// The engine itself failed.
+    Internal,
+}
+
+/// A failure inside an engine primitive, with the engine's own words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineFault {
+    pub kind: FaultKind,
+    pub name: String,
+    pub message: String,
+    pub stack: Option<String>,
+}
+
+impl EngineFault {
+    pub fn new(kind: FaultKind, name: impl Into<String>, message: impl Into<String>) -> Self {
+        EngineFault {
+            kind,
+            name: name.into(),
+            message: message.into(),
+            stack: None,
+        }
+    }
+}
+
+/// What an engine needs to set up one run.
+#[derive(Debug)]
+pub struct EngineSetup<'a> {
+    pub prelude: &'a str,
+    pub config_json: &'a str,
+    pub limits: &'a Limits,
+    pub deadline: Instant,
+    pub cancel: &'a CancellationToken,
+}
+
+/// Shared handle to the run's host state; the engine's one native function
+/// forwards to [`host_call`].
+pub type HostHandle = Rc<RefCell<HostState>>;
+
+/// Engine primitives. Implementations are not `Send`: each run owns its
+/// engine on one worker thread.
+pub trait Engine {
+    /// Creates a fresh context, installs the native host function that calls
+    /// [`host_call`], evaluates the prelude and calls it with the config. Arms
+    /// the interrupt handler with the deadline and cancel token, and sets the
+    /// memory and stack limits.
+    fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault>;
+    /// Compiles the wrapped source as `script.js` and passes the function to
+    /// the prelude's `start`. A compile error is a [`FaultKind::Syntax`] fault.
+    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault>;
+    /// Runs pending jobs (microtasks) until none is left.
+    fn run_jobs(&mut self) -> Result<(), EngineFault>;
+    /// Calls the prelude's `settle(id, ok, payload)`.
+    fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault>;
+    /// Engine heap in use, where known.
+    fn memory_used(&mut self) -> Option<u64>;
+    /// Maps an error the script saw (by name and message) to an engine
+    /// fault kind, for errors the engine raises itself (interrupts, out of
+    /// memory, stack overflow). Returns `Thrown` for ordinary errors.
+    fn classify(&self, name: &str, message: &str) -> FaultKind;
+}
+
+/// How the script's own promise ended.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// Returned; `None` for `undefined`.
+    Done(Option<String>),
+    /// Rejected or threw; the prelude's description as JSON.
+    Failed(String),
+}
+
+/// Per-run state the engine's native function talks to.
+#[derive(Debug)]
+pub struct HostState {
+    started: Instant,
+    deadline: Instant,
+    facade: Arc<ToolFacade>,
+    tracker: PromiseTracker,
+    console: ConsoleSink,
+    progress: ProgressSink,
+    new_calls: Vec<(u64, String, String)>,
+    outcome: Option<Outcome>,
+}
+
+/// The native host function: `host(op, a, b) -> string`. Never fails;
+/// unknown ops return an empty string.
+pub fn host_call(host: &HostHandle, op: &str, a: &str, b: &str) -> String {
+    let mut h = host.borrow_mut();
+    h.op(op, a, b)
+}
+
+impl HostState {
+    fn op(&mut self, op: &str, a: &str, b: &str) -> String {
+        match op {
+            "call" => {
+                let (id, _) = self.tracker.register(a);
+                self.new_calls.push((id, a.to_owned(), b.to_owned()));
+                id.to_string()
+            }
+            "unknown" => {
+                let msg = self.facade.unknown_tool_message(a);
+                self.tracker
+                    .register_failed(a, ErrorCode::ToolNotFoundError, msg)
+                    .to_string()
+            }
+            "cancel" => {
+                if let Ok(id) = a.parse() {
+                    self.tracker.release(id);
+                }
+                String::new()
+            }
+            "console" => {
+                self.console.push(ConsoleLevel::parse(a), b, Instant::now());
+                String::new()
+            }
+            "progress" => {
+                let data = (!b.is_empty())
+                    .then(|| serde_json::from_str::<Value>(b).ok())
+                    .flatten();
+                let kept = self.progress.push(a, data, Instant::now(), self.started);
+                if kept { "1" } else { "0" }.to_owned()
+            }
+            "budget" => self.facade.remaining_budget().to_string(),
+            "remaining_ms" => self
+                .deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .to_string(),
+            "done" => {
+                if self.outcome.is_none() {
+                    self.outcome = Some(Outcome::Done((a == "1").then(|| b.to_owned())));
+                }
+                String::new()
+            }
+            "fail" => {
+                if self.outcome.is_none() {
+                    self.outcome = Some(Outcome::Failed(a.to_owned()));
+                }
+                String::new()
+            }
+            _ => String::new(),
+        }
+    }
+}
+
+/// Events the worker thread waits on.
+#[derive(Debug)]
+enum LoopEvent {
+    ToolDone(u64, CallOutcome),
+    Cancelled,
+}
+
+/// Sends a completion even if the tool task panics or is aborted, so the
+/// loop never waits on a call that can no longer finish.
+struct CompletionGuard {
+    id: u64,
+    tx: mpsc::Sender<LoopEvent>,
+    sent: bool,
+}
+
+impl CompletionGuard {
+    fn send(mut self, outcome: CallOutcome) {
+        self.sent = true;
+        let _ = self.tx.send(LoopEvent::ToolDone(self.id, outcome));
+    }
+}
+
+impl Drop for CompletionGuard {
+    fn drop(&mut self) {
+        if !self.sent {
+            let failure = if std::thread::panicking() {
+                CallFailure::new(ErrorCode::ToolExecutionError, "the tool panicked")
+            } else {
+                CallFailure::new(ErrorCode::ScriptCancelledError, "the tool call was aborted")
+            };
+            let _ = self.tx.send(LoopEvent::ToolDone(self.id, Err(failure)));
+        }
+    }
+}
+
+/// The result of [`run_script`].
+#[derive(Debug)]
+pub struct RunOutput {
+    pub report: ExecutionReport,
+    /// The engine hit a fault (timeout, memory, stack, internal) and should
+    /// not be reused for another run.
+    pub engine_tainted: bool,
+}
+
+fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade) -> String {
+    let l = &request.limits;
+    let c = &request.context;
+    let mode = match request.mode {
+        Mode::Enabled => "enabled",
+        Mode::DryRun => "dry-run",
+        Mode::Disabled => "disabled",
+    };
+    json!({
+        "tools": facade.visible_tools(),
+        "context": {
+            "identity": c.identity,
+            "workingDirectory": c.working_directory,
+            "provider": c.provider,
+            "model": c.model,
+            "extra": c.extra,
+            "approvalsEnabled": request.mode == Mode::Enabled,
+            "mode": mode,
+            "limits": {
+                "timeoutMs": l.timeout_ms,
+                "memoryBytes": l.memory_bytes,
+                "stackBytes": l.stack_bytes,
+                "maxSourceBytes": l.max_source_bytes,
+                "maxReturnBytes": l.max_return_bytes,
+                "maxToolCalls": l.max_tool_calls,
+                "maxConcurrentToolCalls": l.max_concurrent_tool_calls,
+                "maxConsoleLines": l.max_console_lines,
+                "maxProgressEvents": l.max_progress_events,
+            },
+        },
+    })
+    .to_string()
+}
+
+/// Runs one script on `engine` and reports. `tokio` runs the tool calls.
+pub fn run_script<E: Engine>(
+    engine: &mut E,
+    engine_name: &str,
+    request: ExecutionRequest,
+    tokio: &tokio::runtime::Handle,
+) -> RunOutput {
+    let started = Instant::now();
+    let limits = request.limits.clone();
+    if request.source.len() as u64 > limits.max_source_bytes {
+        let e = ScriptError::new(
+            ErrorCode::ScriptTooLargeError,
+            Phase::Parsing,
+            format!(
+                "script is {} bytes; the limit is {} bytes",
+                request.source.len(),
+                limits.max_source_bytes
+            ),
+        );
+        return RunOutput {
+            report: ExecutionReport::failed(engine_name, e),
+            engine_tainted: false,
+        };
+    }
+    let deadline = started + limits.timeout();
+    let cancel = request.cancel.clone();
+    let facade = Arc::new(ToolFacade::new(&request, deadline));
+    let host: HostHandle = Rc::new(RefCell::new(HostState {
+        started,
+        deadline,
+        facade: facade.clone(),
+        tracker: PromiseTracker::default(),
+        console: ConsoleSink::new(&limits),
+        progress: ProgressSink::new(&limits),
+        new_calls: Vec::new(),
+        outcome: None,
+    }));
+    let (tx, rx) = mpsc::channel::<LoopEvent>();
+    let watcher = {
+        let tx = tx.clone();
+        let c = cancel.clone();
+        tokio.spawn(async move {
+            c.cancelled().await;
+            let _ = tx.send(LoopEvent::Cancelled);
+        })
+    };
+
+    let config = prelude_config(&request, &facade);
+    let setup = EngineSetup {
+        prelude: PRELUDE,
+        config_json: &config,
+        limits: &limits,
+        deadline,
+        cancel: &cancel,
+    };
+
+    let mut ctl = LoopControl {
+        engine,
+        host: host.clone(),
+        facade: facade.clone(),
+        tx,
+        tokio,
+        deadline,
+        cancel: cancel.clone(),
+    };
+    let end = ctl.drive(&setup, &request.source, &rx);
+    let memory_used = ctl.engine.memory_used();
+
+    // Finalise: cancel what is still pending, give it the grace period,
+    // abandon the rest.
+    let orphans = host.borrow().tracker.orphans();
+    host.borrow().tracker.cancel_all_pending();
+    let grace_end = Instant::now() + limits.orphan_grace();
+    while host.borrow().tracker.pending_count() > 0 {
+        let left = grace_end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match rx.recv_timeout(left) {
+            Ok(LoopEvent::ToolDone(id, o)) => {
+                host.borrow_mut().tracker.complete(id, &o);
+            }
+            Ok(LoopEvent::Cancelled) => {}
+            Err(_) => break,
+        }
+    }
+    host.borrow_mut().tracker.detach_remaining();
+    watcher.abort();
+
+    let engine_tainted = matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
+    let (value, mut error) = ctl.conclude(end, &limits);
+    if error.is_none() && !orphans.is_empty() {
+        error = Some(ScriptError::new(
+            ErrorCode::DetachedPromiseError,
+            Phase::Finalizing,
+            format!(
+                "the script finished while {} tool call(s) were still pending and not awaited ({}); \
+                 they were cancelled. Await every tool call, e.g. with Promise.all",
+                orphans.len(),
+                orphans.join(", ")
+            ),
+        ));
+    }
+
+    let h = host.borrow();
+    let tool_calls = h.tracker.records();
+    let report = ExecutionReport {
+        ok: error.is_none(),
+        value,
+        error,
+        console: h.console.entries.clone(),
+        console_dropped: h.console.dropped,
+        approvals: facade.approval_records(),
+        progress: h.progress.events.clone(),
+        progress_dropped: h.progress.dropped,
+        metrics: Metrics {
+            engine: engine_name.to_owned(),
+            duration_ms: ms(started.elapsed()),
+            tool_calls: tool_calls.len() as u32,
+            memory_used_bytes: memory_used,
+        },
+        tool_calls,
+    };
+    RunOutput {
+        report,
+        engine_tainted,
+    }
+}
+
+/// How the main loop ended.
+#[derive(Debug)]
+enum End {
+    Settled,
+    Fault(EngineFault),
+    SyntaxError(EngineFault),
+    Timeout,
+    Cancelled,
+    Deadlock,
+}
+
+struct LoopControl<'a, E: Engine> {
+    engine: &'a mut E,
+    host: HostHandle,
+    facade: Arc<ToolFacade>,
+    tx: mpsc::Sender<LoopEvent>,
+    tokio: &'a tokio::runtime::Handle,
+    deadline: Instant,
+    cancel: CancellationToken,
+}
+
+impl<E: Engine> LoopControl<'_, E> {
+    fn drive(
+        &mut self,
+        setup: &EngineSetup<'_>,
+        source: &str,
+        rx: &mpsc::Receiver<LoopEvent>,
+    ) -> End {
+        if let Err(f) = self.engine.load(setup, self.host.clone()) {
+            return self.fault_end(f);
+        }
+        if let Err(f) = self.engine.start(&wrap_source(source)) {
+            return match f.kind {
+                FaultKind::Syntax => End::SyntaxError(f),
+                _ => self.fault_end(f),
+            };
+        }
+        loop {
+            if let Err(f) = self.engine.run_jobs() {
+                return self.fault_end(f);
+            }
+            self.dispatch_calls();
+            let (settled, pending) = {
+                let h = self.host.borrow();
+                (h.outcome.is_some(), h.tracker.pending_count())
+            };
+            if settled {
+                return End::Settled;
+            }
+            if pending == 0 {
+                return End::Deadlock;
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return End::Timeout;
+            }
+            let first = match rx.recv_timeout(left) {
+                Ok(ev) => ev,
+                Err(mpsc::RecvTimeoutError::Timeout) => return End::Timeout,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return End::Fault(EngineFault::new(
+                        FaultKind::Internal,
+                        "Error",
+                        "event channel closed",
+                    ))
+                }
+            };
+            // Take everything that is ready before running jobs again.
+            let mut next = Some(first);
+            while let Some(ev) = next.take().or_else(|| rx.try_recv().ok()) {
+                match ev {
+                    LoopEvent::Cancelled => return End::Cancelled,
+                    LoopEvent::ToolDone(id, outcome) => {
+                        if !self.host.borrow_mut().tracker.complete(id, &outcome) {
+                            continue;
+                        }
+                        let r = match &outcome {
+                            Ok(json) => self.engine.settle(id, true, json),
+                            Err(f) => {
+                                let payload =
+                                    json!({"code": f.code.as_str(), "message": f.message})
+                                        .to_string();
+                                self.engine.settle(id, false, &payload)
+                            }
+                        };
+                        if let Err(f) = r {
+                            return self.fault_end(f);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn fault_end(&self, f: EngineFault) -> End {
+        if f.kind == FaultKind::Interrupted {
+            if self.cancel.is_cancelled() {
+                return End::Cancelled;
+            }
+            if Instant::now() >= self.deadline {
+                return End::Timeout;
+            }
+        }
+        End::Fault(f)
+    }
+
+    fn dispatch_calls(&mut self) {
+        let calls = std::mem::take(&mut self.host.borrow_mut().new_calls);
+        for (id, name, args) in calls {
+            let token = {
+                let h = self.host.borrow();
+                h.tracker_token(id)
+            };
+            let fut = self.facade.clone().call(id, name, args, token);
+            let guard = CompletionGuard {
+                id,
+                tx: self.tx.clone(),
+                sent: false,
+            };
+            let task = self.tokio.spawn(async move {
+                let outcome = fut.await;
+                guard.send(outcome);
+            });
+            self.host
+                .borrow_mut()
+                .tracker
+                .attach_task(id, task.abort_handle());
+        }
+    }
+
+    /// Turns how the loop ended into the report's value and error.
+    fn conclude(&self, end: End, limits: &Limits) -> (Option<Value>, Option<ScriptError>) {
+        let timeout = || {
+            ScriptError::new(
+                ErrorCode::ScriptTimeoutError,
+                Phase::Executing,
+                format!("script exceeded its time limit of {} ms", limits.timeout_ms),
+            )
+        };
+        match end {
+            End::Timeout => (None, Some(timeout())),
+            End::Cancelled => (
+                None,
+                Some(ScriptError::new(
+                    ErrorCode::ScriptCancelledError,
+                    Phase::Executing,
+                    "the run was cancelled",
+                )),
+            ),
+            End::Deadlock => (
+                None,
+                Some(ScriptError::new(
+                    ErrorCode::ScriptRuntimeError,
+                    Phase::Executing,
+                    "the script is waiting on a promise that nothing can settle \
+                     (no tool call is pending and there are no timers)",
+                )),
+            ),
+            End::SyntaxError(f) => {
+                let loc = f
+                    .stack
+                    .as_deref()
+                    .and_then(|s| first_location(s, WRAPPER_LINE_OFFSET));
+                let message = match loc {
+                    Some(l) => format!("{} (script.js:{}:{})", f.message, l.line, l.column),
+                    None => f.message.clone(),
+                };
+                (
+                    None,
+                    Some(
+                        ScriptError::new(ErrorCode::ScriptSyntaxError, Phase::Parsing, message)
+                            .with_name("SyntaxError")
+                            .with_location(loc),
+                    ),
+                )
+            }
+            End::Fault(f) => (None, Some(fault_error(&f, limits))),
+            End::Settled => {
+                let outcome = self.host.borrow().outcome.clone();
+                match outcome {
+                    Some(Outcome::Done(None)) => (None, None),
+                    Some(Outcome::Done(Some(json))) => parse_return(&json, limits),
+                    Some(Outcome::Failed(desc)) => {
+                        (None, Some(self.described_error(&desc, limits)))
+                    }
+                    None => (
+                        None,
+                        Some(ScriptError::internal("script settled without an outcome")),
+                    ),
+                }
+            }
+        }
+    }
+
+    fn described_error(&self, desc: &str, limits: &Limits) -> ScriptError {
+        let d: Value = serde_json::from_str(desc).unwrap_or(Value::Null);
+        let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        let stack = sanitize_stack(&s("stack"), WRAPPER_LINE_OFFSET);
+        if d.get("serialization").and_then(Value::as_bool) == Some(true) {
+            match self.engine.classify(&s("error_name"), &s("error_message")) {
+                FaultKind::Thrown | FaultKind::Syntax => {
+                    return ScriptError::new(
+                        ErrorCode::SerializationError,
+                        Phase::Finalizing,
+                        s("message"),
+                    )
+                }
+                kind => {
+                    return self.kind_error(kind, &s("error_name"), &s("error_message"), limits)
+                }
+            }
+        }
+        if d.get("host").and_then(Value::as_bool) == Some(true) {
+            if let Some(code) = ErrorCode::parse(&s("code")) {
+                let mut e =
+                    ScriptError::new(code, Phase::Executing, s("message")).with_stack(stack);
+                if let Some(tool) = d.get("tool").and_then(Value::as_str) {
+                    e = e.with_tool(tool, d.get("call_id").and_then(Value::as_u64));
+                }
+                return e;
+            }
+        }
+        let (name, message) = (s("name"), s("message"));
+        match self.engine.classify(&name, &message) {
+            FaultKind::Thrown | FaultKind::Syntax => {
+                let message = if d.get("non_error").and_then(Value::as_bool) == Some(true) {
+                    message
+                } else {
+                    format!("Uncaught {name}: {message}")
+                };
+                ScriptError::new(ErrorCode::ScriptRuntimeError, Phase::Executing, message)
+                    .with_name(name)
+                    .with_stack(stack)
+            }
+            kind => self
+                .kind_error(kind, &name, &message, limits)
+                .with_stack(stack),
+        }
+    }
+
+    fn kind_error(
+        &self,
+        kind: FaultKind,
+        name: &str,
+        message: &str,
+        limits: &Limits,
+    ) -> ScriptError {
+        if kind == FaultKind::Interrupted {
+            if self.cancel.is_cancelled() {
+                return ScriptError::new(
+                    ErrorCode::ScriptCancelledError,
+                    Phase::Executing,
+                    "the run was cancelled",
+                );
+            }
+            return ScriptError::new(
+                ErrorCode::ScriptTimeoutError,
+                Phase::Executing,
+                format!("script exceeded its time limit of {} ms", limits.timeout_ms),
+            );
+        }
+        fault_error(
+            &EngineFault {
+                kind,
+                name: name.to_owned(),
+                message: message.to_owned(),
+                stack: None,
+            },
+            limits,
+        )
+    }
+}
+
+impl HostState {
+    fn tracker_token(&self, id: u64) -> CancellationToken {
+        self.tracker.token(id)
+    }
+}
+
+fn fault_error(f: &EngineFault, limits: &Limits) -> ScriptError {
+    let stack = f
+        .stack
+        .as_deref()
+        .and_then(|s| sanitize_stack(s, WRAPPER_LINE_OFFSET));
+    match f.kind {
+        FaultKind::OutOfMemory => ScriptError::new(
+            ErrorCode::ScriptMemoryError,
+            Phase::Executing,
+            format!(
+                "script exceeded its memory limit of {} bytes",
+                limits.memory_bytes
+            ),
+        ),
+        FaultKind::StackOverflow => ScriptError::new(
+            ErrorCode::StackOverflowError,
+            Phase::Executing,
+            format!(
+                "maximum call stack size exceeded (stack limit {} bytes)",
+                limits.stack_bytes
+            ),
+        )
+        .with_stack(stack),
+        FaultKind::Interrupted => {
+            ScriptError::internal("the engine was interrupted for no known reason")
+        }
+        FaultKind::Syntax => ScriptError::new(
+            ErrorCode::ScriptSyntaxError,
+            Phase::Parsing,
+            f.message.clone(),
+        )
+        .with_name("SyntaxError"),
+        FaultKind::Thrown => ScriptError::new(
+            ErrorCode::ScriptRuntimeError,
+            Phase::Executing,
+            format!("Uncaught {}: {}", f.name, f.message),
+        )
+        .with_name(f.name.clone())
+        .with_stack(stack),
+        FaultKind::Internal => ScriptError::internal(format!("engine failure: {}", f.message)),
+    }
+}
+
+fn parse_return(json: &str, limits: &Limits) -> (Option<Value>, Option<ScriptError>) {
+    if json.len() as u64 > limits.max_return_bytes {
+        return (
+            None,
+            Some(ScriptError::new(
+                ErrorCode::ReturnValueTooLargeError,
+                Phase::Finalizing,
+                format!(
+                    "the return value is {} bytes as JSON; the limit is {} bytes",
+                    json.len(),
+                    limits.max_return_bytes
+                ),
+            )),
+        );
+    }
+    match serde_json::from_str::<Value>(json) {
+        Ok(v) => (Some(v), None),
+        Err(e) => (
+            None,
+            Some(ScriptError::new(
+                ErrorCode::SerializationError,
+                Phase::Finalizing,
+                format!("the return value could not be read back as JSON: {e}"),
+            )),
+        ),
+    }
+}

@@ -1,0 +1,280 @@
+//! The tool facade: every call a script makes passes allowlist, schema,
+//! budget, concurrency and approval checks, in that order, then runs with a
+//! cancellation token. One facade serves one script run.
+
+use crate::adapter::{ExecutionRequest, Mode, ToolSet};
+use crate::approval::{ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest};
+use crate::error::ErrorCode;
+use crate::limits::Limits;
+use crate::sinks::{ms, truncate_strings};
+use crate::tool::ToolContext;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// Why a call failed, as the script sees it (`err.name` is the code).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallFailure {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl CallFailure {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        CallFailure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// A call's result: the output as JSON text, or a failure.
+pub type CallOutcome = Result<String, CallFailure>;
+
+/// Per-run tool gatekeeper.
+#[derive(Debug)]
+pub struct ToolFacade {
+    tools: ToolSet,
+    mode: Mode,
+    limits: Limits,
+    visible: Vec<String>,
+    visible_set: BTreeSet<String>,
+    budget_used: AtomicU32,
+    queued: AtomicU32,
+    semaphore: Semaphore,
+    deadline: Instant,
+    approvals: Mutex<Vec<ApprovalRecord>>,
+}
+
+impl ToolFacade {
+    pub fn new(request: &ExecutionRequest, deadline: Instant) -> Self {
+        let visible = match request.mode {
+            Mode::Disabled => Vec::new(),
+            _ => request.tools.allow.resolve(&request.tools.registry),
+        };
+        ToolFacade {
+            tools: request.tools.clone(),
+            mode: request.mode,
+            limits: request.limits.clone(),
+            visible_set: visible.iter().cloned().collect(),
+            visible,
+            budget_used: AtomicU32::new(0),
+            queued: AtomicU32::new(0),
+            semaphore: Semaphore::new(request.limits.max_concurrent_tool_calls.max(1) as usize),
+            deadline,
+            approvals: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Tool names the script may call, sorted.
+    pub fn visible_tools(&self) -> &[String] {
+        &self.visible
+    }
+
+    /// Calls left in the budget.
+    pub fn remaining_budget(&self) -> u32 {
+        self.limits
+            .max_tool_calls
+            .saturating_sub(self.budget_used.load(Ordering::Relaxed))
+    }
+
+    /// Every approval asked for so far.
+    pub fn approval_records(&self) -> Vec<ApprovalRecord> {
+        self.approvals.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    pub fn unknown_tool_message(&self, name: &str) -> String {
+        let list = if self.visible.is_empty() {
+            "(none)".to_owned()
+        } else {
+            self.visible.join(", ")
+        };
+        if self.mode == Mode::Disabled {
+            format!("unknown tool '{name}': tools are disabled for this run")
+        } else {
+            format!("unknown tool '{name}'; available tools: {list}")
+        }
+    }
+
+    /// Runs one call through every check and the tool itself.
+    pub async fn call(
+        self: Arc<Self>,
+        id: u64,
+        name: String,
+        args_json: String,
+        cancel: CancellationToken,
+    ) -> CallOutcome {
+        use ErrorCode::*;
+        if !self.visible_set.contains(&name) {
+            return Err(CallFailure::new(
+                ToolNotFoundError,
+                self.unknown_tool_message(&name),
+            ));
+        }
+        let Some(entry) = self.tools.registry.entry(&name) else {
+            return Err(CallFailure::new(
+                ToolNotFoundError,
+                self.unknown_tool_message(&name),
+            ));
+        };
+        let args: Value = serde_json::from_str(&args_json).map_err(|e| {
+            CallFailure::new(
+                ToolValidationError,
+                format!("arguments for {name} are not valid JSON: {e}"),
+            )
+        })?;
+        let problems: Vec<String> = entry
+            .validator
+            .iter_errors(&args)
+            .take(8)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(CallFailure::new(
+                ToolValidationError,
+                format!("invalid arguments for {name}: {}", problems.join("; ")),
+            ));
+        }
+        let used = self.budget_used.fetch_add(1, Ordering::Relaxed) + 1;
+        if used > self.limits.max_tool_calls {
+            return Err(CallFailure::new(
+                ToolBudgetExceededError,
+                format!(
+                    "tool call budget exhausted: this script may make at most {} tool calls",
+                    self.limits.max_tool_calls
+                ),
+            ));
+        }
+        if self.mode == Mode::DryRun {
+            let out = json!({"__dryRun": true, "tool": name, "args": args});
+            return Ok(out.to_string());
+        }
+
+        // Concurrency: take a slot or queue for one.
+        let _permit = match self.semaphore.try_acquire() {
+            Ok(p) => p,
+            Err(_) => {
+                let q = self.queued.fetch_add(1, Ordering::Relaxed);
+                if q >= self.limits.max_queued_tool_calls {
+                    self.queued.fetch_sub(1, Ordering::Relaxed);
+                    return Err(CallFailure::new(
+                        ConcurrencyLimitError,
+                        format!(
+                            "too many tool calls in flight: {} running and {} queued",
+                            self.limits.max_concurrent_tool_calls, q
+                        ),
+                    ));
+                }
+                let p = tokio::select! {
+                    p = self.semaphore.acquire() => p,
+                    _ = cancel.cancelled() => {
+                        self.queued.fetch_sub(1, Ordering::Relaxed);
+                        return Err(cancelled(&name));
+                    }
+                };
+                self.queued.fetch_sub(1, Ordering::Relaxed);
+                p.map_err(|_| CallFailure::new(HarnessInternalError, "tool semaphore closed"))?
+            }
+        };
+
+        let tool = entry.tool.clone();
+        if tool.requires_approval(&args) {
+            self.approve(id, &name, &args, &cancel).await?;
+        }
+        let ctx = ToolContext {
+            call_id: id,
+            cancel: cancel.clone(),
+            deadline: self.deadline,
+        };
+        match tool.execute(args, ctx).await {
+            Ok(mut v) => {
+                truncate_strings(&mut v, self.limits.max_tool_output_string_bytes as usize);
+                serde_json::to_string(&v).map_err(|e| {
+                    CallFailure::new(
+                        ToolExecutionError,
+                        format!("tool {name} returned unserialisable output: {e}"),
+                    )
+                })
+            }
+            Err(e) if e.cancelled || cancel.is_cancelled() => Err(cancelled(&name)),
+            Err(e) => Err(CallFailure::new(
+                ToolExecutionError,
+                format!("{name} failed: {}", e.message),
+            )),
+        }
+    }
+
+    async fn approve(
+        &self,
+        id: u64,
+        name: &str,
+        args: &Value,
+        cancel: &CancellationToken,
+    ) -> Result<(), CallFailure> {
+        let req = ApprovalRequest {
+            call_id: id,
+            tool: name.to_owned(),
+            args: args.clone(),
+        };
+        let started = Instant::now();
+        let answer = tokio::select! {
+            a = tokio::time::timeout(self.limits.approval_timeout(), self.tools.approvals.request(&req)) => Some(a),
+            _ = cancel.cancelled() => None,
+        };
+        let (outcome, reason, result) = match answer {
+            Some(Ok(ApprovalDecision::Approved)) => (ApprovalOutcome::Approved, None, Ok(())),
+            Some(Ok(ApprovalDecision::Denied { reason })) => {
+                let msg = match &reason {
+                    Some(r) => format!("approval denied for {name}: {r}"),
+                    None => format!("approval denied for {name}"),
+                };
+                (
+                    ApprovalOutcome::Denied,
+                    reason,
+                    Err(CallFailure::new(ErrorCode::ApprovalDeniedError, msg)),
+                )
+            }
+            Some(Err(_)) => (
+                ApprovalOutcome::TimedOut,
+                None,
+                Err(CallFailure::new(
+                    ErrorCode::ApprovalTimeoutError,
+                    format!(
+                        "no approval answer for {name} within {} ms",
+                        self.limits.approval_timeout_ms
+                    ),
+                )),
+            ),
+            None => (ApprovalOutcome::Cancelled, None, Err(cancelled(name))),
+        };
+        if let Ok(mut a) = self.approvals.lock() {
+            a.push(ApprovalRecord {
+                call_id: id,
+                tool: name.to_owned(),
+                args: req.args,
+                outcome,
+                reason,
+                duration_ms: ms(started.elapsed()),
+            });
+        }
+        result
+    }
+}
+
+fn cancelled(name: &str) -> CallFailure {
+    CallFailure::new(
+        ErrorCode::ScriptCancelledError,
+        format!("call to {name} was cancelled"),
+    )
+}

@@ -1,0 +1,112 @@
+//! Resource limits for one script run, with the defaults from DESIGN.md.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+/// Every limit that applies to one script run. All are configurable; the
+/// defaults are the contract in DESIGN.md.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// Wall-clock time for the whole run, tool calls included.
+    pub timeout_ms: u64,
+    /// Engine heap cap.
+    pub memory_bytes: u64,
+    /// Engine stack cap (JS recursion).
+    pub stack_bytes: u64,
+    /// Largest accepted script source.
+    pub max_source_bytes: u64,
+    /// Largest accepted return value, as JSON.
+    pub max_return_bytes: u64,
+    /// Tool calls per script.
+    pub max_tool_calls: u32,
+    /// Tool calls running at once; further calls queue.
+    pub max_concurrent_tool_calls: u32,
+    /// Tool calls waiting for a concurrency slot; one more is a ConcurrencyLimitError.
+    pub max_queued_tool_calls: u32,
+    /// Console lines kept per run.
+    pub max_console_lines: u32,
+    /// Console lines accepted per second.
+    pub console_lines_per_second: u32,
+    /// Longest console line kept; longer lines are cut with a marker.
+    pub max_console_line_bytes: u64,
+    /// Progress events kept per run.
+    pub max_progress_events: u32,
+    /// Minimum spacing of progress events.
+    pub progress_interval_ms: u64,
+    /// Longest string in a tool's output; longer strings are cut with a marker.
+    pub max_tool_output_string_bytes: u64,
+    /// How long an approval may take before ApprovalTimeoutError.
+    pub approval_timeout_ms: u64,
+    /// Grace given to cancelled tool calls before they count as detached.
+    pub orphan_grace_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout_ms: 30_000,
+            memory_bytes: 96 * MIB,
+            stack_bytes: 512 * KIB,
+            max_source_bytes: 20 * KIB,
+            max_return_bytes: 128 * KIB,
+            max_tool_calls: 32,
+            max_concurrent_tool_calls: 4,
+            max_queued_tool_calls: 64,
+            max_console_lines: 200,
+            console_lines_per_second: 20,
+            max_console_line_bytes: 8 * KIB,
+            max_progress_events: 50,
+            progress_interval_ms: 500,
+            max_tool_output_string_bytes: 256 * KIB,
+            approval_timeout_ms: 60_000,
+            orphan_grace_ms: 250,
+        }
+    }
+}
+
+impl Limits {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+    pub fn approval_timeout(&self) -> Duration {
+        Duration::from_millis(self.approval_timeout_ms)
+    }
+    pub fn orphan_grace(&self) -> Duration {
+        Duration::from_millis(self.orphan_grace_ms)
+    }
+    pub fn progress_interval(&self) -> Duration {
+        Duration::from_millis(self.progress_interval_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_design() {
+        let l = Limits::default();
+        assert_eq!(l.timeout_ms, 30_000);
+        assert_eq!(l.memory_bytes, 96 * 1024 * 1024);
+        assert_eq!(l.stack_bytes, 512 * 1024);
+        assert_eq!(l.max_source_bytes, 20 * 1024);
+        assert_eq!(l.max_return_bytes, 128 * 1024);
+        assert_eq!(l.max_tool_calls, 32);
+        assert_eq!(l.max_concurrent_tool_calls, 4);
+        assert_eq!((l.max_console_lines, l.console_lines_per_second), (200, 20));
+        assert_eq!((l.max_progress_events, l.progress_interval_ms), (50, 500));
+        assert_eq!(l.max_tool_output_string_bytes, 256 * 1024);
+        assert_eq!(l.orphan_grace_ms, 250);
+    }
+
+    #[test]
+    fn partial_config_keeps_defaults() {
+        let l: Limits = serde_json::from_str(r#"{"timeout_ms": 200}"#).unwrap();
+        assert_eq!(l.timeout_ms, 200);
+        assert_eq!(l.max_tool_calls, 32);
+    }
+}

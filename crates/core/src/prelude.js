@@ -1,0 +1,408 @@
+// Hardening prelude, shared by every engine. Evaluated once in each fresh
+// context before user code; its value is a function the adapter calls with
+// (host, configJson). `host(op, a, b)` is the one native function an adapter
+// provides: all arguments are strings, it returns a string. The prelude
+// returns { start(fn), settle(id, ok, payload) }.
+//
+// Order matters: primordials are captured first, the global surface is
+// trimmed, code generation from strings is blocked, intrinsics are frozen,
+// and only then are `tools`, `context` and `console` installed.
+(function (host, configJson) {
+  'use strict';
+  const G = globalThis;
+  const O = Object;
+  const freeze = O.freeze;
+  const isFrozen = O.isFrozen;
+  const getPrototypeOf = O.getPrototypeOf;
+  const defineProperty = O.defineProperty;
+  const getOwnPropertyDescriptor = O.getOwnPropertyDescriptor;
+  const hasOwn = O.prototype.hasOwnProperty;
+  const create = O.create;
+  const keys = O.keys;
+  const apply = Reflect.apply;
+  const jsonStringify = JSON.stringify;
+  const jsonParse = JSON.parse;
+  const isArray = Array.isArray;
+  const arrayFrom = Array.from;
+  const arrayJoin = Array.prototype.join;
+  const arrayPush = Array.prototype.push;
+  const PromiseCtor = Promise;
+  const promiseThen = Promise.prototype.then;
+  const promiseReject = Promise.reject.bind(Promise);
+  const ErrorCtor = Error;
+  const TypeErrorCtor = TypeError;
+  const StringCtor = String;
+  const NumberCtor = Number;
+  const ProxyCtor = Proxy;
+  const MapCtor = Map;
+  const mapGet = Map.prototype.get;
+  const mapSet = Map.prototype.set;
+  const mapHas = Map.prototype.has;
+  const mapDelete = Map.prototype.delete;
+  const weakSetAdd = WeakSet.prototype.add;
+  const weakSetHas = WeakSet.prototype.has;
+  const weakMapGet = WeakMap.prototype.get;
+  const weakMapSet = WeakMap.prototype.set;
+  const origRace = Promise.race;
+  const origAny = Promise.any;
+
+  const config = jsonParse(configJson);
+  const hostErrors = new WeakSet();
+  const toolPromises = new WeakMap();
+  const pending = new MapCtor();
+
+  function call(op, a, b) {
+    return host(op, a === undefined ? '' : a, b === undefined ? '' : b);
+  }
+
+  // An error made by the harness: its code is trusted, unlike a name a
+  // script could set on its own errors.
+  function hostError(code, message, tool, callId) {
+    const e = new ErrorCtor(message);
+    defineProperty(e, 'name', { value: code, writable: true, configurable: true });
+    defineProperty(e, 'code', { value: code, writable: true, configurable: true });
+    if (tool !== undefined) defineProperty(e, 'tool', { value: tool, writable: true, configurable: true });
+    if (callId !== undefined) defineProperty(e, 'callId', { value: callId, writable: true, configurable: true });
+    apply(weakSetAdd, hostErrors, [e]);
+    return e;
+  }
+
+  function deepFreeze(v) {
+    if (v !== null && typeof v === 'object' && !isFrozen(v)) {
+      freeze(v);
+      const ks = keys(v);
+      for (let i = 0; i < ks.length; i++) deepFreeze(v[ks[i]]);
+    }
+    return v;
+  }
+
+  // ---- 1. Trim the global surface ---------------------------------------
+  const removed = ['process', 'require', 'module', 'exports', 'Deno', 'Bun', 'std', 'os',
+    'print', 'scriptArgs', 'gc', 'load', 'navigator', 'performance', 'SharedArrayBuffer',
+    'Atomics', 'FinalizationRegistry', 'WebAssembly', 'setTimeout', 'setInterval',
+    'clearTimeout', 'clearInterval', 'setImmediate', 'fetch', 'XMLHttpRequest', 'Worker',
+    'importScripts', 'console', '__harness_host'];
+  for (let i = 0; i < removed.length; i++) {
+    const d = getOwnPropertyDescriptor(G, removed[i]);
+    if (d !== undefined && d.configurable) delete G[removed[i]];
+  }
+
+  // ---- 2. No code generation from strings --------------------------------
+  function blocked(kind) {
+    return function () {
+      throw hostError('BannedIdentifierError',
+        kind + ' is disabled: code generation from strings is not allowed in scripts');
+    };
+  }
+  const FunctionProto = Function.prototype;
+  const ctorProtos = [
+    [FunctionProto, 'Function'],
+    [getPrototypeOf(async function () {}), 'AsyncFunction'],
+    [getPrototypeOf(function* () {}), 'GeneratorFunction'],
+    [getPrototypeOf(async function* () {}), 'AsyncGeneratorFunction'],
+  ];
+  let SafeFunction;
+  for (let i = 0; i < ctorProtos.length; i++) {
+    const proto = ctorProtos[i][0];
+    const ctor = blocked('the ' + ctorProtos[i][1] + ' constructor');
+    defineProperty(ctor, 'name', { value: ctorProtos[i][1] });
+    defineProperty(ctor, 'prototype', { value: proto, writable: false });
+    defineProperty(proto, 'constructor', { value: ctor, writable: false, configurable: true });
+    if (i === 0) SafeFunction = ctor;
+  }
+  defineProperty(G, 'Function', { value: SafeFunction, writable: false, configurable: false });
+  defineProperty(G, 'eval', { value: blocked('eval'), writable: false, configurable: false });
+
+  // ---- 3. Promise.race / Promise.any cancel their losing tool calls -------
+  function cancelLosers(items) {
+    for (let i = 0; i < items.length; i++) {
+      const it = items[i];
+      if (it === null || typeof it !== 'object') continue;
+      const id = apply(weakMapGet, toolPromises, [it]);
+      if (id !== undefined && apply(mapHas, pending, [id])) call('cancel', StringCtor(id));
+    }
+  }
+  function withLoserCancel(orig, name) {
+    const f = function (iterable) {
+      const items = arrayFrom(iterable);
+      const p = apply(orig, this, [items]);
+      const done = function () { cancelLosers(items); };
+      apply(promiseThen, p, [done, done]);
+      return p;
+    };
+    defineProperty(f, 'name', { value: name });
+    return f;
+  }
+  defineProperty(Promise, 'race', { value: withLoserCancel(origRace, 'race'), writable: true, configurable: true });
+  defineProperty(Promise, 'any', { value: withLoserCancel(origAny, 'any'), writable: true, configurable: true });
+
+  // ---- 4. Freeze intrinsics ----------------------------------------------
+  // Assigning to a property a frozen prototype holds (`err.name = 'X'`,
+  // `obj.toString = f`) would throw; these common ones become accessors
+  // whose setter defines an own property on the receiver instead.
+  function tame(proto, prop) {
+    const d = getOwnPropertyDescriptor(proto, prop);
+    if (d === undefined || !('value' in d) || !d.configurable) return;
+    const value = d.value;
+    defineProperty(proto, prop, {
+      get: function () { return value; },
+      set: function (v) {
+        if (this === proto) throw new TypeErrorCtor("Cannot assign to read only property '" + StringCtor(prop) + "' of a built-in prototype");
+        if (apply(hasOwn, this, [prop])) { this[prop] = v; return; }
+        defineProperty(this, prop, { value: v, writable: true, enumerable: true, configurable: true });
+      },
+      enumerable: d.enumerable,
+      configurable: false,
+    });
+  }
+  const errorCtors = [Error, TypeError, RangeError, SyntaxError, ReferenceError, EvalError, URIError];
+  if (typeof AggregateError === 'function') apply(arrayPush, errorCtors, [AggregateError]);
+  if (typeof InternalError === 'function') apply(arrayPush, errorCtors, [InternalError]);
+  for (let i = 0; i < errorCtors.length; i++) {
+    const p = errorCtors[i].prototype;
+    tame(p, 'name'); tame(p, 'message'); tame(p, 'constructor'); tame(p, 'toString');
+  }
+  const tamedObject = ['constructor', 'toString', 'valueOf', 'toLocaleString'];
+  for (let i = 0; i < tamedObject.length; i++) tame(O.prototype, tamedObject[i]);
+  tame(FunctionProto, 'toString');
+  tame(Array.prototype, 'toString');
+  tame(Promise.prototype, 'constructor');
+
+  const frozenGlobals = ['Object', 'Function', 'Array', 'Number', 'Boolean', 'String', 'Symbol',
+    'Date', 'Promise', 'RegExp', 'Error', 'AggregateError', 'EvalError', 'RangeError',
+    'ReferenceError', 'SyntaxError', 'TypeError', 'URIError', 'InternalError', 'JSON', 'Math',
+    'Reflect', 'Proxy', 'Map', 'Set', 'WeakMap', 'WeakSet', 'WeakRef', 'BigInt', 'ArrayBuffer',
+    'DataView', 'Int8Array', 'Uint8Array', 'Uint8ClampedArray', 'Int16Array', 'Uint16Array',
+    'Int32Array', 'Uint32Array', 'Float16Array', 'Float32Array', 'Float64Array',
+    'BigInt64Array', 'BigUint64Array', 'Iterator', 'Intl', 'parseInt', 'parseFloat',
+    'isNaN', 'isFinite', 'encodeURI', 'encodeURIComponent', 'decodeURI',
+    'decodeURIComponent', 'escape', 'unescape', 'queueMicrotask', 'DOMException'];
+  function freezeWithPrototype(v) {
+    if (v === null || (typeof v !== 'object' && typeof v !== 'function')) return;
+    freeze(v);
+    if (typeof v === 'function' && apply(hasOwn, v, ['prototype'])) {
+      const p = v.prototype;
+      if (p !== null && typeof p === 'object') freeze(p);
+    }
+  }
+  for (let i = 0; i < frozenGlobals.length; i++) {
+    const d = getOwnPropertyDescriptor(G, frozenGlobals[i]);
+    if (d === undefined) continue;
+    freezeWithPrototype(d.value);
+    if (d.configurable) defineProperty(G, frozenGlobals[i], { writable: false, configurable: false });
+  }
+  // Intrinsics with no global name.
+  const hidden = [
+    getPrototypeOf(Int8Array),
+    ctorProtos[1][0], ctorProtos[2][0], ctorProtos[3][0],
+    ctorProtos[2][0].prototype, ctorProtos[3][0].prototype,
+    getPrototypeOf([][Symbol.iterator]()),
+    getPrototypeOf(getPrototypeOf([][Symbol.iterator]())),
+    getPrototypeOf(new Map()[Symbol.iterator]()),
+    getPrototypeOf(new Set()[Symbol.iterator]()),
+    getPrototypeOf(''[Symbol.iterator]()),
+    getPrototypeOf(/x/[Symbol.matchAll](''))
+  ];
+  const asyncIterProto = getPrototypeOf(ctorProtos[3][0].prototype);
+  if (asyncIterProto !== null) apply(arrayPush, hidden, [asyncIterProto]);
+  for (let i = 0; i < hidden.length; i++) freezeWithPrototype(hidden[i]);
+
+  // ---- 5. tools -----------------------------------------------------------
+  const toolNames = config.tools;
+  const available = toolNames.length === 0 ? '(none)' : apply(arrayJoin, toolNames, [', ']);
+
+  function callTool(name, args) {
+    let argsJson;
+    try {
+      argsJson = jsonStringify(args === undefined ? {} : args);
+    } catch (e) {
+      return promiseReject(hostError('ToolValidationError',
+        'arguments for tool ' + name + ' are not JSON-serialisable: ' + describeMessage(e), name));
+    }
+    if (argsJson === undefined) {
+      return promiseReject(hostError('ToolValidationError',
+        'arguments for tool ' + name + ' must be a JSON value, got ' + typeof args, name));
+    }
+    const id = NumberCtor(call('call', name, argsJson));
+    let resolve, reject;
+    const p = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
+    apply(mapSet, pending, [id, { resolve: resolve, reject: reject, name: name }]);
+    apply(weakMapSet, toolPromises, [p, id]);
+    return p;
+  }
+
+  const toolFns = create(null);
+  for (let i = 0; i < toolNames.length; i++) {
+    const name = toolNames[i];
+    const fn = function (args) { return callTool(name, args); };
+    defineProperty(fn, 'name', { value: name });
+    toolFns[name] = freeze(fn);
+  }
+  freeze(toolFns);
+  const unknownTool = function (name) {
+    return function () {
+      const id = NumberCtor(call('unknown', name));
+      throw hostError('ToolNotFoundError',
+        "unknown tool '" + name + "'; available tools: " + available, name, id);
+    };
+  };
+  const tools = new ProxyCtor(toolFns, {
+    get: function (t, key) {
+      if (typeof key !== 'string') return undefined;
+      if (apply(hasOwn, t, [key])) return t[key];
+      if (key === 'then' || key === 'toJSON') return undefined;
+      return unknownTool(key);
+    },
+    set: function () { return false; },
+    defineProperty: function () { return false; },
+    deleteProperty: function () { return false; },
+    setPrototypeOf: function () { return false; },
+  });
+
+  function settle(id, ok, payload) {
+    const entry = apply(mapGet, pending, [id]);
+    if (entry === undefined) return;
+    apply(mapDelete, pending, [id]);
+    if (ok) {
+      entry.resolve(deepFreeze(jsonParse(payload)));
+    } else {
+      const info = jsonParse(payload);
+      entry.reject(hostError(info.code, info.message, entry.name, id));
+    }
+  }
+
+  // ---- 6. console -----------------------------------------------------------
+  function describeMessage(e) {
+    try {
+      if (e !== null && typeof e === 'object') return StringCtor(e.message);
+      return StringCtor(e);
+    } catch (_) {
+      return '(unprintable)';
+    }
+  }
+  function inspect(v) {
+    const t = typeof v;
+    if (t === 'string') return v;
+    if (t === 'undefined') return 'undefined';
+    if (t === 'function') return '[Function ' + (v.name || 'anonymous') + ']';
+    if (t === 'symbol' || t === 'bigint' || t === 'number' || t === 'boolean') {
+      return t === 'bigint' ? StringCtor(v) + 'n' : StringCtor(v);
+    }
+    if (v instanceof ErrorCtor) {
+      try { return StringCtor(v.name) + ': ' + StringCtor(v.message); } catch (_) { return '[Error]'; }
+    }
+    try {
+      const s = jsonStringify(v);
+      return s === undefined ? StringCtor(v) : s;
+    } catch (_) {
+      try { return StringCtor(v); } catch (_2) { return '[object]'; }
+    }
+  }
+  function logger(level) {
+    const f = function () {
+      const parts = [];
+      for (let i = 0; i < arguments.length; i++) apply(arrayPush, parts, [inspect(arguments[i])]);
+      call('console', level, apply(arrayJoin, parts, [' ']));
+    };
+    defineProperty(f, 'name', { value: level });
+    return freeze(f);
+  }
+  const consoleObj = freeze({
+    log: logger('log'), info: logger('info'), warn: logger('warn'),
+    error: logger('error'), debug: logger('debug'),
+  });
+
+  // ---- 7. context -------------------------------------------------------------
+  const c = config.context;
+  const budget = create(O.prototype, {
+    remainingToolCalls: { get: function () { return NumberCtor(call('budget')); }, enumerable: true },
+    remainingMs: { get: function () { return NumberCtor(call('remaining_ms')); }, enumerable: true },
+  });
+  const telemetry = {
+    emitProgress: function emitProgress(message, data) {
+      let dataJson = '';
+      if (data !== undefined) {
+        try { dataJson = jsonStringify(data); } catch (_) { dataJson = ''; }
+        if (dataJson === undefined) dataJson = '';
+      }
+      return call('progress', StringCtor(message), dataJson) === '1';
+    },
+  };
+  const context = deepFreeze({
+    identity: c.identity,
+    workingDirectory: c.workingDirectory,
+    provider: c.provider,
+    model: c.model,
+    extra: c.extra,
+    limits: c.limits,
+    tools: toolNames,
+    approvalsEnabled: c.approvalsEnabled,
+    mode: c.mode,
+    budget: budget,
+    telemetry: telemetry,
+  });
+  freeze(telemetry.emitProgress);
+
+  // ---- 8. Install ------------------------------------------------------------
+  defineProperty(G, 'tools', { value: tools, writable: false, configurable: false, enumerable: false });
+  defineProperty(G, 'context', { value: context, writable: false, configurable: false, enumerable: false });
+  defineProperty(G, 'console', { value: consoleObj, writable: false, configurable: false, enumerable: false });
+
+  // ---- 9. Run the script, report its outcome --------------------------------
+  function describe(e) {
+    const d = { host: false, name: 'Error', message: '', stack: '' };
+    if (e !== null && (typeof e === 'object' || typeof e === 'function')) {
+      d.host = apply(weakSetHas, hostErrors, [e]);
+      try { d.name = StringCtor(e.name); } catch (_) { /* keep default */ }
+      try { d.message = StringCtor(e.message); } catch (_) { /* keep default */ }
+      try { d.stack = StringCtor(e.stack); } catch (_) { /* keep default */ }
+      if (d.host) {
+        d.code = e.code;
+        if (e.tool !== undefined) d.tool = e.tool;
+        if (e.callId !== undefined) d.call_id = e.callId;
+      }
+    } else {
+      d.name = 'Error';
+      d.message = 'Uncaught ' + inspect(e);
+      d.non_error = true;
+    }
+    return jsonStringify(d);
+  }
+  function fail(e) {
+    call('fail', describe(e));
+  }
+  function finish(value) {
+    if (value === undefined) {
+      call('done', '0');
+      return;
+    }
+    let json;
+    try {
+      json = jsonStringify(value);
+    } catch (e) {
+      call('fail', jsonStringify({ serialization: true, name: 'SerializationError',
+        message: 'the return value could not be serialised as JSON: ' + describeMessage(e),
+        error_name: (function () { try { return StringCtor(e.name); } catch (_) { return ''; } })(),
+        error_message: describeMessage(e) }));
+      return;
+    }
+    if (json === undefined) {
+      call('fail', jsonStringify({ serialization: true, name: 'SerializationError',
+        message: 'the return value (a ' + typeof value + ') cannot be serialised as JSON' }));
+      return;
+    }
+    call('done', '1', json);
+  }
+  function start(fn) {
+    let p;
+    try {
+      p = fn();
+    } catch (e) {
+      fail(e);
+      return;
+    }
+    apply(promiseThen, p, [finish, fail]);
+  }
+
+  return { start: start, settle: settle };
+})

@@ -1,0 +1,378 @@
+//! Host tools: the [`Tool`] trait, a registry that validates arguments with
+//! JSON Schema, and named tool packs for allowlists.
+
+use async_trait::async_trait;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// What a tool gets besides its arguments.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The call's id, as in the report.
+    pub call_id: u64,
+    /// Cancelled when the script no longer needs the result (timeout,
+    /// cancellation, `Promise.race` lost, script ended). Long-running tools
+    /// should watch it and return promptly.
+    pub cancel: CancellationToken,
+    /// When the whole script run must end.
+    pub deadline: Instant,
+}
+
+/// A tool failure, as the tool reports it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    pub message: String,
+    /// Set when the tool stopped because its cancellation token fired.
+    pub cancelled: bool,
+}
+
+impl ToolError {
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolError {
+            message: message.into(),
+            cancelled: false,
+        }
+    }
+    pub fn cancelled() -> Self {
+        ToolError {
+            message: "cancelled".into(),
+            cancelled: true,
+        }
+    }
+}
+
+/// A host function a script can call as `tools.NAME(args)`.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
+    /// JSON Schema of the arguments object.
+    fn schema(&self) -> &Value;
+    /// Whether this particular call needs a human (or policy) to approve it.
+    fn requires_approval(&self, _args: &Value) -> bool {
+        false
+    }
+    async fn execute(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError>;
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send>>;
+type Handler = dyn Fn(Value, ToolContext) -> BoxFuture + Send + Sync;
+type ApprovalRule = dyn Fn(&Value) -> bool + Send + Sync;
+
+/// A tool made from a closure; the quickest way to define one.
+///
+/// # Examples
+/// ```
+/// use harness_core::tool::{FnTool, Tool};
+/// use serde_json::json;
+///
+/// let echo = FnTool::new("echo", "Returns its arguments", json!({"type": "object"}),
+///     |args, _ctx| async move { Ok(args) });
+/// assert_eq!(echo.name(), "echo");
+/// ```
+pub struct FnTool {
+    name: String,
+    description: String,
+    schema: Value,
+    handler: Box<Handler>,
+    approval: Option<Box<ApprovalRule>>,
+}
+
+impl FnTool {
+    pub fn new<F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        schema: Value,
+        f: F,
+    ) -> Self
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        FnTool {
+            name: name.into(),
+            description: description.into(),
+            schema,
+            handler: Box::new(move |a, c| Box::pin(f(a, c))),
+            approval: None,
+        }
+    }
+
+    /// Requires approval for the calls where `rule(args)` is true.
+    pub fn requiring_approval(
+        mut self,
+        rule: impl Fn(&Value) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.approval = Some(Box::new(rule));
+        self
+    }
+}
+
+impl fmt::Debug for FnTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnTool").field("name", &self.name).finish()
+    }
+}
+
+#[async_trait]
+impl Tool for FnTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn schema(&self) -> &Value {
+        &self.schema
+    }
+    fn requires_approval(&self, args: &Value) -> bool {
+        self.approval.as_ref().is_some_and(|r| r(args))
+    }
+    async fn execute(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        (self.handler)(args, ctx).await
+    }
+}
+
+/// Why a tool could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("tool name {0:?} is not a valid JavaScript identifier")]
+    InvalidName(String),
+    #[error("tool {0:?} is already registered")]
+    Duplicate(String),
+    #[error("tool {name:?} has an invalid JSON Schema: {message}")]
+    InvalidSchema { name: String, message: String },
+    #[error("tool pack {pack:?} names unknown tool {tool:?}")]
+    UnknownPackMember { pack: String, tool: String },
+}
+
+pub(crate) struct Registered {
+    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) validator: jsonschema::Validator,
+}
+
+/// Every tool the host offers, with compiled argument validators and named packs.
+#[derive(Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Registered>,
+    packs: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("packs", &self.packs)
+            .finish()
+    }
+}
+
+/// Names that would clash with how JS treats the `tools` object.
+const RESERVED_TOOL_NAMES: &[&str] = &["then", "constructor", "__proto__", "toJSON", "prototype"];
+
+fn valid_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == '$')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+        && name.len() <= 64
+        && !RESERVED_TOOL_NAMES.contains(&name)
+}
+
+impl ToolRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool, compiling its schema once.
+    pub fn register(&mut self, tool: impl Tool + 'static) -> Result<&mut Self, RegistryError> {
+        self.register_arc(Arc::new(tool))
+    }
+
+    pub fn register_arc(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, RegistryError> {
+        let name = tool.name().to_owned();
+        if !valid_identifier(&name) {
+            return Err(RegistryError::InvalidName(name));
+        }
+        if self.tools.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        let validator =
+            jsonschema::validator_for(tool.schema()).map_err(|e| RegistryError::InvalidSchema {
+                name: name.clone(),
+                message: e.to_string(),
+            })?;
+        self.tools.insert(name, Registered { tool, validator });
+        Ok(self)
+    }
+
+    /// Names a group of registered tools, so an allowlist can name the group.
+    pub fn define_pack<I, S>(&mut self, pack: &str, members: I) -> Result<&mut Self, RegistryError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let members: BTreeSet<String> = members.into_iter().map(Into::into).collect();
+        if let Some(missing) = members.iter().find(|m| !self.tools.contains_key(*m)) {
+            return Err(RegistryError::UnknownPackMember {
+                pack: pack.to_owned(),
+                tool: missing.clone(),
+            });
+        }
+        self.packs.insert(pack.to_owned(), members);
+        Ok(self)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name).map(|r| &r.tool)
+    }
+
+    pub(crate) fn entry(&self, name: &str) -> Option<&Registered> {
+        self.tools.get(name)
+    }
+
+    pub fn pack(&self, name: &str) -> Option<&BTreeSet<String>> {
+        self.packs.get(name)
+    }
+
+    /// Validates arguments against the tool's schema; errors list every
+    /// violation with its JSON pointer.
+    pub fn validate(&self, name: &str, args: &Value) -> Result<(), String> {
+        let Some(r) = self.tools.get(name) else {
+            return Err(format!("unknown tool {name:?}"));
+        };
+        let problems: Vec<String> = r
+            .validator
+            .iter_errors(args)
+            .take(8)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+}
+
+/// Which registered tools a script may see. Entries name tools or packs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Allowlist {
+    /// Every registered tool.
+    #[default]
+    All,
+    /// Only these tools and packs.
+    Only(BTreeSet<String>),
+}
+
+impl Allowlist {
+    pub fn only<I, S>(names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Allowlist::Only(names.into_iter().map(Into::into).collect())
+    }
+
+    /// The tool names this allowlist grants out of `registry`, sorted.
+    pub fn resolve(&self, registry: &ToolRegistry) -> Vec<String> {
+        match self {
+            Allowlist::All => registry.names().map(str::to_owned).collect(),
+            Allowlist::Only(entries) => {
+                let mut out = BTreeSet::new();
+                for e in entries {
+                    if let Some(pack) = registry.pack(e) {
+                        out.extend(pack.iter().cloned());
+                    } else if registry.get(e).is_some() {
+                        out.insert(e.clone());
+                    }
+                }
+                out.into_iter().collect()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn echo(name: &str) -> FnTool {
+        FnTool::new(
+            name,
+            "echo",
+            json!({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}),
+            |a, _| async move { Ok(a) },
+        )
+    }
+
+    #[test]
+    fn register_validates_names_and_schemas() {
+        let mut r = ToolRegistry::new();
+        r.register(echo("echo")).unwrap();
+        assert_eq!(
+            r.register(echo("echo")).unwrap_err(),
+            RegistryError::Duplicate("echo".into())
+        );
+        assert!(matches!(
+            r.register(echo("bad-name")),
+            Err(RegistryError::InvalidName(_))
+        ));
+        assert!(matches!(
+            r.register(echo("then")),
+            Err(RegistryError::InvalidName(_))
+        ));
+        let bad = FnTool::new("bad", "", json!({"type": 12}), |a, _| async move { Ok(a) });
+        assert!(matches!(
+            r.register(bad),
+            Err(RegistryError::InvalidSchema { .. })
+        ));
+    }
+
+    #[test]
+    fn validation_reports_every_problem_with_its_path() {
+        let mut r = ToolRegistry::new();
+        r.register(echo("echo")).unwrap();
+        assert!(r.validate("echo", &json!({"n": 1})).is_ok());
+        let err = r
+            .validate("echo", &json!({"n": "x", "extra": 1}))
+            .unwrap_err();
+        assert!(err.contains("/n"), "{err}");
+        assert!(err.contains("extra"), "{err}");
+    }
+
+    #[test]
+    fn allowlist_resolves_packs() {
+        let mut r = ToolRegistry::new();
+        r.register(echo("a"))
+            .unwrap()
+            .register(echo("b"))
+            .unwrap()
+            .register(echo("c"))
+            .unwrap();
+        r.define_pack("ab", ["a", "b"]).unwrap();
+        assert!(r.define_pack("x", ["zzz"]).is_err());
+        assert_eq!(Allowlist::only(["ab"]).resolve(&r), vec!["a", "b"]);
+        assert_eq!(Allowlist::only(["c", "nope"]).resolve(&r), vec!["c"]);
+        assert_eq!(Allowlist::All.resolve(&r).len(), 3);
+    }
+}

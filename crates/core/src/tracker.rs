@@ -1,0 +1,193 @@
+//! Promise tracking: every tool call is registered with its cancellation
+//! token, so that nothing a script started outlives the run unnoticed.
+
+use crate::error::ErrorCode;
+use crate::facade::CallOutcome;
+use crate::report::{CallError, CallStatus, ToolCallRecord};
+use crate::sinks::ms;
+use std::time::{Duration, Instant};
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug)]
+struct Tracked {
+    id: u64,
+    tool: String,
+    started: Instant,
+    duration: Option<Duration>,
+    status: CallStatus,
+    error: Option<CallError>,
+    cancel: CancellationToken,
+    task: Option<AbortHandle>,
+    /// Cancelled on purpose (a lost `Promise.race`), so not an orphan.
+    released: bool,
+}
+
+/// All tool calls of one run.
+#[derive(Debug, Default)]
+pub struct PromiseTracker {
+    calls: Vec<Tracked>,
+}
+
+impl PromiseTracker {
+    fn get_mut(&mut self, id: u64) -> Option<&mut Tracked> {
+        // ids are dense from 1, so the index is id - 1.
+        let i = usize::try_from(id).ok()?.checked_sub(1)?;
+        self.calls.get_mut(i).filter(|c| c.id == id)
+    }
+
+    /// Registers a new pending call; returns its cancellation token.
+    pub fn register(&mut self, tool: &str) -> (u64, CancellationToken) {
+        let id = self.calls.len() as u64 + 1;
+        let cancel = CancellationToken::new();
+        self.calls.push(Tracked {
+            id,
+            tool: tool.to_owned(),
+            started: Instant::now(),
+            duration: None,
+            status: CallStatus::Pending,
+            error: None,
+            cancel: cancel.clone(),
+            task: None,
+            released: false,
+        });
+        (id, cancel)
+    }
+
+    /// Records a call that failed before it could start (unknown tool).
+    pub fn register_failed(&mut self, tool: &str, code: ErrorCode, message: String) -> u64 {
+        let (id, _) = self.register(tool);
+        let c = self.get_mut(id).expect("just registered");
+        c.status = CallStatus::Error;
+        c.duration = Some(Duration::ZERO);
+        c.error = Some(CallError { code, message });
+        id
+    }
+
+    /// The cancellation token of a call (a cancelled one if the id is unknown).
+    pub fn token(&self, id: u64) -> CancellationToken {
+        let i = usize::try_from(id).ok().and_then(|i| i.checked_sub(1));
+        match i.and_then(|i| self.calls.get(i)) {
+            Some(c) => c.cancel.clone(),
+            None => {
+                let t = CancellationToken::new();
+                t.cancel();
+                t
+            }
+        }
+    }
+
+    pub fn attach_task(&mut self, id: u64, task: AbortHandle) {
+        if let Some(c) = self.get_mut(id) {
+            c.task = Some(task);
+        }
+    }
+
+    /// Marks a call finished; returns false when it was no longer pending.
+    pub fn complete(&mut self, id: u64, outcome: &CallOutcome) -> bool {
+        let Some(c) = self.get_mut(id) else {
+            return false;
+        };
+        if c.status != CallStatus::Pending {
+            return false;
+        }
+        c.duration = Some(c.started.elapsed());
+        c.task = None;
+        match outcome {
+            Ok(_) => c.status = CallStatus::Ok,
+            Err(f) => {
+                c.status = if f.code == ErrorCode::ScriptCancelledError {
+                    CallStatus::Cancelled
+                } else {
+                    CallStatus::Error
+                };
+                c.error = Some(CallError {
+                    code: f.code,
+                    message: f.message.clone(),
+                });
+            }
+        }
+        true
+    }
+
+    /// Cancels a call the script let go of on purpose (a lost race).
+    pub fn release(&mut self, id: u64) {
+        if let Some(c) = self.get_mut(id) {
+            if c.status == CallStatus::Pending {
+                c.released = true;
+                c.cancel.cancel();
+            }
+        }
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.calls
+            .iter()
+            .filter(|c| c.status == CallStatus::Pending)
+            .count()
+    }
+
+    /// Pending calls the script neither awaited nor released: `tool#id`.
+    pub fn orphans(&self) -> Vec<String> {
+        self.calls
+            .iter()
+            .filter(|c| c.status == CallStatus::Pending && !c.released)
+            .map(|c| format!("{}#{}", c.tool, c.id))
+            .collect()
+    }
+
+    /// Fires the cancellation token of every pending call.
+    pub fn cancel_all_pending(&self) {
+        for c in self
+            .calls
+            .iter()
+            .filter(|c| c.status == CallStatus::Pending)
+        {
+            c.cancel.cancel();
+        }
+    }
+
+    /// Abandons calls still running after the grace period: their tasks are
+    /// aborted and they are reported as detached.
+    pub fn detach_remaining(&mut self) {
+        for c in self
+            .calls
+            .iter_mut()
+            .filter(|c| c.status == CallStatus::Pending)
+        {
+            if let Some(t) = c.task.take() {
+                t.abort();
+            }
+            c.status = CallStatus::Detached;
+            c.duration = Some(c.started.elapsed());
+            c.error = Some(CallError {
+                code: ErrorCode::DetachedPromiseError,
+                message: format!(
+                    "{} did not stop within the grace period after cancellation and was abandoned",
+                    c.tool
+                ),
+            });
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    pub fn records(&self) -> Vec<ToolCallRecord> {
+        self.calls
+            .iter()
+            .map(|c| ToolCallRecord {
+                id: c.id,
+                tool: c.tool.clone(),
+                status: c.status,
+                duration_ms: ms(c.duration.unwrap_or_else(|| c.started.elapsed())),
+                error: c.error.clone(),
+            })
+            .collect()
+    }
+}
