@@ -37,6 +37,9 @@ use rquickjs::{Context, Ctx, Function, Module, Object, Persistent, Runtime, Valu
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+mod alloc;
+use alloc::{AllocState, CountingAllocator};
+
 /// Engine name, as in `--engine`.
 pub const ENGINE_NAME: &str = "quickjs";
 
@@ -82,17 +85,28 @@ impl InterruptState {
 struct RuntimeSlot {
     rt: Runtime,
     interrupt: Arc<Mutex<InterruptState>>,
+    alloc: Arc<AllocState>,
 }
 
 impl RuntimeSlot {
     fn new() -> Result<Self, EngineFault> {
-        let rt = Runtime::new().map_err(|e| internal(&e.to_string()))?;
+        let alloc = Arc::new(AllocState::default());
+        let rt = Runtime::new_with_alloc(CountingAllocator::new(alloc.clone()))
+            .map_err(|e| internal(&e.to_string()))?;
         let interrupt = Arc::new(Mutex::new(InterruptState::default()));
         let state = interrupt.clone();
+        let memory = alloc.clone();
+        // Stop at the deadline, on cancel, and once the memory limit was hit.
         rt.set_interrupt_handler(Some(Box::new(move || {
-            state.lock().map(|s| s.should_stop()).unwrap_or(true)
+            memory.refused()
+                || memory.halted()
+                || state.lock().map(|s| s.should_stop()).unwrap_or(true)
         })));
-        Ok(RuntimeSlot { rt, interrupt })
+        Ok(RuntimeSlot {
+            rt,
+            interrupt,
+            alloc,
+        })
     }
 }
 
@@ -110,7 +124,17 @@ struct QjsEngine<'w> {
     settle_fn: Option<Persistent<Function<'static>>>,
     ctx: Option<Context>,
     slot: &'w RuntimeSlot,
-    memory_limit: u64,
+    tokio: tokio::runtime::Handle,
+    /// Halts the allocator at the deadline or on cancel.
+    watchdog: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for QjsEngine<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.watchdog.take() {
+            w.abort();
+        }
+    }
 }
 
 fn internal(msg: &str) -> EngineFault {
@@ -142,9 +166,20 @@ impl QjsEngine<'_> {
         }
     }
 
+    /// Out-of-memory errors raised while the allocator is halted (deadline
+    /// or cancel) are the halt at work: report them as interrupts.
+    fn adjust(&self, kind: FaultKind) -> FaultKind {
+        if kind == FaultKind::OutOfMemory && self.slot.alloc.halted() && !self.slot.alloc.refused()
+        {
+            FaultKind::Interrupted
+        } else {
+            kind
+        }
+    }
+
+    /// Whether the allocator refused an allocation during this run.
     fn near_memory_limit(&self) -> bool {
-        let used = self.slot.rt.memory_usage().malloc_size.max(0) as u64;
-        used + 64 * 1024 >= self.memory_limit
+        self.slot.alloc.refused()
     }
 
     /// Runs `f` in the context. The runtime is locked meanwhile, so faults
@@ -160,9 +195,14 @@ impl QjsEngine<'_> {
     /// QuickJS throws a bare value (not an error object) only when it could
     /// not allocate one: near the memory limit that is an out-of-memory.
     fn finish_fault(&self, mut f: EngineFault) -> EngineFault {
-        if f.kind == FaultKind::Thrown && f.name.is_empty() && self.near_memory_limit() {
-            f = EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory");
+        if f.kind == FaultKind::Thrown && f.name.is_empty() {
+            if self.near_memory_limit() {
+                f = EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory");
+            } else if self.slot.alloc.halted() {
+                f = EngineFault::new(FaultKind::Interrupted, "InternalError", "interrupted");
+            }
         }
+        f.kind = self.adjust(f.kind);
         f
     }
 }
@@ -205,8 +245,20 @@ impl Engine for QjsEngine<'_> {
             i.cancel = Some(setup.cancel.clone());
         }
         let rt = &self.slot.rt;
-        self.memory_limit = setup.limits.memory_bytes;
-        rt.set_memory_limit(usize::try_from(setup.limits.memory_bytes).unwrap_or(usize::MAX));
+        let limit = usize::try_from(setup.limits.memory_bytes).unwrap_or(usize::MAX);
+        // Our allocator enforces `limit`; QuickJS's own check is a backstop.
+        self.slot.alloc.arm(limit);
+        rt.set_memory_limit(limit.saturating_add(limit / 8).saturating_add(1 << 20));
+        let alloc = self.slot.alloc.clone();
+        let cancel = setup.cancel.clone();
+        let deadline = tokio::time::Instant::from_std(setup.deadline);
+        self.watchdog = Some(self.tokio.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = cancel.cancelled() => {}
+            }
+            alloc.halt();
+        }));
         let stack = setup
             .limits
             .stack_bytes
@@ -315,12 +367,17 @@ impl Engine for QjsEngine<'_> {
         })
     }
 
+    /// Peak heap during the run, as the allocator saw it.
     fn memory_used(&mut self) -> Option<u64> {
-        Some(self.slot.rt.memory_usage().malloc_size.max(0) as u64)
+        Some(self.slot.alloc.peak() as u64)
+    }
+
+    fn memory_exhausted(&mut self) -> bool {
+        self.near_memory_limit()
     }
 
     fn classify(&self, name: &str, message: &str) -> FaultKind {
-        classify(name, message)
+        self.adjust(classify(name, message))
     }
 }
 
@@ -348,7 +405,8 @@ impl Worker {
             settle_fn: None,
             ctx: None,
             slot,
-            memory_limit: request.limits.memory_bytes,
+            tokio: tokio.clone(),
+            watchdog: None,
         };
         let out = run_script(&mut engine, ENGINE_NAME, request, tokio);
         drop(engine);
@@ -356,33 +414,33 @@ impl Worker {
         out.report
     }
 
-    fn check(&mut self, wrapped: &str) -> Result<(), ScriptError> {
+    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
+        let wrapped = harness_core::event_loop::wrap_source(source);
         let slot = self.slot().map_err(|f| ScriptError::internal(f.message))?;
         let ctx = Context::custom::<Intrinsics>(&slot.rt)
             .map_err(|e| ScriptError::internal(e.to_string()))?;
         let result = ctx.with(|ctx| {
-            match Module::declare(ctx.clone(), harness_core::error::SCRIPT_FILE, wrapped) {
+            match Module::declare(
+                ctx.clone(),
+                harness_core::error::SCRIPT_FILE,
+                wrapped.as_str(),
+            ) {
                 Ok(_) => Ok(()),
                 Err(rquickjs::Error::Exception) => {
                     let f = exception_fault(ctx.catch());
-                    let loc = f.stack.as_deref().and_then(|s| {
-                        harness_core::error::first_location(
-                            s,
-                            harness_core::event_loop::WRAPPER_LINE_OFFSET,
-                        )
-                    });
-                    let message = match loc {
-                        Some(l) => format!("{} (script.js:{}:{})", f.message, l.line, l.column),
-                        None => f.message,
-                    };
-                    let code = match f.kind {
-                        FaultKind::StackOverflow => ErrorCode::StackOverflowError,
-                        FaultKind::OutOfMemory => ErrorCode::ScriptMemoryError,
-                        _ => ErrorCode::ScriptSyntaxError,
-                    };
-                    Err(ScriptError::new(code, Phase::Parsing, message)
-                        .with_name(f.name)
-                        .with_location(loc))
+                    Err(match f.kind {
+                        FaultKind::StackOverflow => ScriptError::new(
+                            ErrorCode::StackOverflowError,
+                            Phase::Parsing,
+                            "the script is nested too deeply to parse",
+                        ),
+                        FaultKind::OutOfMemory => ScriptError::new(
+                            ErrorCode::ScriptMemoryError,
+                            Phase::Parsing,
+                            "out of memory while parsing the script",
+                        ),
+                        _ => harness_core::event_loop::syntax_error(&f, source),
+                    })
                 }
                 Err(e) => Err(ScriptError::internal(e.to_string())),
             }
@@ -399,6 +457,7 @@ impl Worker {
         if let Ok(mut i) = slot.interrupt.lock() {
             *i = InterruptState::default();
         }
+        slot.alloc.disarm();
         if tainted || slot.rt.is_job_pending() {
             self.slot = None;
         } else {
@@ -489,8 +548,8 @@ impl ScriptRuntimeAdapter for QuickJs {
     }
 
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
-        let wrapped = harness_core::event_loop::wrap_source(source);
-        self.on_worker(move |w| w.check(&wrapped)).await?
+        let source = source.to_owned();
+        self.on_worker(move |w| w.check(&source)).await?
     }
 
     async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {

@@ -102,6 +102,16 @@ impl fmt::Display for ErrorCode {
     }
 }
 
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Parsing => "parsing",
+            Phase::Executing => "executing",
+            Phase::Finalizing => "finalizing",
+        }
+    }
+}
+
 /// Where in a script's life an error happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -224,6 +234,21 @@ pub fn first_location(raw: &str, line_offset: u32) -> Option<Location> {
     })
 }
 
+/// Keeps a location inside `source`: errors found at the end of input are
+/// reported by engines on the wrapper's closing line, past the user's last
+/// line; they move to the end of the last line.
+pub fn clamp_location(loc: Location, source: &str) -> Location {
+    let lines = source.split('\n').count().max(1) as u32;
+    if loc.line <= lines {
+        return loc;
+    }
+    let last = source.rsplit('\n').next().unwrap_or("");
+    Location {
+        line: lines,
+        column: last.chars().count() as u32 + 1,
+    }
+}
+
 /// Parses `:L:C` or `:L` at the start of `s`.
 fn parse_line_col(s: &str) -> Option<(u32, u32)> {
     let s = s.strip_prefix(':')?;
@@ -244,9 +269,12 @@ fn parse_line_col(s: &str) -> Option<(u32, u32)> {
 /// such as `    at foo (` or `foo@`; only identifier-like names survive.
 fn frame_name(prefix: &str) -> Option<String> {
     let p = prefix.trim();
-    let p = p.strip_prefix("at ").unwrap_or(p);
-    let p = p.trim_end_matches(['(', '@', ' ']);
-    let p = p.trim();
+    let p = if p == "at" {
+        ""
+    } else {
+        p.strip_prefix("at ").unwrap_or(p)
+    };
+    let p = p.trim_end_matches(['(', '@', ' ']).trim();
     if p.is_empty() || p.len() > 128 {
         return None;
     }
@@ -278,6 +306,20 @@ mod tests {
             "    at inner (script.js:3:9)\n    at script.js:1:1"
         );
         assert_eq!(sanitize_stack("    at /etc/passwd:1:1", 1), None);
+    }
+
+    #[test]
+    fn locations_past_the_end_are_clamped() {
+        let l = Location { line: 3, column: 1 };
+        assert_eq!(
+            clamp_location(l, "a\nreturn 1 +"),
+            Location {
+                line: 2,
+                column: 11
+            }
+        );
+        let l = Location { line: 1, column: 4 };
+        assert_eq!(clamp_location(l, "abc"), l);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! what is left, wait out the grace period and build the report.
 
 use crate::adapter::{ExecutionRequest, Mode};
-use crate::error::{first_location, sanitize_stack, ErrorCode, Phase, ScriptError};
+use crate::error::{clamp_location, first_location, sanitize_stack, ErrorCode, Phase, ScriptError};
 use crate::facade::{CallFailure, CallOutcome, ToolFacade};
 use crate::limits::Limits;
 use crate::report::{ConsoleLevel, ExecutionReport, Metrics};
@@ -107,6 +107,12 @@ pub trait Engine {
     fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault>;
     /// Engine heap in use, where known.
     fn memory_used(&mut self) -> Option<u64>;
+    /// Whether the heap is at its limit. Engines that throw a bare value
+    /// when they cannot allocate an error object use this to tell such a
+    /// throw from a script's own `throw null`.
+    fn memory_exhausted(&mut self) -> bool {
+        false
+    }
     /// Maps an error the script saw (by name and message) to an engine
     /// fault kind, for errors the engine raises itself (interrupts, out of
     /// memory, stack overflow). Returns `Thrown` for ordinary errors.
@@ -341,6 +347,7 @@ pub fn run_script<E: Engine>(
     };
     let end = ctl.drive(&setup, &request.source, &rx);
     let memory_used = ctl.engine.memory_used();
+    let memory_exhausted = ctl.engine.memory_exhausted();
 
     // Finalise: cancel what is still pending, give it the grace period,
     // abandon the rest.
@@ -364,7 +371,16 @@ pub fn run_script<E: Engine>(
     watcher.abort();
 
     let engine_tainted = matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
-    let (value, mut error) = ctl.conclude(end, &limits);
+    let (mut value, mut error) = ctl.conclude(end, &limits, memory_exhausted, &request.source);
+    // Hitting the memory limit ends the run as a failure on every engine,
+    // even if the script caught the error and went on to return.
+    if memory_exhausted && error.as_ref().map(|e| e.code) != Some(ErrorCode::ScriptMemoryError) {
+        value = None;
+        error = Some(fault_error(
+            &EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory"),
+            &limits,
+        ));
+    }
     if error.is_none() && !orphans.is_empty() {
         error = Some(ScriptError::new(
             ErrorCode::DetachedPromiseError,
@@ -412,6 +428,7 @@ enum End {
     Timeout,
     Cancelled,
     Deadlock,
+    TooDeepToParse,
 }
 
 struct LoopControl<'a, E: Engine> {
@@ -435,8 +452,11 @@ impl<E: Engine> LoopControl<'_, E> {
             return self.fault_end(f);
         }
         if let Err(f) = self.engine.start(&wrap_source(source)) {
+            // Script code runs inside the prelude's async wrapper, so a
+            // stack overflow escaping `start` happened while parsing.
             return match f.kind {
                 FaultKind::Syntax => End::SyntaxError(f),
+                FaultKind::StackOverflow => End::TooDeepToParse,
                 _ => self.fault_end(f),
             };
         }
@@ -497,7 +517,17 @@ impl<E: Engine> LoopControl<'_, E> {
         }
     }
 
-    fn fault_end(&self, f: EngineFault) -> End {
+    fn fault_end(&mut self, mut f: EngineFault) -> End {
+        // Whatever the engine threw once its heap is exhausted (often a bare
+        // value, or an interrupt the engine uses to stop the script) is an
+        // out-of-memory.
+        if matches!(
+            f.kind,
+            FaultKind::Interrupted | FaultKind::Thrown | FaultKind::Internal
+        ) && self.engine.memory_exhausted()
+        {
+            f.kind = FaultKind::OutOfMemory;
+        }
         if f.kind == FaultKind::Interrupted {
             if self.cancel.is_cancelled() {
                 return End::Cancelled;
@@ -534,7 +564,13 @@ impl<E: Engine> LoopControl<'_, E> {
     }
 
     /// Turns how the loop ended into the report's value and error.
-    fn conclude(&self, end: End, limits: &Limits) -> (Option<Value>, Option<ScriptError>) {
+    fn conclude(
+        &self,
+        end: End,
+        limits: &Limits,
+        memory_exhausted: bool,
+        source: &str,
+    ) -> (Option<Value>, Option<ScriptError>) {
         let timeout = || {
             ScriptError::new(
                 ErrorCode::ScriptTimeoutError,
@@ -561,33 +597,25 @@ impl<E: Engine> LoopControl<'_, E> {
                      (no tool call is pending and there are no timers)",
                 )),
             ),
-            End::SyntaxError(f) => {
-                let loc = f
-                    .stack
-                    .as_deref()
-                    .and_then(|s| first_location(s, WRAPPER_LINE_OFFSET));
-                let message = match loc {
-                    Some(l) => format!("{} (script.js:{}:{})", f.message, l.line, l.column),
-                    None => f.message.clone(),
-                };
-                (
-                    None,
-                    Some(
-                        ScriptError::new(ErrorCode::ScriptSyntaxError, Phase::Parsing, message)
-                            .with_name("SyntaxError")
-                            .with_location(loc),
-                    ),
-                )
-            }
+            End::SyntaxError(f) => (None, Some(syntax_error(&f, source))),
+            End::TooDeepToParse => (
+                None,
+                Some(ScriptError::new(
+                    ErrorCode::StackOverflowError,
+                    Phase::Parsing,
+                    "the script is nested too deeply to parse",
+                )),
+            ),
             End::Fault(f) => (None, Some(fault_error(&f, limits))),
             End::Settled => {
                 let outcome = self.host.borrow().outcome.clone();
                 match outcome {
                     Some(Outcome::Done(None)) => (None, None),
                     Some(Outcome::Done(Some(json))) => parse_return(&json, limits),
-                    Some(Outcome::Failed(desc)) => {
-                        (None, Some(self.described_error(&desc, limits)))
-                    }
+                    Some(Outcome::Failed(desc)) => (
+                        None,
+                        Some(self.described_error(&desc, limits, memory_exhausted)),
+                    ),
                     None => (
                         None,
                         Some(ScriptError::internal("script settled without an outcome")),
@@ -597,9 +625,18 @@ impl<E: Engine> LoopControl<'_, E> {
         }
     }
 
-    fn described_error(&self, desc: &str, limits: &Limits) -> ScriptError {
+    fn described_error(&self, desc: &str, limits: &Limits, memory_exhausted: bool) -> ScriptError {
         let d: Value = serde_json::from_str(desc).unwrap_or(Value::Null);
         let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        let non_error = d.get("non_error").and_then(Value::as_bool) == Some(true);
+        if memory_exhausted {
+            return self.kind_error(
+                FaultKind::OutOfMemory,
+                "InternalError",
+                "out of memory",
+                limits,
+            );
+        }
         let stack = sanitize_stack(&s("stack"), WRAPPER_LINE_OFFSET);
         if d.get("serialization").and_then(Value::as_bool) == Some(true) {
             match self.engine.classify(&s("error_name"), &s("error_message")) {
@@ -628,7 +665,7 @@ impl<E: Engine> LoopControl<'_, E> {
         let (name, message) = (s("name"), s("message"));
         match self.engine.classify(&name, &message) {
             FaultKind::Thrown | FaultKind::Syntax => {
-                let message = if d.get("non_error").and_then(Value::as_bool) == Some(true) {
+                let message = if non_error {
                     message
                 } else {
                     format!("Uncaught {name}: {message}")
@@ -680,6 +717,34 @@ impl HostState {
     fn tracker_token(&self, id: u64) -> CancellationToken {
         self.tracker.token(id)
     }
+}
+
+/// A ScriptSyntaxError from an engine's compile fault: the location comes
+/// from the engine's stack, shifted past the wrapper and kept inside the
+/// user's source.
+pub fn syntax_error(f: &EngineFault, source: &str) -> ScriptError {
+    let raw = f
+        .stack
+        .as_deref()
+        .and_then(|s| first_location(s, WRAPPER_LINE_OFFSET));
+    let loc = raw.map(|l| clamp_location(l, source));
+    // Past the user's last line the engine is complaining about the
+    // wrapper's closing `})`: the script itself ended too early.
+    let detail = if raw != loc {
+        format!(
+            "unexpected end of script: something is not closed or finished ({})",
+            f.message
+        )
+    } else {
+        f.message.clone()
+    };
+    let message = match loc {
+        Some(l) => format!("{detail} (script.js:{}:{})", l.line, l.column),
+        None => detail,
+    };
+    ScriptError::new(ErrorCode::ScriptSyntaxError, Phase::Parsing, message)
+        .with_name("SyntaxError")
+        .with_location(loc)
 }
 
 fn fault_error(f: &EngineFault, limits: &Limits) -> ScriptError {

@@ -182,7 +182,8 @@
     freeze(v);
     if (typeof v === 'function' && apply(hasOwn, v, ['prototype'])) {
       const p = v.prototype;
-      if (p !== null && typeof p === 'object') freeze(p);
+      // Function.prototype is itself a function.
+      if (p !== null && (typeof p === 'object' || typeof p === 'function')) freeze(p);
     }
   }
   for (let i = 0; i < frozenGlobals.length; i++) {

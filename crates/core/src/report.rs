@@ -12,7 +12,8 @@ pub struct ExecutionReport {
     /// The script's return value; absent when it returned `undefined`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The failure; `null` when `ok`.
+    #[serde(default)]
     pub error: Option<ScriptError>,
     pub console: Vec<ConsoleEntry>,
     /// Console lines dropped by the line cap or the rate limit.
@@ -130,7 +131,7 @@ pub struct Metrics {
     pub engine: String,
     pub duration_ms: f64,
     pub tool_calls: u32,
-    /// Engine heap in use at the end of the run, where the engine can tell.
+    /// Peak engine heap during the run (context included), where the engine can tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_used_bytes: Option<u64>,
 }

@@ -1,0 +1,181 @@
+//! A counting allocator for QuickJS that enforces the memory limit itself
+//! and remembers when it refused an allocation.
+//!
+//! Why: when QuickJS runs out of memory it tries to throw an
+//! `InternalError: out of memory`, but if that error cannot be allocated
+//! either (or a later step of the rejection path cannot), the script sees a
+//! bare `null` instead. Only the allocator knows for sure that the limit was
+//! hit, so it records that, and the adapter reports ScriptMemoryError.
+//!
+//! QuickJS's own malloc limit stays set a little above ours as a backstop,
+//! so the cap holds even if this accounting were wrong; rquickjs's
+//! `rust-alloc` feature (which would drop the limit) is not used.
+
+// The rquickjs `Allocator` trait is unsafe by nature (raw pointers handed to
+// C); this module only delegates to rquickjs's own `RustAllocator` and keeps
+// counters around it.
+#![allow(unsafe_code)]
+
+use rquickjs::allocator::{Allocator, RustAllocator};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Shared between the allocator (inside the runtime) and the worker.
+#[derive(Debug, Default)]
+pub(crate) struct AllocState {
+    limit: AtomicUsize,
+    used: AtomicUsize,
+    refused: AtomicBool,
+    /// Set when the run is past its deadline or cancelled.
+    halted: AtomicBool,
+    /// Highest `used` since the last `arm`.
+    peak: AtomicUsize,
+}
+
+impl AllocState {
+    /// Lifts the limit (after a run, before teardown).
+    pub(crate) fn disarm(&self) {
+        self.arm(0);
+    }
+
+    /// Sets the limit for the next run and forgets earlier refusals.
+    pub(crate) fn arm(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
+        self.refused.store(false, Ordering::Relaxed);
+        self.halted.store(false, Ordering::Relaxed);
+        self.peak
+            .store(self.used.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Peak heap bytes since the last `arm`.
+    pub(crate) fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    fn grew(&self, n: usize) {
+        let now = self.used.fetch_add(n, Ordering::Relaxed) + n;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// The run is past its deadline or cancelled: refuse every allocation
+    /// (without counting it as out-of-memory). QuickJS checks for
+    /// interrupts only every 10,000 ticks, and a loop over heavy native
+    /// calls (sorting, JSON of big data) ticks rarely; failing their
+    /// allocations ends such work at once, so the next check comes soon.
+    pub(crate) fn halt(&self) {
+        self.halted.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn halted(&self) -> bool {
+        self.halted.load(Ordering::Relaxed)
+    }
+
+    /// Whether an allocation was refused since the last `arm`.
+    pub(crate) fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Whether `extra` more bytes fit; records a refusal when not. Once
+    /// the limit was hit, every further allocation of the run is refused
+    /// too: the run is ending with ScriptMemoryError, and refusing at once
+    /// keeps a script that catches the error from grinding on at the cap
+    /// between interrupt checks.
+    fn admit(&self, extra: usize) -> bool {
+        if self.refused.load(Ordering::Relaxed) || self.halted.load(Ordering::Relaxed) {
+            return false;
+        }
+        let used = self.used.load(Ordering::Relaxed);
+        let limit = self.limit.load(Ordering::Relaxed);
+        if limit != 0 && used.saturating_add(extra) > limit {
+            self.refused.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
+
+pub(crate) struct CountingAllocator {
+    inner: RustAllocator,
+    state: Arc<AllocState>,
+}
+
+impl CountingAllocator {
+    pub(crate) fn new(state: Arc<AllocState>) -> Self {
+        CountingAllocator {
+            inner: RustAllocator,
+            state,
+        }
+    }
+}
+
+// SAFETY: every pointer this allocator returns comes from `RustAllocator`
+// and every pointer it is given back was returned by it, so delegating
+// `dealloc`, `realloc` and `usable_size` upholds RustAllocator's contract.
+// Null pointers are never passed on.
+unsafe impl Allocator for CountingAllocator {
+    fn alloc(&mut self, size: usize) -> *mut u8 {
+        if !self.state.admit(size) {
+            return std::ptr::null_mut();
+        }
+        let p = self.inner.alloc(size);
+        if !p.is_null() {
+            // SAFETY: `p` was just returned by RustAllocator.
+            let n = unsafe { RustAllocator::usable_size(p) };
+            self.state.grew(n);
+        }
+        p
+    }
+
+    fn calloc(&mut self, count: usize, size: usize) -> *mut u8 {
+        // RustAllocator panics on overflow; a panic here would cross FFI.
+        let Some(total) = count.checked_mul(size) else {
+            return std::ptr::null_mut();
+        };
+        if total > isize::MAX as usize / 2 || !self.state.admit(total) {
+            return std::ptr::null_mut();
+        }
+        let p = self.inner.calloc(count, size);
+        if !p.is_null() {
+            // SAFETY: `p` was just returned by RustAllocator.
+            let n = unsafe { RustAllocator::usable_size(p) };
+            self.state.grew(n);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&mut self, ptr: *mut u8) {
+        if ptr.is_null() {
+            return;
+        }
+        // SAFETY: `ptr` came from this allocator (see the impl comment).
+        let n = unsafe { RustAllocator::usable_size(ptr) };
+        self.state.used.fetch_sub(n, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { self.inner.dealloc(ptr) }
+    }
+
+    unsafe fn realloc(&mut self, ptr: *mut u8, new_size: usize) -> *mut u8 {
+        if ptr.is_null() {
+            return self.alloc(new_size);
+        }
+        // SAFETY: `ptr` came from this allocator.
+        let old = unsafe { RustAllocator::usable_size(ptr) };
+        if new_size > old && !self.state.admit(new_size - old) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: `ptr` came from this allocator; on failure it stays valid.
+        let p = unsafe { self.inner.realloc(ptr, new_size) };
+        if !p.is_null() {
+            // SAFETY: `p` was just returned by RustAllocator.
+            let new = unsafe { RustAllocator::usable_size(p) };
+            self.state.grew(new);
+            self.state.used.fetch_sub(old, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn usable_size(ptr: *mut u8) -> usize {
+        // SAFETY: QuickJS only asks about pointers this allocator returned.
+        unsafe { RustAllocator::usable_size(ptr) }
+    }
+}

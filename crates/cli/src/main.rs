@@ -1,0 +1,331 @@
+//! `harness`: run and check model-written scripts from the command line.
+//!
+//! Exit status: 0 when the script succeeded, 1 when it failed, 2 for usage
+//! errors (bad flags, unreadable input file, unknown engine).
+
+use async_trait::async_trait;
+use clap::{Parser, Subcommand, ValueEnum};
+use harness::core::report::ConsoleLevel;
+use harness::{
+    ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny, EngineKind,
+    ExecutionReport, Harness, Limits, ScriptError,
+};
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "harness",
+    version,
+    about = "Run model-written JavaScript in a sandbox, with host tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a script (the body of an async function) and report.
+    Run(RunArgs),
+    /// Parse a script without running it; syntax errors name line and column.
+    Check(CheckArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Engine to run on.
+    #[arg(long, default_value = "quickjs")]
+    engine: String,
+    /// Root directory the built-in file tools are confined to.
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+    /// Answer approval requests (the `exec` tool); without it, ask on a
+    /// terminal, deny otherwise.
+    #[arg(long, value_enum)]
+    approve: Option<Approve>,
+    /// Wall-clock limit for the whole run, tool calls included.
+    #[arg(long, value_name = "N")]
+    timeout_ms: Option<u64>,
+    /// Engine memory limit in MiB.
+    #[arg(long, value_name = "N")]
+    memory_mb: Option<u64>,
+    /// Tool calls allowed per script.
+    #[arg(long, value_name = "N")]
+    max_tool_calls: Option<u32>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Script file, or - for standard input.
+    file: String,
+}
+
+#[derive(clap::Args, Debug)]
+struct CheckArgs {
+    #[arg(long, default_value = "quickjs")]
+    engine: String,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Script file, or - for standard input.
+    file: String,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Approve {
+    Yes,
+    No,
+}
+
+fn usage_error(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("harness: {msg}");
+    ExitCode::from(2)
+}
+
+fn read_input(file: &str) -> std::io::Result<Vec<u8>> {
+    if file == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf)?;
+        Ok(buf)
+    } else {
+        std::fs::read(file)
+    }
+}
+
+/// Asks on the controlling terminal; denies when there is none.
+struct TerminalApprover;
+
+#[async_trait]
+impl ApprovalBridge for TerminalApprover {
+    async fn request(&self, req: &ApprovalRequest) -> ApprovalDecision {
+        let prompt = format!(
+            "harness: allow tool call {} #{} with arguments {}? [y/N] ",
+            req.tool, req.call_id, req.args
+        );
+        let answer = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+            let mut tty = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/tty")?;
+            tty.write_all(prompt.as_bytes())?;
+            tty.flush()?;
+            let mut line = String::new();
+            let mut byte = [0u8; 1];
+            while tty.read(&mut byte)? == 1 && byte[0] != b'\n' {
+                line.push(byte[0] as char);
+            }
+            Ok(line)
+        })
+        .await;
+        match answer {
+            Ok(Ok(a)) if matches!(a.trim(), "y" | "Y" | "yes" | "YES" | "Yes") => {
+                ApprovalDecision::Approved
+            }
+            Ok(Ok(_)) => ApprovalDecision::Denied {
+                reason: Some("denied at the terminal".into()),
+            },
+            _ => ApprovalDecision::Denied {
+                reason: Some("no terminal to ask; pass --approve yes to allow".into()),
+            },
+        }
+    }
+}
+
+fn has_terminal() -> bool {
+    std::io::stderr().is_terminal() && std::fs::File::open("/dev/tty").is_ok()
+}
+
+async fn run(args: RunArgs) -> ExitCode {
+    let engine: EngineKind = match args.engine.parse() {
+        Ok(e) => e,
+        Err(e) => return usage_error(e),
+    };
+    let source = match read_input(&args.file) {
+        Ok(s) => s,
+        Err(e) => return usage_error(format!("cannot read {}: {e}", args.file)),
+    };
+    let tools = match harness::builtin::registry(&args.root) {
+        Ok(t) => t,
+        Err(e) => return usage_error(format!("cannot open root {}: {e}", args.root.display())),
+    };
+    let mut limits = Limits::default();
+    if let Some(t) = args.timeout_ms {
+        limits.timeout_ms = t;
+    }
+    if let Some(m) = args.memory_mb {
+        limits.memory_bytes = m.saturating_mul(1024 * 1024);
+    }
+    if let Some(n) = args.max_tool_calls {
+        limits.max_tool_calls = n;
+    }
+    let approvals: Arc<dyn ApprovalBridge> = match args.approve {
+        Some(Approve::Yes) => Arc::new(AutoApprove),
+        Some(Approve::No) => Arc::new(AutoDeny {
+            reason: Some("denied by --approve no".into()),
+        }),
+        None if has_terminal() => Arc::new(TerminalApprover),
+        None => Arc::new(AutoDeny {
+            reason: Some("no terminal to ask; pass --approve yes to allow".into()),
+        }),
+    };
+    let root = args.root.canonicalize().unwrap_or(args.root.clone());
+    let harness = match Harness::builder()
+        .engine(engine)
+        .tools(tools)
+        .approvals(approvals)
+        .limits(limits)
+        .context(harness::ScriptContext {
+            working_directory: Some(root.display().to_string()),
+            ..Default::default()
+        })
+        .build()
+    {
+        Ok(h) => h,
+        Err(e) => return usage_error(e),
+    };
+    let report = harness.run_bytes(&source).await;
+    if args.json {
+        match serde_json::to_string(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => return usage_error(format!("cannot encode report: {e}")),
+        }
+    } else {
+        print_summary(&report);
+    }
+    if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn print_summary(r: &ExecutionReport) {
+    for line in &r.console {
+        let tag = match line.level {
+            ConsoleLevel::Log => "log",
+            ConsoleLevel::Info => "info",
+            ConsoleLevel::Warn => "warn",
+            ConsoleLevel::Error => "error",
+            ConsoleLevel::Debug => "debug",
+        };
+        println!("[{tag}] {}", line.text);
+    }
+    if r.console_dropped > 0 {
+        println!(
+            "[console] {} line(s) dropped by the console limits",
+            r.console_dropped
+        );
+    }
+    for c in &r.tool_calls {
+        let err = c
+            .error
+            .as_ref()
+            .map(|e| format!(" ({}: {})", e.code, e.message))
+            .unwrap_or_default();
+        println!(
+            "tool #{} {} {:?} {:.1} ms{err}",
+            c.id, c.tool, c.status, c.duration_ms
+        );
+    }
+    match (&r.error, &r.value) {
+        (None, Some(v)) => {
+            let pretty = serde_json::to_string_pretty(v).unwrap_or_default();
+            println!("ok: {pretty}");
+        }
+        (None, None) => println!("ok (no value)"),
+        (Some(e), _) => print_error(e),
+    }
+    let mem = r
+        .metrics
+        .memory_used_bytes
+        .map(|b| format!(", {} KiB heap", b / 1024))
+        .unwrap_or_default();
+    println!(
+        "-- {} in {:.2} ms, {} tool call(s){mem}",
+        r.metrics.engine, r.metrics.duration_ms, r.metrics.tool_calls
+    );
+}
+
+fn print_error(e: &ScriptError) {
+    let tool = e
+        .tool
+        .as_ref()
+        .map(|t| format!(" [tool {t}]"))
+        .unwrap_or_default();
+    println!(
+        "error: {} ({}){tool}: {}",
+        e.code,
+        e.phase.as_str(),
+        e.message
+    );
+    if let Some(stack) = &e.stack {
+        println!("{stack}");
+    }
+}
+
+async fn check(args: CheckArgs) -> ExitCode {
+    let engine: EngineKind = match args.engine.parse() {
+        Ok(e) => e,
+        Err(e) => return usage_error(e),
+    };
+    let bytes = match read_input(&args.file) {
+        Ok(s) => s,
+        Err(e) => return usage_error(format!("cannot read {}: {e}", args.file)),
+    };
+    let harness = match Harness::builder().engine(engine).build() {
+        Ok(h) => h,
+        Err(e) => return usage_error(e),
+    };
+    let result =
+        match harness::core::source::decode_source(&bytes, harness.limits().max_source_bytes) {
+            Ok(src) => harness.check(&src).await,
+            Err(e) => Err(e),
+        };
+    if args.json {
+        let v = match &result {
+            Ok(()) => serde_json::json!({"ok": true}),
+            Err(e) => serde_json::json!({"ok": false, "error": e}),
+        };
+        println!("{v}");
+    } else {
+        match &result {
+            Ok(()) => println!("ok: no syntax errors"),
+            Err(e) => print_error(e),
+        }
+    }
+    if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return usage_error(format!("cannot start the async runtime: {e}")),
+    };
+    rt.block_on(async {
+        match cli.command {
+            Command::Run(a) => run(a).await,
+            Command::Check(a) => check(a).await,
+        }
+    })
+}

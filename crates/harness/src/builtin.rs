@@ -1,0 +1,334 @@
+//! Built-in tools, confined to one root directory: `read_file`,
+//! `write_file`, `list_dir` (pack `fs`) and `exec` (pack `shell`, always
+//! requires approval).
+//!
+//! Confinement is done by `cap-std`: every path is resolved inside an open
+//! directory handle, so `..`, absolute paths and symlinks that lead out of
+//! the root are refused by construction rather than by string checks.
+//!
+//! # Examples
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let root = tempfile::tempdir().unwrap();
+//! let tools = harness::builtin::registry(root.path()).unwrap();
+//! let h = harness::Harness::builder().tools(tools).build().unwrap();
+//! let r = h.run(r#"await tools.write_file({path: "a/b.txt", content: "hi"});
+//!                  return (await tools.read_file({path: "a/b.txt"})).content"#).await;
+//! assert_eq!(r.value, Some(serde_json::json!("hi")));
+//! let r = h.run(r#"return await tools.read_file({path: "../etc/passwd"})"#).await;
+//! assert_eq!(r.error.unwrap().code, harness::ErrorCode::ToolExecutionError);
+//! # });
+//! ```
+
+use cap_std::fs::Dir;
+use harness_core::tool::{FnTool, ToolError, ToolRegistry};
+use serde_json::{json, Value};
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+
+/// Largest file `read_file` returns.
+pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+/// Output kept from each of `exec`'s stdout and stderr.
+pub const MAX_EXEC_OUTPUT_BYTES: usize = 64 * 1024;
+/// `exec`'s timeout when the script gives none.
+pub const DEFAULT_EXEC_TIMEOUT_MS: u64 = 10_000;
+
+/// Opens `root` and returns a registry with the four built-in tools and the
+/// packs `fs` and `shell`.
+pub fn registry(root: &Path) -> io::Result<ToolRegistry> {
+    let dir = Arc::new(Dir::open_ambient_dir(root, cap_std::ambient_authority())?);
+    let root_path = root.canonicalize()?;
+    let mut r = ToolRegistry::new();
+    let reg = |r: &mut ToolRegistry, t: FnTool| {
+        r.register(t)
+            .map(|_| ())
+            .map_err(|e| io::Error::other(e.to_string()))
+    };
+    reg(&mut r, read_file(dir.clone()))?;
+    reg(&mut r, write_file(dir.clone()))?;
+    reg(&mut r, list_dir(dir))?;
+    reg(&mut r, exec(root_path))?;
+    r.define_pack("fs", ["read_file", "write_file", "list_dir"])
+        .and_then(|r| r.define_pack("shell", ["exec"]))
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(r)
+}
+
+fn path_schema() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": 4096})
+}
+
+/// Checks a script-supplied path before cap-std resolves it, for clearer errors.
+fn relative(p: &str) -> Result<PathBuf, ToolError> {
+    if p.contains('\0') {
+        return Err(ToolError::new("path contains a NUL byte"));
+    }
+    let path = Path::new(p);
+    if path.is_absolute() || matches!(path.components().next(), Some(Component::Prefix(_))) {
+        return Err(ToolError::new(format!(
+            "absolute paths are not allowed ({p}); use a path relative to the root"
+        )));
+    }
+    Ok(path.to_path_buf())
+}
+
+fn io_error(e: io::Error, p: &str) -> ToolError {
+    let text = e.to_string();
+    if text.contains("outside of the filesystem") || text.contains("outside the filesystem") {
+        return ToolError::new(format!("path {p} leads outside the root directory"));
+    }
+    match e.kind() {
+        io::ErrorKind::NotFound => ToolError::new(format!("no such file or directory: {p}")),
+        io::ErrorKind::PermissionDenied => ToolError::new(format!("permission denied: {p}")),
+        _ => ToolError::new(format!("{p}: {text}")),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ToolError::new(format!("file task failed: {e}")))?
+}
+
+fn arg_str(args: &Value, key: &str) -> String {
+    args.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn read_file(dir: Arc<Dir>) -> FnTool {
+    FnTool::new(
+        "read_file",
+        "Reads a UTF-8 text file (at most 1 MiB) under the root. Returns {path, content}.",
+        json!({"type": "object", "properties": {"path": path_schema()},
+               "required": ["path"], "additionalProperties": false}),
+        move |args, _ctx| {
+            let dir = dir.clone();
+            async move {
+                let p = arg_str(&args, "path");
+                blocking(move || {
+                    let rel = relative(&p)?;
+                    let meta = dir.metadata(&rel).map_err(|e| io_error(e, &p))?;
+                    if meta.is_dir() {
+                        return Err(ToolError::new(format!("{p} is a directory; use list_dir")));
+                    }
+                    if meta.len() > MAX_READ_BYTES {
+                        return Err(ToolError::new(format!(
+                            "{p} is {} bytes; read_file reads at most {MAX_READ_BYTES} bytes",
+                            meta.len()
+                        )));
+                    }
+                    let bytes = dir.read(&rel).map_err(|e| io_error(e, &p))?;
+                    let content = String::from_utf8(bytes)
+                        .map_err(|_| ToolError::new(format!("{p} is not UTF-8 text")))?;
+                    Ok(json!({"path": p, "content": content}))
+                })
+                .await
+            }
+        },
+    )
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn write_file(dir: Arc<Dir>) -> FnTool {
+    FnTool::new(
+        "write_file",
+        "Writes a UTF-8 text file under the root, creating parent directories. \
+         The write is atomic: readers see the old or the new file, never half of it. \
+         Returns {path, bytes}.",
+        json!({"type": "object",
+               "properties": {"path": path_schema(), "content": {"type": "string"}},
+               "required": ["path", "content"], "additionalProperties": false}),
+        move |args, _ctx| {
+            let dir = dir.clone();
+            async move {
+                let p = arg_str(&args, "path");
+                let content = arg_str(&args, "content");
+                blocking(move || {
+                    let rel = relative(&p)?;
+                    let name = rel
+                        .file_name()
+                        .ok_or_else(|| ToolError::new(format!("{p} does not name a file")))?
+                        .to_string_lossy()
+                        .into_owned();
+                    let parent = rel.parent().unwrap_or(Path::new("")).to_path_buf();
+                    if !parent.as_os_str().is_empty() {
+                        dir.create_dir_all(&parent).map_err(|e| io_error(e, &p))?;
+                    }
+                    let tmp = parent.join(format!(
+                        ".{name}.harness-tmp-{}-{}",
+                        std::process::id(),
+                        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+                    ));
+                    dir.write(&tmp, content.as_bytes())
+                        .map_err(|e| io_error(e, &p))?;
+                    if let Err(e) = dir.rename(&tmp, &dir, &rel) {
+                        let _ = dir.remove_file(&tmp);
+                        return Err(io_error(e, &p));
+                    }
+                    Ok(json!({"path": p, "bytes": content.len()}))
+                })
+                .await
+            }
+        },
+    )
+}
+
+fn list_dir(dir: Arc<Dir>) -> FnTool {
+    FnTool::new(
+        "list_dir",
+        "Lists a directory under the root (\".\" for the root itself). \
+         Returns {path, entries: [{name, type: file|dir|symlink|other, size}]} sorted by name.",
+        json!({"type": "object", "properties": {"path": path_schema()},
+               "required": ["path"], "additionalProperties": false}),
+        move |args, _ctx| {
+            let dir = dir.clone();
+            async move {
+                let p = arg_str(&args, "path");
+                blocking(move || {
+                    let rel = relative(&p)?;
+                    let mut entries = Vec::new();
+                    for entry in dir.read_dir(&rel).map_err(|e| io_error(e, &p))? {
+                        let entry = entry.map_err(|e| io_error(e, &p))?;
+                        let ft = entry.file_type().map_err(|e| io_error(e, &p))?;
+                        let kind = if ft.is_symlink() {
+                            "symlink"
+                        } else if ft.is_dir() {
+                            "dir"
+                        } else if ft.is_file() {
+                            "file"
+                        } else {
+                            "other"
+                        };
+                        let size = if ft.is_file() {
+                            entry.metadata().map(|m| m.len()).unwrap_or(0)
+                        } else {
+                            0
+                        };
+                        entries.push(json!({
+                            "name": entry.file_name().to_string_lossy(),
+                            "type": kind,
+                            "size": size,
+                        }));
+                        if entries.len() >= 10_000 {
+                            break;
+                        }
+                    }
+                    entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+                    Ok(json!({"path": p, "entries": entries}))
+                })
+                .await
+            }
+        },
+    )
+}
+
+fn exec(root: PathBuf) -> FnTool {
+    FnTool::new(
+        "exec",
+        "Runs a command (argv list, no shell) in the root directory. Always needs approval. \
+         Returns {exitCode, stdout, stderr, stdoutTruncated, stderrTruncated, timedOut}.",
+        json!({"type": "object",
+               "properties": {
+                   "command": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 256},
+                   "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 600000}
+               },
+               "required": ["command"], "additionalProperties": false}),
+        move |args, ctx| {
+            let root = root.clone();
+            async move {
+                let argv: Vec<String> = args["command"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                    .unwrap_or_default();
+                let timeout = Duration::from_millis(
+                    args.get("timeoutMs")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(DEFAULT_EXEC_TIMEOUT_MS),
+                );
+                let until = (Instant::now() + timeout).min(ctx.deadline);
+                run_command(&root, &argv, until, &ctx.cancel).await
+            }
+        },
+    )
+    .requiring_approval(|_| true)
+}
+
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut truncated = false;
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = MAX_EXEC_OUTPUT_BYTES.saturating_sub(kept.len());
+                if n > room {
+                    truncated = true;
+                }
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    (kept, truncated)
+}
+
+async fn run_command(
+    root: &Path,
+    argv: &[String],
+    until: Instant,
+    cancel: &harness_core::CancellationToken,
+) -> Result<Value, ToolError> {
+    let (program, rest) = argv
+        .split_first()
+        .ok_or_else(|| ToolError::new("command must not be empty"))?;
+    let mut child = tokio::process::Command::new(program)
+        .args(rest)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| ToolError::new(format!("could not start {program}: {e}")))?;
+    let out = tokio::spawn(read_capped(child.stdout.take().expect("piped")));
+    let err = tokio::spawn(read_capped(child.stderr.take().expect("piped")));
+    let mut timed_out = false;
+    let status = tokio::select! {
+        s = child.wait() => Some(s),
+        _ = tokio::time::sleep_until(until.into()) => { timed_out = true; None }
+        _ = cancel.cancelled() => None,
+    };
+    let status = match status {
+        Some(s) => s.map_err(|e| ToolError::new(format!("waiting for {program}: {e}")))?,
+        None => {
+            let _ = child.kill().await;
+            if !timed_out {
+                return Err(ToolError::cancelled());
+            }
+            child
+                .wait()
+                .await
+                .map_err(|e| ToolError::new(format!("waiting for {program}: {e}")))?
+        }
+    };
+    let (stdout, so_trunc) = out.await.unwrap_or_default();
+    let (stderr, se_trunc) = err.await.unwrap_or_default();
+    Ok(json!({
+        "exitCode": status.code(),
+        "stdout": String::from_utf8_lossy(&stdout),
+        "stderr": String::from_utf8_lossy(&stderr),
+        "stdoutTruncated": so_trunc,
+        "stderrTruncated": se_trunc,
+        "timedOut": timed_out,
+    }))
+}

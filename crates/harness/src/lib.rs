@@ -1,0 +1,263 @@
+//! Run JavaScript written by a language model inside a sandboxed engine,
+//! let it call host tools, and get back one structured report.
+//!
+//! Engines are chosen by Cargo feature (`quickjs`, on by default) and at run
+//! time with [`EngineKind`]. Everything engine-neutral lives in
+//! [`harness_core`], re-exported here as [`core`].
+//!
+//! # Examples
+//! ```
+//! use harness::{Harness, FnTool, ToolRegistry};
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let mut tools = ToolRegistry::new();
+//! tools.register(FnTool::new("add", "Adds two numbers",
+//!     json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+//!            "required": ["a", "b"]}),
+//!     |args, _ctx| async move {
+//!         Ok(json!(args["a"].as_f64().unwrap() + args["b"].as_f64().unwrap()))
+//!     })).unwrap();
+//!
+//! let harness = Harness::builder().tools(tools).build().unwrap();
+//! let report = harness.run("const s = await tools.add({a: 1, b: 2}); return s * 10").await;
+//! assert!(report.ok);
+//! assert_eq!(report.value, Some(json!(30)));
+//! # });
+//! ```
+
+#[cfg(feature = "builtin-tools")]
+pub mod builtin;
+mod engine;
+
+pub use engine::{EngineKind, UnknownEngine};
+pub use harness_core as core;
+pub use harness_core::{
+    Allowlist, ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny,
+    CancellationToken, ErrorCode, ExecutionReport, ExecutionRequest, FnTool, Limits, Mode, Phase,
+    ScriptContext, ScriptError, ScriptRuntimeAdapter, Tool, ToolContext, ToolError, ToolRegistry,
+    ToolSet,
+};
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Why a [`Harness`] could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    #[error(transparent)]
+    UnknownEngine(#[from] UnknownEngine),
+}
+
+/// A configured harness: one engine, one tool set, limits, mode and context.
+/// Cheap to clone; runs may happen concurrently.
+#[derive(Clone)]
+pub struct Harness {
+    adapter: Arc<dyn ScriptRuntimeAdapter>,
+    tools: ToolSet,
+    limits: Limits,
+    mode: Mode,
+    context: ScriptContext,
+}
+
+impl fmt::Debug for Harness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Harness")
+            .field("engine", &self.adapter.info().name)
+            .field("tools", &self.tools)
+            .field("limits", &self.limits)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+impl Harness {
+    /// Starts a builder with the default engine, no tools, default limits.
+    pub fn builder() -> HarnessBuilder {
+        HarnessBuilder::default()
+    }
+
+    /// The engine in use.
+    pub fn engine(&self) -> harness_core::EngineInfo {
+        self.adapter.info()
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Runs a script (the body of an async function) and reports.
+    ///
+    /// # Examples
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let h = harness::Harness::builder().build().unwrap();
+    /// let r = h.run("return [1, 2, 3].map(x => x * 2)").await;
+    /// assert_eq!(r.value, Some(serde_json::json!([2, 4, 6])));
+    /// let r = h.run("null.x").await;
+    /// assert_eq!(r.error.unwrap().code, harness::ErrorCode::ScriptRuntimeError);
+    /// # });
+    /// ```
+    pub async fn run(&self, source: &str) -> ExecutionReport {
+        self.run_with_cancel(source, CancellationToken::new()).await
+    }
+
+    /// Like [`Harness::run`], stopping with ScriptCancelledError when
+    /// `cancel` fires.
+    pub async fn run_with_cancel(
+        &self,
+        source: &str,
+        cancel: CancellationToken,
+    ) -> ExecutionReport {
+        let request = ExecutionRequest {
+            source: source.to_owned(),
+            limits: self.limits.clone(),
+            context: self.context.clone(),
+            mode: self.mode,
+            tools: self.tools.clone(),
+            cancel,
+        };
+        self.adapter.execute(request).await
+    }
+
+    /// Runs raw bytes: strips a BOM, checks UTF-8 and the size cap first.
+    pub async fn run_bytes(&self, source: &[u8]) -> ExecutionReport {
+        match harness_core::source::decode_source(source, self.limits.max_source_bytes) {
+            Ok(s) => self.run(&s).await,
+            Err(e) => ExecutionReport::failed(&self.adapter.info().name, e),
+        }
+    }
+
+    /// Parses a script without running any of it.
+    ///
+    /// # Examples
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let h = harness::Harness::builder().build().unwrap();
+    /// let err = h.check("return 1 +").await.unwrap_err();
+    /// assert_eq!(err.code, harness::ErrorCode::ScriptSyntaxError);
+    /// assert_eq!(err.location.unwrap().line, 1);
+    /// # });
+    /// ```
+    pub async fn check(&self, source: &str) -> Result<(), ScriptError> {
+        if source.len() as u64 > self.limits.max_source_bytes {
+            return Err(ScriptError::new(
+                ErrorCode::ScriptTooLargeError,
+                Phase::Parsing,
+                format!(
+                    "script is {} bytes; the limit is {} bytes",
+                    source.len(),
+                    self.limits.max_source_bytes
+                ),
+            ));
+        }
+        self.adapter.check_syntax(source).await
+    }
+}
+
+/// Builds a [`Harness`].
+///
+/// # Examples
+/// ```
+/// use harness::{Harness, EngineKind, Limits, Mode};
+/// let h = Harness::builder()
+///     .engine(EngineKind::default())
+///     .limits(Limits { timeout_ms: 5_000, ..Limits::default() })
+///     .mode(Mode::DryRun)
+///     .build()
+///     .unwrap();
+/// assert_eq!(h.limits().timeout_ms, 5_000);
+/// ```
+#[derive(Default)]
+pub struct HarnessBuilder {
+    engine: Option<EngineKind>,
+    adapter: Option<Arc<dyn ScriptRuntimeAdapter>>,
+    registry: Option<Arc<ToolRegistry>>,
+    allow: Allowlist,
+    approvals: Option<Arc<dyn ApprovalBridge>>,
+    limits: Limits,
+    mode: Mode,
+    context: ScriptContext,
+}
+
+impl fmt::Debug for HarnessBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HarnessBuilder")
+            .field("engine", &self.engine)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HarnessBuilder {
+    /// Chooses a built-in engine.
+    pub fn engine(mut self, engine: EngineKind) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// Uses an adapter you built yourself (overrides [`HarnessBuilder::engine`]).
+    pub fn adapter(mut self, adapter: Arc<dyn ScriptRuntimeAdapter>) -> Self {
+        self.adapter = Some(adapter);
+        self
+    }
+
+    pub fn tools(mut self, registry: ToolRegistry) -> Self {
+        self.registry = Some(Arc::new(registry));
+        self
+    }
+
+    pub fn shared_tools(mut self, registry: Arc<ToolRegistry>) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Restricts the tools a script sees (names of tools or packs).
+    pub fn allow(mut self, allow: Allowlist) -> Self {
+        self.allow = allow;
+        self
+    }
+
+    /// Who answers approval requests. Default: deny everything.
+    pub fn approvals(mut self, bridge: Arc<dyn ApprovalBridge>) -> Self {
+        self.approvals = Some(bridge);
+        self
+    }
+
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    pub fn context(mut self, context: ScriptContext) -> Self {
+        self.context = context;
+        self
+    }
+
+    pub fn build(self) -> Result<Harness, BuildError> {
+        let adapter = match self.adapter {
+            Some(a) => a,
+            None => self.engine.unwrap_or_default().adapter()?,
+        };
+        let tools = ToolSet {
+            registry: self.registry.unwrap_or_default(),
+            allow: self.allow,
+            approvals: self
+                .approvals
+                .unwrap_or_else(|| Arc::new(AutoDeny::default())),
+        };
+        Ok(Harness {
+            adapter,
+            tools,
+            limits: self.limits,
+            mode: self.mode,
+            context: self.context,
+        })
+    }
+}
