@@ -281,6 +281,9 @@
       return '(unprintable)';
     }
   }
+  function bigintReplacer(_k, x) {
+    return typeof x === 'bigint' ? StringCtor(x) + 'n' : x;
+  }
   function inspect(v) {
     const t = typeof v;
     if (t === 'string') return v;
@@ -293,7 +296,7 @@
       try { return StringCtor(v.name) + ': ' + StringCtor(v.message); } catch (_) { return '[Error]'; }
     }
     try {
-      const s = jsonStringify(v);
+      const s = jsonStringify(v, bigintReplacer);
       return s === undefined ? StringCtor(v) : s;
     } catch (_) {
       try { return StringCtor(v); } catch (_2) { return '[object]'; }
