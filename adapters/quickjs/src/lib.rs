@@ -33,8 +33,9 @@ use harness_core::{
 };
 use rquickjs::context::intrinsic;
 use rquickjs::context::EvalOptions;
+use rquickjs::module::WriteOptions;
 use rquickjs::{Context, Ctx, Function, Module, Object, Persistent, Runtime, Value};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 mod alloc;
@@ -66,6 +67,44 @@ type Intrinsics = (
     intrinsic::Promise,
     intrinsic::WeakRef,
 );
+
+/// The prelude compiled once per process to QuickJS bytecode (as a module
+/// whose default export is the prelude function). Parsing it costs about a
+/// millisecond; loading bytecode a small fraction of that.
+static PRELUDE_BYTECODE: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
+
+fn prelude_bytecode() -> Result<&'static [u8], EngineFault> {
+    PRELUDE_BYTECODE
+        .get_or_init(|| {
+            let rt = Runtime::new().map_err(|e| e.to_string())?;
+            let ctx = Context::custom::<Intrinsics>(&rt).map_err(|e| e.to_string())?;
+            ctx.with(|ctx| {
+                let source = format!("export default {};", harness_core::event_loop::PRELUDE);
+                let module = Module::declare(ctx.clone(), PRELUDE_FILE, source).map_err(|e| {
+                    let f = exception_fault(ctx.catch());
+                    format!("prelude does not compile: {e}: {} {}", f.name, f.message)
+                })?;
+                let opts = WriteOptions {
+                    strip_source: true,
+                    strip_debug: true,
+                    ..WriteOptions::default()
+                };
+                module.write(opts).map_err(|e| e.to_string())
+            })
+        })
+        .as_deref()
+        .map_err(|e| internal(e))
+}
+
+/// Instantiates the prelude function from the cached bytecode.
+#[allow(unsafe_code)]
+fn load_prelude<'js>(ctx: &Ctx<'js>, bytes: &'static [u8]) -> rquickjs::Result<Function<'js>> {
+    // SAFETY: `bytes` was produced by `Module::write` in this process, by the
+    // same QuickJS build, and is 'static, as JS_READ_OBJ_ROM_DATA requires.
+    let module = unsafe { Module::load(ctx.clone(), bytes)? };
+    let (module, _promise) = module.eval()?;
+    module.get("default")
+}
 
 /// What the interrupt handler checks; set for each run.
 #[derive(Default)]
@@ -270,13 +309,13 @@ impl Engine for QjsEngine<'_> {
             }
             e => internal(&e.to_string()),
         })?;
+        // `setup.prelude` is the same core PRELUDE the bytecode was built from.
+        debug_assert_eq!(setup.prelude, harness_core::event_loop::PRELUDE);
+        let bytecode = prelude_bytecode()?;
         let (start, settle) = ctx
             .with(|ctx| {
                 let run = || -> rquickjs::Result<(Function<'_>, Function<'_>)> {
-                    let mut opts = EvalOptions::default();
-                    opts.strict = true;
-                    opts.filename = Some(PRELUDE_FILE.to_owned());
-                    let prelude: Function = ctx.eval_with_options(setup.prelude, opts)?;
+                    let prelude = load_prelude(&ctx, bytecode)?;
                     let host_fn =
                         Function::new(ctx.clone(), move |op: String, a: String, b: String| {
                             host_call(&host, &op, &a, &b)

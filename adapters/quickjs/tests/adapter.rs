@@ -19,7 +19,13 @@ async fn info_names_the_engine_and_its_capabilities() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtimes_are_reused_after_clean_runs_and_rebuilt_after_faults() {
     let e = QuickJs::with_max_workers(1);
-    for src in ["return 1", "while(true){}", "return 2", "function f(){f()} f()", "return 3"] {
+    for src in [
+        "return 1",
+        "while(true){}",
+        "return 2",
+        "function f(){f()} f()",
+        "return 3",
+    ] {
         let mut r = ExecutionRequest::new(src);
         r.limits.timeout_ms = 200;
         let rep = e.execute(r).await;
@@ -34,15 +40,23 @@ async fn runtimes_are_reused_after_clean_runs_and_rebuilt_after_faults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_tool_is_a_tool_error_not_a_host_crash() {
     let mut reg = ToolRegistry::new();
-    reg.register(FnTool::new("boom", "panics", json!({"type": "object"}), |_, _| async move {
-        panic!("tool bug")
-    }))
+    reg.register(FnTool::new(
+        "boom",
+        "panics",
+        json!({"type": "object"}),
+        |_, _| async move { panic!("tool bug") },
+    ))
     .unwrap();
     let e = QuickJs::new();
-    let mut r = ExecutionRequest::new("try { await tools.boom({}) } catch (err) { return [err.name, err.message] }");
+    let mut r = ExecutionRequest::new(
+        "try { await tools.boom({}) } catch (err) { return [err.name, err.message] }",
+    );
     r.tools = ToolSet::new(Arc::new(reg));
     let rep = e.execute(r).await;
-    assert_eq!(rep.value, Some(json!(["ToolExecutionError", "the tool panicked"])));
+    assert_eq!(
+        rep.value,
+        Some(json!(["ToolExecutionError", "the tool panicked"]))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,13 +13,22 @@ fn harness(args: &[&str], stdin: &str, cwd: &std::path::Path) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn harness");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
 fn json(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!("not JSON ({e}): {}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
     })
 }
 
@@ -35,7 +44,10 @@ fn run_json_prints_the_report() {
         assert!(r.get(key).is_some(), "missing {key}: {r}");
     }
     for key in ["engine", "duration_ms", "tool_calls", "memory_used_bytes"] {
-        assert!(r["metrics"].get(key).is_some(), "missing metrics.{key}: {r}");
+        assert!(
+            r["metrics"].get(key).is_some(),
+            "missing metrics.{key}: {r}"
+        );
     }
     assert_eq!(r["metrics"]["engine"], "quickjs");
 }
@@ -43,15 +55,22 @@ fn run_json_prints_the_report() {
 #[test]
 fn failures_exit_1_with_the_error_shape() {
     let dir = tempfile::tempdir().unwrap();
-    let o = harness(&["run", "--json", "--timeout-ms", "200", "-"], "while (true) {}", dir.path());
+    let o = harness(
+        &["run", "--json", "--timeout-ms", "200", "-"],
+        "while (true) {}",
+        dir.path(),
+    );
     assert_eq!(o.status.code(), Some(1));
     let e = &json(&o)["error"];
     assert_eq!(e["code"], "ScriptTimeoutError");
     assert_eq!(e["phase"], "executing");
     assert!(e["message"].is_string() && e["name"].is_string());
 
-    let o = harness(&["run", "--json", "--max-tool-calls", "1", "-"],
-        "await tools.list_dir({path: '.'}); await tools.list_dir({path: '.'})", dir.path());
+    let o = harness(
+        &["run", "--json", "--max-tool-calls", "1", "-"],
+        "await tools.list_dir({path: '.'}); await tools.list_dir({path: '.'})",
+        dir.path(),
+    );
     let r = json(&o);
     assert_eq!(r["error"]["code"], "ToolBudgetExceededError");
     assert_eq!(r["error"]["tool"], "list_dir");
@@ -59,7 +78,11 @@ fn failures_exit_1_with_the_error_shape() {
     assert_eq!(r["tool_calls"][0]["status"], "ok");
     assert!(r["tool_calls"][0]["duration_ms"].is_number());
 
-    let o = harness(&["run", "--json", "--memory-mb", "16", "-"], "const a = []; while (true) a.push('x'.repeat(1e4) + a.length)", dir.path());
+    let o = harness(
+        &["run", "--json", "--memory-mb", "16", "-"],
+        "const a = []; while (true) a.push('x'.repeat(1e4) + a.length)",
+        dir.path(),
+    );
     assert_eq!(json(&o)["error"]["code"], "ScriptMemoryError");
 }
 
@@ -77,7 +100,12 @@ fn usage_errors_exit_2() {
         vec!["frobnicate"],
     ] {
         let o = harness(&args, "return 1", dir.path());
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         assert!(!o.stderr.is_empty(), "{args:?} printed no reason");
     }
 }
@@ -101,14 +129,24 @@ fn files_are_confined_to_the_root() {
         const listed = (await tools.list_dir({path: "."})).entries.map(e => e.name);
         return {read, refused, listed};
     "#;
-    let o = harness(&["run", "--json", "--root", root.to_str().unwrap(), "-"], script, dir.path());
+    let o = harness(
+        &["run", "--json", "--root", root.to_str().unwrap(), "-"],
+        script,
+        dir.path(),
+    );
     let r = json(&o);
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["value"]["read"], "hello");
-    assert_eq!(r["value"]["refused"], serde_json::json!(vec!["ToolExecutionError"; 5]));
+    assert_eq!(
+        r["value"]["refused"],
+        serde_json::json!(vec!["ToolExecutionError"; 5])
+    );
     assert_eq!(r["value"]["listed"], serde_json::json!(["link", "sub"]));
     assert!(!dir.path().join("escape.txt").exists());
-    assert_eq!(std::fs::read_to_string(root.join("sub/out.txt")).unwrap(), "hello");
+    assert_eq!(
+        std::fs::read_to_string(root.join("sub/out.txt")).unwrap(),
+        "hello"
+    );
 }
 
 #[test]
@@ -116,10 +154,22 @@ fn exec_needs_approval() {
     let dir = tempfile::tempdir().unwrap();
     let script = "try { return (await tools.exec({command: ['echo', 'hi']})).stdout } catch (e) { return e.name }";
     let o = harness(&["run", "--json", "-"], script, dir.path());
-    assert_eq!(json(&o)["value"], "ApprovalDeniedError", "no terminal: denied");
-    let o = harness(&["run", "--json", "--approve", "no", "-"], script, dir.path());
+    assert_eq!(
+        json(&o)["value"],
+        "ApprovalDeniedError",
+        "no terminal: denied"
+    );
+    let o = harness(
+        &["run", "--json", "--approve", "no", "-"],
+        script,
+        dir.path(),
+    );
     assert_eq!(json(&o)["value"], "ApprovalDeniedError");
-    let o = harness(&["run", "--json", "--approve", "yes", "-"], script, dir.path());
+    let o = harness(
+        &["run", "--json", "--approve", "yes", "-"],
+        script,
+        dir.path(),
+    );
     let r = json(&o);
     assert_eq!(r["value"], "hi\n");
     assert_eq!(r["approvals"][0]["outcome"], "approved");
@@ -131,7 +181,11 @@ fn check_reports_line_and_column_and_runs_nothing() {
     let o = harness(&["check", "-"], "let a = 1;\nlet b = ;\n", dir.path());
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stdout).contains("script.js:2:9"));
-    let o = harness(&["check", "--json", "-"], "await tools.write_file({path: 'x', content: 'y'})", dir.path());
+    let o = harness(
+        &["check", "--json", "-"],
+        "await tools.write_file({path: 'x', content: 'y'})",
+        dir.path(),
+    );
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(json(&o)["ok"], true);
     assert!(!dir.path().join("x").exists());
@@ -140,9 +194,16 @@ fn check_reports_line_and_column_and_runs_nothing() {
 #[test]
 fn readable_summary_without_json() {
     let dir = tempfile::tempdir().unwrap();
-    let o = harness(&["run", "-"], "console.log('hello'); return {a: 1}", dir.path());
+    let o = harness(
+        &["run", "-"],
+        "console.log('hello'); return {a: 1}",
+        dir.path(),
+    );
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("[log] hello") && out.contains("\"a\": 1") && out.contains("quickjs"), "{out}");
+    assert!(
+        out.contains("[log] hello") && out.contains("\"a\": 1") && out.contains("quickjs"),
+        "{out}"
+    );
     let o = harness(&["run", "-"], "null.x", dir.path());
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("ScriptRuntimeError (executing)"), "{out}");

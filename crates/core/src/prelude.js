@@ -29,6 +29,7 @@
   const PromiseCtor = Promise;
   const promiseThen = Promise.prototype.then;
   const promiseReject = Promise.reject.bind(Promise);
+  const promiseResolve = Promise.resolve.bind(Promise);
   const ErrorCtor = Error;
   const TypeErrorCtor = TypeError;
   const StringCtor = String;
@@ -405,7 +406,7 @@
       fail(e);
       return;
     }
-    apply(promiseThen, p, [finish, fail]);
+    apply(promiseThen, promiseResolve(p), [finish, fail]);
   }
 
   return { start: start, settle: settle };

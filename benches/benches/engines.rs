@@ -1,0 +1,75 @@
+//! Engine benches: the same workloads on every engine built in.
+//!
+//! Run: `cargo bench -p harness-benches` (one group: `--bench engines -- trivial`).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use harness_benches::*;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio")
+}
+
+fn trivial(c: &mut Criterion) {
+    let rt = runtime();
+    let mut g = c.benchmark_group("trivial");
+    for engine in engines() {
+        let h = harness(engine);
+        g.bench_function(BenchmarkId::from_parameter(engine), |b| {
+            b.iter(|| {
+                let r = rt.block_on(h.run(TRIVIAL));
+                assert!(r.ok);
+            })
+        });
+    }
+    g.finish();
+}
+
+fn tool_calls(c: &mut Criterion) {
+    let rt = runtime();
+    let mut g = c.benchmark_group("tool_calls");
+    for engine in engines() {
+        let h = harness(engine);
+        for n in [1usize, 10, 100] {
+            let src = sequential_calls(n);
+            g.throughput(Throughput::Elements(n as u64));
+            g.bench_with_input(
+                BenchmarkId::new(format!("{engine}/sequential"), n),
+                &src,
+                |b, src| b.iter(|| assert!(rt.block_on(h.run(src)).ok)),
+            );
+        }
+        let src = parallel_calls(32);
+        g.throughput(Throughput::Elements(32));
+        g.bench_with_input(
+            BenchmarkId::new(format!("{engine}/promise_all"), 32),
+            &src,
+            |b, src| b.iter(|| assert!(rt.block_on(h.run(src)).ok)),
+        );
+    }
+    g.finish();
+}
+
+fn workloads(c: &mut Criterion) {
+    let rt = runtime();
+    let mut g = c.benchmark_group("workloads");
+    g.sample_size(20);
+    for engine in engines() {
+        let h = harness(engine);
+        for (name, src) in [
+            ("cpu_1e6_additions", CPU_BOUND),
+            ("json_100kib", JSON_HEAVY),
+        ] {
+            g.bench_function(BenchmarkId::new(name, engine), |b| {
+                b.iter(|| assert!(rt.block_on(h.run(src)).ok))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, trivial, tool_calls, workloads);
+criterion_main!(benches);

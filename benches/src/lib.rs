@@ -1,0 +1,54 @@
+//! Shared workloads for the criterion benches: the same scripts and tools
+//! for every engine, driven through the `ScriptRuntimeAdapter` trait.
+
+use harness::{EngineKind, FnTool, Harness, ToolRegistry};
+use serde_json::json;
+
+/// `return 1+1`, end to end: prepare, fresh hardened context, run, report.
+pub const TRIVIAL: &str = "return 1+1";
+
+/// `n` sequential calls to `echo`.
+pub fn sequential_calls(n: usize) -> String {
+    format!("let last; for (let i = 0; i < {n}; i++) last = await tools.echo({{i}}); return last.i")
+}
+
+/// `n` calls through `Promise.all`.
+pub fn parallel_calls(n: usize) -> String {
+    format!("const r = await Promise.all(Array.from({{length: {n}}}, (_, i) => tools.echo({{i}}))); return r.length")
+}
+
+/// A loop of 10^6 additions.
+pub const CPU_BOUND: &str = "let s = 0; for (let i = 0; i < 1e6; i++) s += i; return s";
+
+/// Build, stringify and return a ~100 KiB object.
+pub const JSON_HEAVY: &str = "const rows = []; for (let i = 0; i < 1500; i++) rows.push({id: i, name: 'row ' + i, tags: ['a', 'b'], ok: i % 2 === 0}); const s = JSON.stringify(rows); return JSON.parse(s).length + s.length";
+
+/// A harness on `engine` with an `echo` tool and budgets large enough for
+/// the workloads.
+pub fn harness(engine: EngineKind) -> Harness {
+    let mut tools = ToolRegistry::new();
+    tools
+        .register(FnTool::new(
+            "echo",
+            "returns its arguments",
+            json!({"type": "object"}),
+            |a, _| async move { Ok(a) },
+        ))
+        .expect("echo registers");
+    let limits = harness::Limits {
+        max_tool_calls: 1000,
+        max_concurrent_tool_calls: 32,
+        ..harness::Limits::default()
+    };
+    Harness::builder()
+        .engine(engine)
+        .tools(tools)
+        .limits(limits)
+        .build()
+        .expect("engine is built in")
+}
+
+/// Engines compiled into this build.
+pub fn engines() -> Vec<EngineKind> {
+    EngineKind::available()
+}
