@@ -16,9 +16,12 @@ use crate::sinks::{ms, ConsoleSink, ProgressSink};
 use crate::tracker::PromiseTracker;
 use serde_json::{json, Value};
 use std::cell::RefCell;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -464,7 +467,16 @@ impl<E: Engine> LoopControl<'_, E> {
             if let Err(f) = self.engine.run_jobs() {
                 return self.fault_end(f);
             }
-            self.dispatch_calls();
+            let finished = self.dispatch_calls();
+            if !finished.is_empty() {
+                for (id, outcome) in finished {
+                    if let Err(f) = self.complete(id, outcome) {
+                        return self.fault_end(f);
+                    }
+                }
+                // Their promises settled: let the script react first.
+                continue;
+            }
             let (settled, pending) = {
                 let h = self.host.borrow();
                 (h.outcome.is_some(), h.tracker.pending_count())
@@ -473,7 +485,7 @@ impl<E: Engine> LoopControl<'_, E> {
                 return End::Settled;
             }
             if pending == 0 {
-                return End::Deadlock;
+                return self.stalled();
             }
             let left = self.deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -496,25 +508,35 @@ impl<E: Engine> LoopControl<'_, E> {
                 match ev {
                     LoopEvent::Cancelled => return End::Cancelled,
                     LoopEvent::ToolDone(id, outcome) => {
-                        if !self.host.borrow_mut().tracker.complete(id, &outcome) {
-                            continue;
-                        }
-                        let r = match &outcome {
-                            Ok(json) => self.engine.settle(id, true, json),
-                            Err(f) => {
-                                let payload =
-                                    json!({"code": f.code.as_str(), "message": f.message})
-                                        .to_string();
-                                self.engine.settle(id, false, &payload)
-                            }
-                        };
-                        if let Err(f) = r {
+                        if let Err(f) = self.complete(id, outcome) {
                             return self.fault_end(f);
                         }
                     }
                 }
             }
         }
+    }
+
+    /// Nothing is pending and the script has not settled. Usually the
+    /// script awaits a promise nothing can settle; but an engine may also
+    /// swallow its own interrupt or out-of-memory error into an unobserved
+    /// promise (quickjs-ng does, inside promise reaction jobs), so look at
+    /// why the engine stopped first.
+    fn stalled(&mut self) -> End {
+        if self.engine.memory_exhausted() {
+            return End::Fault(EngineFault::new(
+                FaultKind::OutOfMemory,
+                "InternalError",
+                "out of memory",
+            ));
+        }
+        if self.cancel.is_cancelled() {
+            return End::Cancelled;
+        }
+        if Instant::now() >= self.deadline {
+            return End::Timeout;
+        }
+        End::Deadlock
     }
 
     fn fault_end(&mut self, mut f: EngineFault) -> End {
@@ -539,27 +561,62 @@ impl<E: Engine> LoopControl<'_, E> {
         End::Fault(f)
     }
 
-    fn dispatch_calls(&mut self) {
+    /// Hands new tool calls to the facade. Each call is polled once right
+    /// here, inside the tokio context: most tools (and every rejection by
+    /// the facade's checks) finish on their first poll, and then no thread
+    /// hop is paid. Calls still pending are spawned on tokio. Returns the
+    /// calls that finished inline.
+    fn dispatch_calls(&mut self) -> Vec<(u64, CallOutcome)> {
         let calls = std::mem::take(&mut self.host.borrow_mut().new_calls);
+        let mut done = Vec::new();
         for (id, name, args) in calls {
-            let token = {
-                let h = self.host.borrow();
-                h.tracker_token(id)
+            let token = self.host.borrow().tracker_token(id);
+            let mut fut = Box::pin(self.facade.clone().call(id, name, args, token));
+            let first = {
+                let _rt = self.tokio.enter();
+                let mut cx = Context::from_waker(Waker::noop());
+                catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx)))
             };
-            let fut = self.facade.clone().call(id, name, args, token);
-            let guard = CompletionGuard {
-                id,
-                tx: self.tx.clone(),
-                sent: false,
-            };
-            let task = self.tokio.spawn(async move {
-                let outcome = fut.await;
-                guard.send(outcome);
-            });
-            self.host
-                .borrow_mut()
-                .tracker
-                .attach_task(id, task.abort_handle());
+            match first {
+                Ok(Poll::Ready(outcome)) => done.push((id, outcome)),
+                Err(_) => done.push((
+                    id,
+                    Err(CallFailure::new(
+                        ErrorCode::ToolExecutionError,
+                        "the tool panicked",
+                    )),
+                )),
+                Ok(Poll::Pending) => {
+                    let guard = CompletionGuard {
+                        id,
+                        tx: self.tx.clone(),
+                        sent: false,
+                    };
+                    let task = self.tokio.spawn(async move {
+                        let outcome = fut.await;
+                        guard.send(outcome);
+                    });
+                    self.host
+                        .borrow_mut()
+                        .tracker
+                        .attach_task(id, task.abort_handle());
+                }
+            }
+        }
+        done
+    }
+
+    /// Records a finished call and settles its promise in the engine.
+    fn complete(&mut self, id: u64, outcome: CallOutcome) -> Result<(), EngineFault> {
+        if !self.host.borrow_mut().tracker.complete(id, &outcome) {
+            return Ok(());
+        }
+        match &outcome {
+            Ok(json) => self.engine.settle(id, true, json),
+            Err(f) => {
+                let payload = json!({"code": f.code.as_str(), "message": f.message}).to_string();
+                self.engine.settle(id, false, &payload)
+            }
         }
     }
 
