@@ -30,6 +30,8 @@ pub(crate) struct AllocState {
     halted: AtomicBool,
     /// Highest `used` since the last `arm`.
     peak: AtomicUsize,
+    /// Counts `arm`s, so a late halt cannot reach the next run.
+    generation: AtomicUsize,
 }
 
 impl AllocState {
@@ -40,6 +42,7 @@ impl AllocState {
 
     /// Sets the limit for the next run and forgets earlier refusals.
     pub(crate) fn arm(&self, limit: usize) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         self.limit.store(limit, Ordering::Relaxed);
         self.refused.store(false, Ordering::Relaxed);
         self.halted.store(false, Ordering::Relaxed);
@@ -62,8 +65,15 @@ impl AllocState {
     /// interrupts only every 10,000 ticks, and a loop over heavy native
     /// calls (sorting, JSON of big data) ticks rarely; failing their
     /// allocations ends such work at once, so the next check comes soon.
-    pub(crate) fn halt(&self) {
-        self.halted.store(true, Ordering::Relaxed);
+    pub(crate) fn halt(&self, generation: usize) {
+        if self.generation.load(Ordering::Acquire) == generation {
+            self.halted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The current run's generation, for [`AllocState::halt`].
+    pub(crate) fn generation(&self) -> usize {
+        self.generation.load(Ordering::Acquire)
     }
 
     pub(crate) fn halted(&self) -> bool {

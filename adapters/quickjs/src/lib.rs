@@ -35,6 +35,8 @@ use rquickjs::context::intrinsic;
 use rquickjs::context::EvalOptions;
 use rquickjs::module::WriteOptions;
 use rquickjs::{Context, Ctx, Function, Module, Object, Persistent, Runtime, Value};
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -106,6 +108,54 @@ fn load_prelude<'js>(ctx: &Ctx<'js>, bytes: &'static [u8]) -> rquickjs::Result<F
     module.get("default")
 }
 
+/// Where a context's native host function finds the current run.
+type HostSlot = Rc<RefCell<Option<HostHandle>>>;
+
+/// A fresh context with the prelude's hardening done and nothing
+/// installed: no script has run in it. Field order is drop order.
+struct Warm {
+    install: Persistent<Function<'static>>,
+    host: HostSlot,
+    ctx: Context,
+}
+
+fn context_fault(e: rquickjs::Error) -> EngineFault {
+    match e {
+        rquickjs::Error::Allocation => {
+            EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory")
+        }
+        e => internal(&e.to_string()),
+    }
+}
+
+/// Creates a context on `rt` and runs the hardening half of the prelude.
+fn harden(rt: &Runtime) -> Result<Warm, EngineFault> {
+    let bytecode = prelude_bytecode()?;
+    let ctx = Context::custom::<Intrinsics>(rt).map_err(context_fault)?;
+    let host: HostSlot = Rc::new(RefCell::new(None));
+    let slot = host.clone();
+    let install = ctx.with(|ctx| {
+        let run = || -> rquickjs::Result<Function<'_>> {
+            let prelude = load_prelude(&ctx, bytecode)?;
+            let host_fn = Function::new(ctx.clone(), move |op: String, a: String, b: String| {
+                // Bind the handle first: the borrow must end before the call.
+                let current = slot.borrow().clone();
+                match current {
+                    Some(h) => host_call(&h, &op, &a, &b),
+                    None => String::new(),
+                }
+            })?;
+            prelude.call((host_fn,))
+        };
+        match run() {
+            Ok(f) => Ok(Persistent::save(&ctx, f)),
+            Err(rquickjs::Error::Exception) => Err(exception_fault(ctx.catch())),
+            Err(e) => Err(context_fault(e)),
+        }
+    })?;
+    Ok(Warm { install, host, ctx })
+}
+
 /// What the interrupt handler checks; set for each run.
 #[derive(Default)]
 struct InterruptState {
@@ -152,6 +202,8 @@ impl RuntimeSlot {
 /// Per-thread state: the reusable runtime, if healthy.
 #[derive(Default)]
 struct Worker {
+    // Dropped before the runtime it lives in.
+    warm: Option<Warm>,
     slot: Option<RuntimeSlot>,
 }
 
@@ -161,19 +213,10 @@ struct QjsEngine<'w> {
     // before the runtime it lives in.
     start_fn: Option<Persistent<Function<'static>>>,
     settle_fn: Option<Persistent<Function<'static>>>,
-    ctx: Option<Context>,
+    ctx: Option<Warm>,
+    /// A context hardened ahead of time, used by `load` if present.
+    pre: Option<Warm>,
     slot: &'w RuntimeSlot,
-    tokio: tokio::runtime::Handle,
-    /// Halts the allocator at the deadline or on cancel.
-    watchdog: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for QjsEngine<'_> {
-    fn drop(&mut self) {
-        if let Some(w) = self.watchdog.take() {
-            w.abort();
-        }
-    }
 }
 
 fn internal(msg: &str) -> EngineFault {
@@ -227,8 +270,10 @@ impl QjsEngine<'_> {
         &self,
         f: impl FnOnce(&Ctx<'_>) -> Result<R, EngineFault>,
     ) -> Result<R, EngineFault> {
-        let ctx = self.ctx.as_ref().ok_or_else(|| internal("no context"))?;
-        ctx.with(|ctx| f(&ctx)).map_err(|f| self.finish_fault(f))
+        let warm = self.ctx.as_ref().ok_or_else(|| internal("no context"))?;
+        warm.ctx
+            .with(|ctx| f(&ctx))
+            .map_err(|f| self.finish_fault(f))
     }
 
     /// QuickJS throws a bare value (not an error object) only when it could
@@ -288,39 +333,24 @@ impl Engine for QjsEngine<'_> {
         // Our allocator enforces `limit`; QuickJS's own check is a backstop.
         self.slot.alloc.arm(limit);
         rt.set_memory_limit(limit.saturating_add(limit / 8).saturating_add(1 << 20));
-        let alloc = self.slot.alloc.clone();
-        let cancel = setup.cancel.clone();
-        let deadline = tokio::time::Instant::from_std(setup.deadline);
-        self.watchdog = Some(self.tokio.spawn(async move {
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = cancel.cancelled() => {}
-            }
-            alloc.halt();
-        }));
         let stack = setup
             .limits
             .stack_bytes
             .min(THREAD_STACK_BYTES as u64 - STACK_MARGIN_BYTES);
         rt.set_max_stack_size(stack as usize);
-        let ctx = Context::custom::<Intrinsics>(rt).map_err(|e| match e {
-            rquickjs::Error::Allocation => {
-                EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory")
-            }
-            e => internal(&e.to_string()),
-        })?;
         // `setup.prelude` is the same core PRELUDE the bytecode was built from.
         debug_assert_eq!(setup.prelude, harness_core::event_loop::PRELUDE);
-        let bytecode = prelude_bytecode()?;
-        let (start, settle) = ctx
+        let warm = match self.pre.take() {
+            Some(w) => w,
+            None => harden(rt).map_err(|f| self.finish_fault(f))?,
+        };
+        *warm.host.borrow_mut() = Some(host);
+        let (start, settle) = warm
+            .ctx
             .with(|ctx| {
                 let run = || -> rquickjs::Result<(Function<'_>, Function<'_>)> {
-                    let prelude = load_prelude(&ctx, bytecode)?;
-                    let host_fn =
-                        Function::new(ctx.clone(), move |op: String, a: String, b: String| {
-                            host_call(&host, &op, &a, &b)
-                        })?;
-                    let controller: Object = prelude.call((host_fn, setup.config_json))?;
+                    let install = warm.install.clone().restore(&ctx)?;
+                    let controller: Object = install.call((setup.config_json,))?;
                     Ok((controller.get("start")?, controller.get("settle")?))
                 };
                 match run() {
@@ -331,7 +361,7 @@ impl Engine for QjsEngine<'_> {
             .map_err(|f| self.finish_fault(f))?;
         self.start_fn = Some(start);
         self.settle_fn = Some(settle);
-        self.ctx = Some(ctx);
+        self.ctx = Some(warm);
         Ok(())
     }
 
@@ -415,6 +445,14 @@ impl Engine for QjsEngine<'_> {
         self.near_memory_limit()
     }
 
+    /// Halts the allocator: heavy native work then fails at once and the
+    /// next interrupt check stops the script.
+    fn stopper(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        let alloc = self.slot.alloc.clone();
+        let generation = alloc.generation();
+        Some(Box::new(move || alloc.halt(generation)))
+    }
+
     fn classify(&self, name: &str, message: &str) -> FaultKind {
         self.adjust(classify(name, message))
     }
@@ -428,29 +466,49 @@ impl Worker {
         Ok(self.slot.as_ref().expect("just set"))
     }
 
+    /// Runs one request and hands the report to `respond` as soon as it is
+    /// ready; tearing down the used context and hardening the next one
+    /// happen after that, off the caller's critical path.
     fn execute(
         &mut self,
         request: ExecutionRequest,
         tokio: &tokio::runtime::Handle,
-    ) -> ExecutionReport {
+        respond: impl FnOnce(ExecutionReport),
+    ) {
+        let pre = self.warm.take();
         let slot = match self.slot() {
             Ok(s) => s,
             Err(f) => {
-                return ExecutionReport::failed(ENGINE_NAME, ScriptError::internal(f.message))
+                respond(ExecutionReport::failed(
+                    ENGINE_NAME,
+                    ScriptError::internal(f.message),
+                ));
+                return;
             }
         };
         let mut engine = QjsEngine {
             start_fn: None,
             settle_fn: None,
             ctx: None,
+            pre,
             slot,
-            tokio: tokio.clone(),
-            watchdog: None,
         };
         let out = run_script(&mut engine, ENGINE_NAME, request, tokio);
+        respond(out.report);
         drop(engine);
         self.recycle(out.engine_tainted);
-        out.report
+        self.prewarm();
+    }
+
+    /// Hardens a fresh context for the next run, while the worker is idle.
+    fn prewarm(&mut self) {
+        if self.warm.is_some() {
+            return;
+        }
+        if let Ok(slot) = self.slot() {
+            // A failure here is not fatal: `load` hardens on demand.
+            self.warm = harden(&slot.rt).ok();
+        }
     }
 
     fn check(&mut self, source: &str) -> Result<(), ScriptError> {
@@ -498,6 +556,7 @@ impl Worker {
         }
         slot.alloc.disarm();
         if tainted || slot.rt.is_job_pending() {
+            self.warm = None;
             self.slot = None;
         } else {
             slot.rt.run_gc();
@@ -602,9 +661,22 @@ impl ScriptRuntimeAdapter for QuickJs {
             }
         };
         let mut guard = CancelOnDrop(Some(request.cancel.clone()));
-        let report = match self.on_worker(move |w| w.execute(request, &tokio)).await {
-            Ok(report) => report,
-            Err(e) => ExecutionReport::failed(ENGINE_NAME, e),
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let submitted = self.pool.submit(move |w| {
+            w.execute(request, &tokio, move |report| {
+                let _ = tx.send(report);
+            })
+        });
+        let report = match submitted {
+            Err(e) => ExecutionReport::failed(ENGINE_NAME, ScriptError::internal(e)),
+            Ok(()) => rx.await.unwrap_or_else(|_| {
+                ExecutionReport::failed(
+                    ENGINE_NAME,
+                    ScriptError::internal(
+                        "the QuickJS worker stopped before answering (engine panic)",
+                    ),
+                )
+            }),
         };
         guard.0 = None;
         report

@@ -96,10 +96,12 @@ pub type HostHandle = Rc<RefCell<HostState>>;
 /// Engine primitives. Implementations are not `Send`: each run owns its
 /// engine on one worker thread.
 pub trait Engine {
-    /// Creates a fresh context, installs the native host function that calls
-    /// [`host_call`], evaluates the prelude and calls it with the config. Arms
-    /// the interrupt handler with the deadline and cancel token, and sets the
-    /// memory and stack limits.
+    /// Provides a fresh context that no script has run in, with a native
+    /// host function that calls [`host_call`] on `host`; evaluates the
+    /// prelude, calls it as `harden(hostFn)` and the result as
+    /// `install(config)`. (The hardening half may have been done ahead of
+    /// time on a fresh context.) Arms the interrupt handler with the
+    /// deadline and cancel token, and sets the memory and stack limits.
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault>;
     /// Compiles the wrapped source as `script.js` and passes the function to
     /// the prelude's `start`. A compile error is a [`FaultKind::Syntax`] fault.
@@ -115,6 +117,12 @@ pub trait Engine {
     /// throw from a script's own `throw null`.
     fn memory_exhausted(&mut self) -> bool {
         false
+    }
+    /// A callback the watchdog calls (from another thread) when the run
+    /// passes its deadline or is cancelled, for engines that can stop work
+    /// faster than their interrupt checks notice. Asked for after `load`.
+    fn stopper(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        None
     }
     /// Maps an error the script saw (by name and message) to an engine
     /// fault kind, for errors the engine raises itself (interrupts, out of
@@ -209,7 +217,8 @@ impl HostState {
 #[derive(Debug)]
 enum LoopEvent {
     ToolDone(u64, CallOutcome),
-    Cancelled,
+    /// The watchdog saw the deadline pass or the cancel token fire.
+    Stop,
 }
 
 /// Sends a completion even if the tool task panics or is aborted, so the
@@ -321,14 +330,6 @@ pub fn run_script<E: Engine>(
         outcome: None,
     }));
     let (tx, rx) = mpsc::channel::<LoopEvent>();
-    let watcher = {
-        let tx = tx.clone();
-        let c = cancel.clone();
-        tokio.spawn(async move {
-            c.cancelled().await;
-            let _ = tx.send(LoopEvent::Cancelled);
-        })
-    };
 
     let config = prelude_config(&request, &facade);
     let setup = EngineSetup {
@@ -347,6 +348,7 @@ pub fn run_script<E: Engine>(
         tokio,
         deadline,
         cancel: cancel.clone(),
+        watch: None,
     };
     let end = ctl.drive(&setup, &request.source, &rx);
     let memory_used = ctl.engine.memory_used();
@@ -366,12 +368,11 @@ pub fn run_script<E: Engine>(
             Ok(LoopEvent::ToolDone(id, o)) => {
                 host.borrow_mut().tracker.complete(id, &o);
             }
-            Ok(LoopEvent::Cancelled) => {}
+            Ok(LoopEvent::Stop) => {}
             Err(_) => break,
         }
     }
     host.borrow_mut().tracker.detach_remaining();
-    watcher.abort();
 
     let engine_tainted = matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
     let (mut value, mut error) = ctl.conclude(end, &limits, memory_exhausted, &request.source);
@@ -442,6 +443,8 @@ struct LoopControl<'a, E: Engine> {
     tokio: &'a tokio::runtime::Handle,
     deadline: Instant,
     cancel: CancellationToken,
+    /// Registered with the watchdog for the whole run.
+    watch: Option<crate::watchdog::Watch>,
 }
 
 impl<E: Engine> LoopControl<'_, E> {
@@ -454,6 +457,18 @@ impl<E: Engine> LoopControl<'_, E> {
         if let Err(f) = self.engine.load(setup, self.host.clone()) {
             return self.fault_end(f);
         }
+        let stopper = self.engine.stopper();
+        let tx = self.tx.clone();
+        self.watch = Some(crate::watchdog::watch(
+            self.deadline,
+            self.cancel.clone(),
+            move || {
+                if let Some(stop) = stopper {
+                    stop();
+                }
+                let _ = tx.send(LoopEvent::Stop);
+            },
+        ));
         if let Err(f) = self.engine.start(&wrap_source(source)) {
             // Script code runs inside the prelude's async wrapper, so a
             // stack overflow escaping `start` happened while parsing.
@@ -506,7 +521,14 @@ impl<E: Engine> LoopControl<'_, E> {
             let mut next = Some(first);
             while let Some(ev) = next.take().or_else(|| rx.try_recv().ok()) {
                 match ev {
-                    LoopEvent::Cancelled => return End::Cancelled,
+                    LoopEvent::Stop => {
+                        if self.cancel.is_cancelled() {
+                            return End::Cancelled;
+                        }
+                        if Instant::now() >= self.deadline {
+                            return End::Timeout;
+                        }
+                    }
                     LoopEvent::ToolDone(id, outcome) => {
                         if let Err(f) = self.complete(id, outcome) {
                             return self.fault_end(f);

@@ -19,6 +19,7 @@ pub mod sinks;
 pub mod source;
 pub mod tool;
 pub mod tracker;
+pub mod watchdog;
 
 pub use adapter::{
     Capabilities, EngineInfo, ExecutionRequest, Mode, ScriptContext, ScriptRuntimeAdapter, ToolSet,

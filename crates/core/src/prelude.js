@@ -1,13 +1,16 @@
 // Hardening prelude, shared by every engine. Evaluated once in each fresh
-// context before user code; its value is a function the adapter calls with
-// (host, configJson). `host(op, a, b)` is the one native function an adapter
-// provides: all arguments are strings, it returns a string. The prelude
-// returns { start(fn), settle(id, ok, payload) }.
+// context before user code. Its value is a function the adapter calls as
+// `harden(host)`; `host(op, a, b)` is the one native function an adapter
+// provides (all arguments are strings, it returns a string). `harden`
+// returns `install(configJson)`, which sets up one run and returns
+// { start(fn), settle(id, ok, payload) }. Hardening does not depend on the
+// run, so an engine may harden a fresh context ahead of time and install
+// when the request arrives; a context is installed at most once.
 //
 // Order matters: primordials are captured first, the global surface is
 // trimmed, code generation from strings is blocked, intrinsics are frozen,
 // and only then are `tools`, `context` and `console` installed.
-(function (host, configJson) {
+(function (host) {
   'use strict';
   const G = globalThis;
   const O = Object;
@@ -47,7 +50,6 @@
   const origRace = Promise.race;
   const origAny = Promise.any;
 
-  const config = jsonParse(configJson);
   const hostErrors = new WeakSet();
   const toolPromises = new WeakMap();
   const pending = new MapCtor();
@@ -208,6 +210,12 @@
   const asyncIterProto = getPrototypeOf(ctorProtos[3][0].prototype);
   if (asyncIterProto !== null) apply(arrayPush, hidden, [asyncIterProto]);
   for (let i = 0; i < hidden.length; i++) freezeWithPrototype(hidden[i]);
+
+  let installed = false;
+  return function install(configJson) {
+  if (installed) throw new TypeErrorCtor('a context is installed once');
+  installed = true;
+  const config = jsonParse(configJson);
 
   // ---- 5. tools -----------------------------------------------------------
   const toolNames = config.tools;
@@ -410,4 +418,5 @@
   }
 
   return { start: start, settle: settle };
+  };
 })
