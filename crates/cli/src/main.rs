@@ -94,6 +94,13 @@ fn read_input(file: &str) -> std::io::Result<Vec<u8>> {
     }
 }
 
+/// Parses the engine name and reads the script; a usage error otherwise.
+fn engine_and_input(engine: &str, file: &str) -> Result<(EngineKind, Vec<u8>), ExitCode> {
+    let engine: EngineKind = engine.parse().map_err(usage_error)?;
+    let bytes = read_input(file).map_err(|e| usage_error(format!("cannot read {file}: {e}")))?;
+    Ok((engine, bytes))
+}
+
 /// Asks on the controlling terminal; denies when there is none.
 struct TerminalApprover;
 
@@ -138,13 +145,9 @@ fn has_terminal() -> bool {
 }
 
 async fn run(args: RunArgs) -> ExitCode {
-    let engine: EngineKind = match args.engine.parse() {
-        Ok(e) => e,
-        Err(e) => return usage_error(e),
-    };
-    let source = match read_input(&args.file) {
-        Ok(s) => s,
-        Err(e) => return usage_error(format!("cannot read {}: {e}", args.file)),
+    let (engine, source) = match engine_and_input(&args.engine, &args.file) {
+        Ok(v) => v,
+        Err(code) => return code,
     };
     let tools = match harness::builtin::registry(&args.root) {
         Ok(t) => t,
@@ -266,13 +269,9 @@ fn print_error(e: &ScriptError) {
 }
 
 async fn check(args: CheckArgs) -> ExitCode {
-    let engine: EngineKind = match args.engine.parse() {
-        Ok(e) => e,
-        Err(e) => return usage_error(e),
-    };
-    let bytes = match read_input(&args.file) {
-        Ok(s) => s,
-        Err(e) => return usage_error(format!("cannot read {}: {e}", args.file)),
+    let (engine, bytes) = match engine_and_input(&args.engine, &args.file) {
+        Ok(v) => v,
+        Err(code) => return code,
     };
     let harness = match Harness::builder().engine(engine).build() {
         Ok(h) => h,

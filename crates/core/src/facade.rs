@@ -127,25 +127,12 @@ impl ToolFacade {
                 format!("arguments for {name} are not valid JSON: {e}"),
             )
         })?;
-        let problems: Vec<String> = entry
-            .validator
-            .iter_errors(&args)
-            .take(8)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                if path.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("{path}: {e}")
-                }
-            })
-            .collect();
-        if !problems.is_empty() {
-            return Err(CallFailure::new(
+        entry.check(&args).map_err(|problems| {
+            CallFailure::new(
                 ToolValidationError,
-                format!("invalid arguments for {name}: {}", problems.join("; ")),
-            ));
-        }
+                format!("invalid arguments for {name}: {problems}"),
+            )
+        })?;
         let used = self.budget_used.fetch_add(1, Ordering::Relaxed) + 1;
         if used > self.limits.max_tool_calls {
             return Err(CallFailure::new(

@@ -158,6 +158,31 @@ pub(crate) struct Registered {
     pub(crate) validator: jsonschema::Validator,
 }
 
+impl Registered {
+    /// Checks `args` against the schema: up to 8 problems, each with its
+    /// JSON pointer, joined by "; ".
+    pub(crate) fn check(&self, args: &Value) -> Result<(), String> {
+        let problems: Vec<String> = self
+            .validator
+            .iter_errors(args)
+            .take(8)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+}
+
 /// Every tool the host offers, with compiled argument validators and named packs.
 #[derive(Default)]
 pub struct ToolRegistry {
@@ -248,26 +273,9 @@ impl ToolRegistry {
     /// Validates arguments against the tool's schema; errors list every
     /// violation with its JSON pointer.
     pub fn validate(&self, name: &str, args: &Value) -> Result<(), String> {
-        let Some(r) = self.tools.get(name) else {
-            return Err(format!("unknown tool {name:?}"));
-        };
-        let problems: Vec<String> = r
-            .validator
-            .iter_errors(args)
-            .take(8)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                if path.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("{path}: {e}")
-                }
-            })
-            .collect();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
+        match self.tools.get(name) {
+            Some(r) => r.check(args),
+            None => Err(format!("unknown tool {name:?}")),
         }
     }
 }

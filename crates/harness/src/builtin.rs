@@ -104,35 +104,57 @@ fn arg_str(args: &Value, key: &str) -> String {
         .to_owned()
 }
 
+/// The body of a file tool: the open root, the path as given, the path
+/// checked by [`relative`], and all arguments.
+type FsOp = fn(&Dir, &str, &Path, &Value) -> Result<Value, ToolError>;
+
+/// A file tool taking `{path, …}`: checks the path, then runs `op` on the
+/// blocking pool (file I/O must not stall the async runtime).
+fn fs_tool(name: &str, description: &str, extra: Value, dir: Arc<Dir>, op: FsOp) -> FnTool {
+    let mut properties = json!({"path": path_schema()});
+    let mut required = vec!["path".to_owned()];
+    if let (Some(props), Value::Object(more)) = (properties.as_object_mut(), extra) {
+        for (k, v) in more {
+            required.push(k.clone());
+            props.insert(k, v);
+        }
+    }
+    let schema = json!({"type": "object", "properties": properties,
+                        "required": required, "additionalProperties": false});
+    FnTool::new(name, description, schema, move |args, _ctx| {
+        let dir = dir.clone();
+        async move {
+            blocking(move || {
+                let p = arg_str(&args, "path");
+                let rel = relative(&p)?;
+                op(&dir, &p, &rel, &args)
+            })
+            .await
+        }
+    })
+}
+
 fn read_file(dir: Arc<Dir>) -> FnTool {
-    FnTool::new(
+    fs_tool(
         "read_file",
         "Reads a UTF-8 text file (at most 1 MiB) under the root. Returns {path, content}.",
-        json!({"type": "object", "properties": {"path": path_schema()},
-               "required": ["path"], "additionalProperties": false}),
-        move |args, _ctx| {
-            let dir = dir.clone();
-            async move {
-                let p = arg_str(&args, "path");
-                blocking(move || {
-                    let rel = relative(&p)?;
-                    let meta = dir.metadata(&rel).map_err(|e| io_error(e, &p))?;
-                    if meta.is_dir() {
-                        return Err(ToolError::new(format!("{p} is a directory; use list_dir")));
-                    }
-                    if meta.len() > MAX_READ_BYTES {
-                        return Err(ToolError::new(format!(
-                            "{p} is {} bytes; read_file reads at most {MAX_READ_BYTES} bytes",
-                            meta.len()
-                        )));
-                    }
-                    let bytes = dir.read(&rel).map_err(|e| io_error(e, &p))?;
-                    let content = String::from_utf8(bytes)
-                        .map_err(|_| ToolError::new(format!("{p} is not UTF-8 text")))?;
-                    Ok(json!({"path": p, "content": content}))
-                })
-                .await
+        json!({}),
+        dir,
+        |dir, p, rel, _| {
+            let meta = dir.metadata(rel).map_err(|e| io_error(e, p))?;
+            if meta.is_dir() {
+                return Err(ToolError::new(format!("{p} is a directory; use list_dir")));
             }
+            if meta.len() > MAX_READ_BYTES {
+                return Err(ToolError::new(format!(
+                    "{p} is {} bytes; read_file reads at most {MAX_READ_BYTES} bytes",
+                    meta.len()
+                )));
+            }
+            let bytes = dir.read(rel).map_err(|e| io_error(e, p))?;
+            let content = String::from_utf8(bytes)
+                .map_err(|_| ToolError::new(format!("{p} is not UTF-8 text")))?;
+            Ok(json!({"path": p, "content": content}))
         },
     )
 }
@@ -140,94 +162,77 @@ fn read_file(dir: Arc<Dir>) -> FnTool {
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn write_file(dir: Arc<Dir>) -> FnTool {
-    FnTool::new(
+    fs_tool(
         "write_file",
         "Writes a UTF-8 text file under the root, creating parent directories. \
          The write is atomic: readers see the old or the new file, never half of it. \
          Returns {path, bytes}.",
-        json!({"type": "object",
-               "properties": {"path": path_schema(), "content": {"type": "string"}},
-               "required": ["path", "content"], "additionalProperties": false}),
-        move |args, _ctx| {
-            let dir = dir.clone();
-            async move {
-                let p = arg_str(&args, "path");
-                let content = arg_str(&args, "content");
-                blocking(move || {
-                    let rel = relative(&p)?;
-                    let name = rel
-                        .file_name()
-                        .ok_or_else(|| ToolError::new(format!("{p} does not name a file")))?
-                        .to_string_lossy()
-                        .into_owned();
-                    let parent = rel.parent().unwrap_or(Path::new("")).to_path_buf();
-                    if !parent.as_os_str().is_empty() {
-                        dir.create_dir_all(&parent).map_err(|e| io_error(e, &p))?;
-                    }
-                    let tmp = parent.join(format!(
-                        ".{name}.harness-tmp-{}-{}",
-                        std::process::id(),
-                        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-                    ));
-                    dir.write(&tmp, content.as_bytes())
-                        .map_err(|e| io_error(e, &p))?;
-                    if let Err(e) = dir.rename(&tmp, &dir, &rel) {
-                        let _ = dir.remove_file(&tmp);
-                        return Err(io_error(e, &p));
-                    }
-                    Ok(json!({"path": p, "bytes": content.len()}))
-                })
-                .await
+        json!({"content": {"type": "string"}}),
+        dir,
+        |dir, p, rel, args| {
+            let content = arg_str(args, "content");
+            let name = rel
+                .file_name()
+                .ok_or_else(|| ToolError::new(format!("{p} does not name a file")))?
+                .to_string_lossy()
+                .into_owned();
+            let parent = rel.parent().unwrap_or(Path::new("")).to_path_buf();
+            if !parent.as_os_str().is_empty() {
+                dir.create_dir_all(&parent).map_err(|e| io_error(e, p))?;
             }
+            let tmp = parent.join(format!(
+                ".{name}.harness-tmp-{}-{}",
+                std::process::id(),
+                TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+            ));
+            dir.write(&tmp, content.as_bytes())
+                .map_err(|e| io_error(e, p))?;
+            if let Err(e) = dir.rename(&tmp, dir, rel) {
+                let _ = dir.remove_file(&tmp);
+                return Err(io_error(e, p));
+            }
+            Ok(json!({"path": p, "bytes": content.len()}))
         },
     )
 }
 
 fn list_dir(dir: Arc<Dir>) -> FnTool {
-    FnTool::new(
+    fs_tool(
         "list_dir",
         "Lists a directory under the root (\".\" for the root itself). \
          Returns {path, entries: [{name, type: file|dir|symlink|other, size}]} sorted by name.",
-        json!({"type": "object", "properties": {"path": path_schema()},
-               "required": ["path"], "additionalProperties": false}),
-        move |args, _ctx| {
-            let dir = dir.clone();
-            async move {
-                let p = arg_str(&args, "path");
-                blocking(move || {
-                    let rel = relative(&p)?;
-                    let mut entries = Vec::new();
-                    for entry in dir.read_dir(&rel).map_err(|e| io_error(e, &p))? {
-                        let entry = entry.map_err(|e| io_error(e, &p))?;
-                        let ft = entry.file_type().map_err(|e| io_error(e, &p))?;
-                        let kind = if ft.is_symlink() {
-                            "symlink"
-                        } else if ft.is_dir() {
-                            "dir"
-                        } else if ft.is_file() {
-                            "file"
-                        } else {
-                            "other"
-                        };
-                        let size = if ft.is_file() {
-                            entry.metadata().map(|m| m.len()).unwrap_or(0)
-                        } else {
-                            0
-                        };
-                        entries.push(json!({
-                            "name": entry.file_name().to_string_lossy(),
-                            "type": kind,
-                            "size": size,
-                        }));
-                        if entries.len() >= 10_000 {
-                            break;
-                        }
-                    }
-                    entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-                    Ok(json!({"path": p, "entries": entries}))
-                })
-                .await
+        json!({}),
+        dir,
+        |dir, p, rel, _| {
+            let mut entries = Vec::new();
+            for entry in dir.read_dir(rel).map_err(|e| io_error(e, p))? {
+                let entry = entry.map_err(|e| io_error(e, p))?;
+                let ft = entry.file_type().map_err(|e| io_error(e, p))?;
+                let kind = if ft.is_symlink() {
+                    "symlink"
+                } else if ft.is_dir() {
+                    "dir"
+                } else if ft.is_file() {
+                    "file"
+                } else {
+                    "other"
+                };
+                let size = if ft.is_file() {
+                    entry.metadata().map(|m| m.len()).unwrap_or(0)
+                } else {
+                    0
+                };
+                entries.push(json!({
+                    "name": entry.file_name().to_string_lossy(),
+                    "type": kind,
+                    "size": size,
+                }));
+                if entries.len() >= 10_000 {
+                    break;
+                }
             }
+            entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+            Ok(json!({"path": p, "entries": entries}))
         },
     )
 }
