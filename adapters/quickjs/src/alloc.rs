@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Shared between the allocator (inside the runtime) and the worker.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct AllocState {
     limit: AtomicUsize,
     used: AtomicUsize,
@@ -34,10 +34,26 @@ pub(crate) struct AllocState {
     generation: AtomicUsize,
 }
 
+/// No limit: between runs, and while hardening a context ahead of time.
+const UNLIMITED: usize = usize::MAX;
+
+impl Default for AllocState {
+    fn default() -> Self {
+        AllocState {
+            limit: AtomicUsize::new(UNLIMITED),
+            used: AtomicUsize::new(0),
+            refused: AtomicBool::new(false),
+            halted: AtomicBool::new(false),
+            peak: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
+    }
+}
+
 impl AllocState {
     /// Lifts the limit (after a run, before teardown).
     pub(crate) fn disarm(&self) {
-        self.arm(0);
+        self.arm(UNLIMITED);
     }
 
     /// Sets the limit for the next run and forgets earlier refusals.
@@ -96,7 +112,7 @@ impl AllocState {
         }
         let used = self.used.load(Ordering::Relaxed);
         let limit = self.limit.load(Ordering::Relaxed);
-        if limit != 0 && used.saturating_add(extra) > limit {
+        if used.saturating_add(extra) > limit {
             self.refused.store(true, Ordering::Relaxed);
             return false;
         }

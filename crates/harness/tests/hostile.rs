@@ -62,6 +62,32 @@ async fn memory_bombs_hit_the_memory_limit() {
         }
         assert_healthy(&h).await;
     }
+    // A limit is a limit, down to zero bytes.
+    let (h0, _) = harness_with(
+        Limits {
+            memory_bytes: 0,
+            ..Limits::default()
+        },
+        Mode::Enabled,
+        Arc::new(harness::AutoDeny::default()),
+    );
+    expect_code(&h0.run("return 1").await, ErrorCode::ScriptMemoryError);
+    let (h1, _) = harness_with(
+        Limits {
+            memory_bytes: 1 << 20,
+            ..Limits::default()
+        },
+        Mode::Enabled,
+        Arc::new(harness::AutoDeny::default()),
+    );
+    expect_code(
+        &h1.run("return 'x'.repeat(2 << 20).length").await,
+        ErrorCode::ScriptMemoryError,
+    );
+    expect_value(
+        &h1.run("return 'x'.repeat(1000).length").await,
+        serde_json::json!(1000),
+    );
     // Doubling a string reaches QuickJS's string length cap (ropes make it
     // cheap) before the memory limit: an ordinary, catchable engine error.
     let r = h.run("let s = 'x'; while (true) s = s + s;").await;
