@@ -7,9 +7,11 @@
 //! bare `null` instead. Only the allocator knows for sure that the limit was
 //! hit, so it records that, and the adapter reports ScriptMemoryError.
 //!
-//! QuickJS's own malloc limit stays set a little above ours as a backstop,
-//! so the cap holds even if this accounting were wrong; rquickjs's
-//! `rust-alloc` feature (which would drop the limit) is not used.
+//! QuickJS's own malloc limit is left unset on purpose: it is checked
+//! before the allocator is called, so a huge request it refused would not
+//! be recorded here, and the OOM would look like an ordinary error. This
+//! allocator is the one enforcer, covered by the memory tests. rquickjs's
+//! `rust-alloc` feature (which replaces the allocator) is not used.
 
 // The rquickjs `Allocator` trait is unsafe by nature (raw pointers handed to
 // C); this module only delegates to rquickjs's own `RustAllocator` and keeps

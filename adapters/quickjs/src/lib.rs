@@ -28,8 +28,8 @@ use harness_core::event_loop::{
 use harness_core::pool::WorkerPool;
 use harness_core::CancellationToken;
 use harness_core::{
-    Capabilities, EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, Phase, ScriptError,
-    ScriptRuntimeAdapter,
+    Capabilities, EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, GlobalEval,
+    GlobalEvalOutcome, Phase, ScriptError, ScriptRuntimeAdapter,
 };
 use rquickjs::context::intrinsic;
 use rquickjs::context::EvalOptions;
@@ -248,11 +248,14 @@ impl QjsEngine<'_> {
         }
     }
 
-    /// Out-of-memory errors raised while the allocator is halted (deadline
-    /// or cancel) are the halt at work: report them as interrupts.
-    fn adjust(&self, kind: FaultKind) -> FaultKind {
-        if kind == FaultKind::OutOfMemory && self.slot.alloc.halted() && !self.slot.alloc.refused()
-        {
+    /// Classifies an engine error. While the allocator is halted (deadline
+    /// or cancel) allocations fail, and QuickJS reports that as out of
+    /// memory or, when it cannot even build that message, as
+    /// `InternalError: Invalid error message`: both are the stop at work.
+    fn kind_of(&self, name: &str, message: &str) -> FaultKind {
+        let kind = classify(name, message);
+        let halted = self.slot.alloc.halted() && !self.slot.alloc.refused();
+        if halted && (kind == FaultKind::OutOfMemory || name == "InternalError") {
             FaultKind::Interrupted
         } else {
             kind
@@ -286,7 +289,9 @@ impl QjsEngine<'_> {
                 f = EngineFault::new(FaultKind::Interrupted, "InternalError", "interrupted");
             }
         }
-        f.kind = self.adjust(f.kind);
+        if matches!(f.kind, FaultKind::OutOfMemory | FaultKind::Thrown) {
+            f.kind = self.kind_of(&f.name, &f.message);
+        }
         f
     }
 }
@@ -307,7 +312,17 @@ fn exception_fault(v: Value<'_>) -> EngineFault {
             .flatten()
             .unwrap_or_default()
     };
-    let (name, message, stack) = (get("name"), get("message"), get("stack"));
+    let (mut name, message, stack) = (get("name"), get("message"), get("stack"));
+    if name.is_empty() {
+        // Errors made by plain constructors (test262's Test262Error) have
+        // no `name`; their constructor's name says what they are.
+        name = obj
+            .get::<_, Option<Object>>("constructor")
+            .ok()
+            .flatten()
+            .and_then(|c| c.get::<_, Option<String>>("name").ok().flatten())
+            .unwrap_or_default();
+    }
     let kind = classify(&name, &message);
     EngineFault {
         kind,
@@ -330,9 +345,10 @@ impl Engine for QjsEngine<'_> {
         }
         let rt = &self.slot.rt;
         let limit = usize::try_from(setup.limits.memory_bytes).unwrap_or(usize::MAX);
-        // Our allocator enforces `limit`; QuickJS's own check is a backstop.
+        // The counting allocator enforces `limit`. QuickJS's own malloc
+        // limit stays unset: it checks before calling the allocator, so a
+        // huge request refused there would leave no trace of the OOM.
         self.slot.alloc.arm(limit);
-        rt.set_memory_limit(limit.saturating_add(limit / 8).saturating_add(1 << 20));
         let stack = setup
             .limits
             .stack_bytes
@@ -454,7 +470,7 @@ impl Engine for QjsEngine<'_> {
     }
 
     fn classify(&self, name: &str, message: &str) -> FaultKind {
-        self.adjust(classify(name, message))
+        self.kind_of(name, message)
     }
 }
 
@@ -511,6 +527,28 @@ impl Worker {
         }
     }
 
+    /// Runs standalone global code (test262): optional hardening, a
+    /// `print` global and a minimal `$262`, jobs drained, a deadline.
+    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
+        let slot = match self.slot() {
+            Ok(s) => s,
+            Err(f) => return GlobalEvalOutcome::Unsupported(f.message),
+        };
+        let deadline = Instant::now() + std::time::Duration::from_millis(eval.timeout_ms);
+        if let Ok(mut i) = slot.interrupt.lock() {
+            i.deadline = Some(deadline);
+            i.cancel = None;
+        }
+        let limit = 256usize << 20;
+        slot.alloc.arm(limit);
+        slot.rt.set_max_stack_size(1 << 20);
+        let prints: Rc<RefCell<Vec<String>>> = Rc::default();
+        let outcome = run_global(slot, &eval, prints.clone(), deadline);
+        let timed_out = matches!(outcome, GlobalEvalOutcome::TimedOut { .. });
+        self.recycle(timed_out || slot_refused(&self.slot));
+        outcome
+    }
+
     fn check(&mut self, source: &str) -> Result<(), ScriptError> {
         let wrapped = harness_core::event_loop::wrap_source(source);
         let slot = self.slot().map_err(|f| ScriptError::internal(f.message))?;
@@ -560,6 +598,96 @@ impl Worker {
             self.slot = None;
         } else {
             slot.rt.run_gc();
+        }
+    }
+}
+
+fn slot_refused(slot: &Option<RuntimeSlot>) -> bool {
+    slot.as_ref().is_some_and(|s| s.alloc.refused())
+}
+
+/// Sets up `$262` for test262's harness files; `evalScript` uses indirect
+/// eval, which the hardened prelude blocks (that is the point of `--raw`).
+const TEST262_HOST: &str = "globalThis.$262 = { global: globalThis, gc() {}, \
+    evalScript(src) { return (0, eval)(src); }, \
+    detachArrayBuffer() { throw new TypeError('detachArrayBuffer is not supported'); }, agent: {} };";
+
+fn run_global(
+    slot: &RuntimeSlot,
+    eval: &GlobalEval,
+    prints: Rc<RefCell<Vec<String>>>,
+    deadline: Instant,
+) -> GlobalEvalOutcome {
+    let taken = || prints.borrow().clone();
+    let threw = |f: EngineFault| {
+        if f.kind == FaultKind::Interrupted || Instant::now() >= deadline {
+            GlobalEvalOutcome::TimedOut { prints: taken() }
+        } else {
+            GlobalEvalOutcome::Threw {
+                name: f.name,
+                message: f.message,
+                prints: taken(),
+            }
+        }
+    };
+    // Keep the context alive (and dropped before the runtime) for the run.
+    let warm;
+    let plain;
+    let ctx = if eval.hardened {
+        match harden(&slot.rt) {
+            Ok(w) => {
+                warm = w;
+                &warm.ctx
+            }
+            Err(f) => return threw(f),
+        }
+    } else {
+        match Context::custom::<Intrinsics>(&slot.rt) {
+            Ok(c) => {
+                plain = c;
+                &plain
+            }
+            Err(e) => return threw(context_fault(e)),
+        }
+    };
+    let sink = prints.clone();
+    let ran = ctx.with(|ctx| {
+        let setup = || -> rquickjs::Result<()> {
+            let print = Function::new(ctx.clone(), move |v: rquickjs::Coerced<String>| {
+                sink.borrow_mut().push(v.0);
+            })?;
+            ctx.globals().set("print", print)?;
+            ctx.eval::<(), _>(TEST262_HOST)
+        };
+        if let Err(e) = setup() {
+            return Err(match e {
+                rquickjs::Error::Exception => exception_fault(ctx.catch()),
+                e => context_fault(e),
+            });
+        }
+        let mut opts = EvalOptions::default();
+        opts.strict = false;
+        opts.filename = Some("test262.js".to_owned());
+        match ctx.eval_with_options::<(), _>(eval.source.as_str(), opts) {
+            Ok(()) => Ok(()),
+            Err(rquickjs::Error::Exception) => Err(exception_fault(ctx.catch())),
+            Err(e) => Err(context_fault(e)),
+        }
+    });
+    if let Err(f) = ran {
+        return threw(f);
+    }
+    loop {
+        if Instant::now() >= deadline {
+            return GlobalEvalOutcome::TimedOut { prints: taken() };
+        }
+        match slot.rt.execute_pending_job() {
+            Ok(true) => {}
+            Ok(false) => return GlobalEvalOutcome::Completed { prints: taken() },
+            Err(job) => {
+                let f = job.0.with(|ctx| exception_fault(ctx.catch()));
+                return threw(f);
+            }
         }
     }
 }
@@ -643,6 +771,12 @@ impl ScriptRuntimeAdapter for QuickJs {
                 filesystem: false,
             },
         }
+    }
+
+    async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
+        self.on_worker(move |w| w.eval_global(eval))
+            .await
+            .unwrap_or_else(|e| GlobalEvalOutcome::Unsupported(e.message))
     }
 
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {

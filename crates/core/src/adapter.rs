@@ -124,6 +124,42 @@ impl ExecutionRequest {
     }
 }
 
+/// A standalone script run as global code, for conformance suites such as
+/// test262 (not for model-written scripts: no tools, no report).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalEval {
+    /// Global code; strictness comes from a `"use strict"` directive.
+    pub source: String,
+    /// Apply the hardening prelude first (frozen intrinsics, no eval).
+    pub hardened: bool,
+    pub timeout_ms: u64,
+}
+
+/// How a [`GlobalEval`] ended. `prints` holds every `print(...)` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GlobalEvalOutcome {
+    /// Ran to the end, jobs drained.
+    Completed {
+        prints: Vec<String>,
+    },
+    /// Did not compile.
+    ParseError {
+        name: String,
+        message: String,
+    },
+    /// Threw (at top level or in a job).
+    Threw {
+        name: String,
+        message: String,
+        prints: Vec<String>,
+    },
+    TimedOut {
+        prints: Vec<String>,
+    },
+    /// The engine cannot run global code this way.
+    Unsupported(String),
+}
+
 /// A JavaScript engine the harness can run scripts on.
 ///
 /// An adapter must never panic or abort the host on any script: every
@@ -135,4 +171,9 @@ pub trait ScriptRuntimeAdapter: Send + Sync {
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError>;
     /// Runs one script to completion (or failure) and reports.
     async fn execute(&self, request: ExecutionRequest) -> ExecutionReport;
+    /// Runs standalone global code (test262). Engines that cannot say so.
+    async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
+        let _ = eval;
+        GlobalEvalOutcome::Unsupported(format!("{} cannot run global code", self.info().name))
+    }
 }

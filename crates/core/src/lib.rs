@@ -22,7 +22,8 @@ pub mod tracker;
 pub mod watchdog;
 
 pub use adapter::{
-    Capabilities, EngineInfo, ExecutionRequest, Mode, ScriptContext, ScriptRuntimeAdapter, ToolSet,
+    Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, Mode, ScriptContext,
+    ScriptRuntimeAdapter, ToolSet,
 };
 pub use approval::{
     ApprovalBridge, ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest,

@@ -171,6 +171,18 @@
   tame(Array.prototype, 'toString');
   tame(Promise.prototype, 'constructor');
 
+  // V8-style stack hooks are accessors in some engines, so freezing Error
+  // would not stop a script from installing them; they would then run
+  // inside the harness's own error creation. Pin them as plain data.
+  const stackKnobs = ['prepareStackTrace', 'stackTraceLimit'];
+  for (let i = 0; i < stackKnobs.length; i++) {
+    const d = getOwnPropertyDescriptor(ErrorCtor, stackKnobs[i]);
+    if (d !== undefined && d.configurable) {
+      const current = 'value' in d ? d.value : (stackKnobs[i] === 'stackTraceLimit' ? 10 : undefined);
+      defineProperty(ErrorCtor, stackKnobs[i], { value: current, writable: false, configurable: false });
+    }
+  }
+
   const frozenGlobals = ['Object', 'Function', 'Array', 'Number', 'Boolean', 'String', 'Symbol',
     'Date', 'Promise', 'RegExp', 'Error', 'AggregateError', 'EvalError', 'RangeError',
     'ReferenceError', 'SyntaxError', 'TypeError', 'URIError', 'InternalError', 'JSON', 'Math',

@@ -1,0 +1,46 @@
+//! Limits: time, memory, stack, return size, source size.
+
+use super::case;
+use crate::{ensure, expect_code, expect_value, Case, Spec};
+use harness_core::{ErrorCode, Phase};
+use serde_json::json;
+
+fn oversized() -> String {
+    format!(
+        "await tools.echo({{}});\n{}",
+        "// padding past the 20 KiB source limit\n".repeat(600)
+    )
+}
+
+pub const CASES: &[Case] = &[
+    case!("limits::timeout_accuracy", "a 200 ms limit ends a busy loop within 200-400 ms (figure reported)", Limits, Stop,
+        [Spec::new("while (true) {}", |o| {
+            expect_code(o, ErrorCode::ScriptTimeoutError)?;
+            let ms = o.report.metrics.duration_ms;
+            ensure(o, (200.0..400.0).contains(&ms), &format!("ended after {ms} ms"))?;
+            Ok(Some(format!("200 ms limit ended after {ms:.1} ms (wall {:.1} ms)", o.wall.as_secs_f64() * 1e3)))
+        }).limits(|l| l.timeout_ms = 200)]),
+    case!("limits::timeout_includes_tools", "waiting on a tool counts against the timeout", Limits, Nothing,
+        [Spec::new("await tools.sleep({ms: 10000})", |o| expect_code(o, ErrorCode::ScriptTimeoutError)).limits(|l| l.timeout_ms = 200)]),
+    case!("limits::memory", "allocating past the memory limit is ScriptMemoryError, even if caught", Limits, MemoryLimit,
+        [Spec::new("const a = []; while (true) a.push('x'.repeat(1000) + a.length)", |o| expect_code(o, ErrorCode::ScriptMemoryError)).limits(|l| l.memory_bytes = 32 << 20),
+         Spec::new("const a = []; try { while (true) a.push('y'.repeat(1e4) + a.length) } catch (e) { return 'caught' }", |o| expect_code(o, ErrorCode::ScriptMemoryError)).limits(|l| l.memory_bytes = 32 << 20)]),
+    case!("limits::stack", "deep recursion is StackOverflowError", Limits, Nothing,
+        [Spec::new("function f(n) { return f(n + 1) + 1 } return f(0)", |o| expect_code(o, ErrorCode::StackOverflowError))]),
+    case!("limits::return_size", "a return value over 128 KiB of JSON is ReturnValueTooLargeError", Limits, Nothing,
+        [Spec::new("return 'x'.repeat(128 * 1024)", |o| {
+            expect_code(o, ErrorCode::ReturnValueTooLargeError)?;
+            ensure(o, o.report.error.as_ref().is_some_and(|e| e.phase == Phase::Finalizing), "phase finalizing")
+        }),
+         Spec::new("return 'x'.repeat(128 * 1024 - 2).length", |o| expect_value(o, json!(128 * 1024 - 2)))]),
+    case!("limits::source_size", "a source over 20 KiB is ScriptTooLargeError before anything runs", Limits, Nothing,
+        [Spec::generated(oversized, |o| {
+            expect_code(o, ErrorCode::ScriptTooLargeError)?;
+            ensure(o, o.report.error.as_ref().is_some_and(|e| e.phase == Phase::Parsing) && o.report.tool_calls.is_empty(), "phase parsing, nothing ran")
+        })]),
+    case!("limits::memory_used_reported", "the report carries the run's peak heap", Limits, Nothing,
+        [Spec::new("const a = new Array(100000).fill(1); return a.length", |o| {
+            expect_value(o, json!(100000))?;
+            ensure(o, o.report.metrics.memory_used_bytes.is_some_and(|m| m > 800_000), "peak heap above the array's size")
+        })]),
+];

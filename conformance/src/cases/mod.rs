@@ -1,0 +1,21 @@
+//! The cases, one module per part of the contract.
+
+pub mod context;
+pub mod limits;
+pub mod security;
+pub mod semantics;
+pub mod tools;
+
+/// `case!(name, doc, group, needs, [steps…])`
+macro_rules! case {
+    ($name:literal, $doc:literal, $group:ident, $needs:ident, [$($step:expr),+ $(,)?]) => {
+        $crate::Case {
+            name: $name,
+            doc: $doc,
+            group: $crate::Group::$group,
+            needs: $crate::Needs::$needs,
+            steps: &[$($step),+],
+        }
+    };
+}
+pub(crate) use case;

@@ -1,0 +1,89 @@
+//! Tools: calls, checks, budget, concurrency, approvals, modes, promise
+//! lifecycle, truncation.
+
+use super::case;
+use crate::{ensure, expect_code, expect_value, Approvals, Case, Counters, Spec};
+use harness_core::{ApprovalOutcome, CallStatus, ErrorCode, Mode};
+use serde_json::json;
+
+pub const CASES: &[Case] = &[
+    case!("tools::sequential", "awaited calls run one after another and are all reported ok", Tools, Nothing,
+        [Spec::new("const a = await tools.echo({n: 1}); const b = await tools.echo({n: a.n + 1}); return b.n", |o| {
+            expect_value(o, json!(2))?;
+            ensure(o, o.report.tool_calls.len() == 2 && o.report.tool_calls.iter().all(|c| c.status == CallStatus::Ok), "two ok calls")
+        })]),
+    case!("tools::parallel", "calls in Promise.all all complete", Tools, Nothing,
+        [Spec::new("const r = await Promise.all([1, 2, 3].map(n => tools.echo({n}))); return r.map(x => x.n)", |o| expect_value(o, json!([1, 2, 3])))]),
+    case!("tools::composed", "the output of one call feeds the next", Tools, Nothing,
+        [Spec::new("const a = await tools.echo({list: [1, 2]}); const b = await tools.echo({sum: a.list[0] + a.list[1]}); return b", |o| expect_value(o, json!({"sum": 3})))]),
+    case!("tools::results_are_frozen", "results handed to scripts are deep-frozen", Tools, Nothing,
+        [Spec::new("const r = await tools.echo({a: {b: 1}}); return [Object.isFrozen(r), Object.isFrozen(r.a)]", |o| expect_value(o, json!([true, true])))]),
+    case!("tools::unknown_tool", "an unknown tool throws ToolNotFoundError listing the available tools", Tools, Nothing,
+        [Spec::new("try { await tools.serach({}) } catch (e) { return [e.name, e.message] }", |o| {
+            expect_value(o, json!(["ToolNotFoundError", "unknown tool 'serach'; available tools: big, count, echo, fail, guarded, sleep, strict, stubborn_sleep"]))
+        })]),
+    case!("tools::bad_arguments", "arguments the schema rejects are ToolValidationError naming each problem", Tools, Nothing,
+        [Spec::new("try { await tools.strict({n: 0, extra: 1}) } catch (e) { return [e.name, e.message.includes('/n'), e.message.includes('extra')] }", |o| expect_value(o, json!(["ToolValidationError", true, true]))),
+         Spec::new("try { await tools.strict({n: 1n}) } catch (e) { return e.name }", |o| expect_value(o, json!("ToolValidationError")))]),
+    case!("tools::budget", "the 33rd call is ToolBudgetExceededError; remaining budget is visible", Tools, Nothing,
+        [Spec::new("for (let i = 0; i < 32; i++) await tools.echo({i}); const left = context.budget.remainingToolCalls; try { await tools.echo({}) } catch (e) { return [left, e.name] }", |o| {
+            expect_value(o, json!([0, "ToolBudgetExceededError"]))?;
+            ensure(o, o.report.tool_calls.len() == 33, "33 calls recorded")
+        })]),
+    case!("tools::concurrency_peak", "10 parallel calls run at most 4 at a time; the rest queue", Tools, Nothing,
+        [Spec::new("return (await Promise.all(Array.from({length: 10}, () => tools.count({})))).length", |o| {
+            expect_value(o, json!(10))?;
+            let peak = Counters::get(&o.counters.peak);
+            ensure(o, peak == 4, &format!("peak concurrency was {peak}"))
+        })]),
+    case!("tools::approval_granted", "an approved call runs, and the approval is recorded", Tools, Nothing,
+        [Spec::new("return (await tools.guarded({dangerous: true})).done", |o| {
+            expect_value(o, json!({"dangerous": true}))?;
+            ensure(o, o.report.approvals.len() == 1 && o.report.approvals[0].outcome == ApprovalOutcome::Approved, "one approved approval")
+        }).approvals(Approvals::Approve)]),
+    case!("tools::approval_denied", "a denied call rejects with a catchable ApprovalDeniedError", Tools, Nothing,
+        [Spec::new("const free = await tools.guarded({dangerous: false}); try { await tools.guarded({dangerous: true}) } catch (e) { return [free.done.dangerous, e.name] }", |o| {
+            expect_value(o, json!([false, "ApprovalDeniedError"]))?;
+            ensure(o, o.report.approvals.len() == 1 && o.report.approvals[0].outcome == ApprovalOutcome::Denied, "only the dangerous call asked, and was denied")
+        })]),
+    case!("tools::approval_timeout", "an unanswered approval ends with ApprovalTimeoutError", Tools, Nothing,
+        [Spec::new("try { await tools.guarded({dangerous: true}) } catch (e) { return e.name }", |o| {
+            expect_value(o, json!("ApprovalTimeoutError"))?;
+            ensure(o, o.report.approvals.first().is_some_and(|a| a.outcome == ApprovalOutcome::TimedOut), "recorded as timed out")
+        }).approvals(Approvals::Never).limits(|l| l.approval_timeout_ms = 100)]),
+    case!("tools::dry_run", "in dry-run mode calls are checked but nothing runs", Tools, Nothing,
+        [Spec::new("const r = await tools.echo({x: 1}); try { await tools.strict({}) } catch (e) { return [r, e.name] }", |o| {
+            expect_value(o, json!([{"__dryRun": true, "tool": "echo", "args": {"x": 1}}, "ToolValidationError"]))?;
+            ensure(o, Counters::get(&o.counters.executed) == 0, "no tool executed")
+        }).mode(Mode::DryRun)]),
+    case!("tools::disabled", "in disabled mode there are no tools", Tools, Nothing,
+        [Spec::new("try { await tools.echo({}) } catch (e) { return [e.name, context.tools.length] }", |o| expect_value(o, json!(["ToolNotFoundError", 0]))).mode(Mode::Disabled)]),
+    case!("tools::race_loser_cancelled", "Promise.race cancels the losing call, and that is not an error", Tools, Nothing,
+        [Spec::new("return await Promise.race([tools.sleep({ms: 5000}), tools.sleep({ms: 10})])", |o| {
+            expect_value(o, json!({"slept": 10}))?;
+            ensure(o, o.report.tool_calls[0].status == CallStatus::Cancelled && Counters::get(&o.counters.cancelled) == 1, "loser cancelled")
+        })]),
+    case!("tools::orphan_cancelled", "a call not awaited is cancelled when the script ends: DetachedPromiseError, value kept", Tools, Nothing,
+        [Spec::new("tools.sleep({ms: 5000}); return 'done'", |o| {
+            expect_code(o, ErrorCode::DetachedPromiseError)?;
+            ensure(o, o.report.value == Some(json!("done")) && Counters::get(&o.counters.cancelled) == 1 && o.report.metrics.duration_ms < 2000.0, "value kept, call cancelled promptly")
+        }),
+         Spec::new("tools.stubborn_sleep({ms: 3000}); return 1", |o| {
+            expect_code(o, ErrorCode::DetachedPromiseError)?;
+            ensure(o, o.report.tool_calls[0].status == CallStatus::Detached && o.report.metrics.duration_ms < 2000.0, "a tool ignoring cancellation is abandoned after the grace")
+        })]),
+    case!("tools::partial_results_on_timeout", "on timeout, completed calls are kept and pending ones cancelled", Tools, Stop,
+        [Spec::new("await tools.echo({step: 1}); await tools.sleep({ms: 10000}); return 'never'", |o| {
+            expect_code(o, ErrorCode::ScriptTimeoutError)?;
+            let s: Vec<_> = o.report.tool_calls.iter().map(|c| c.status).collect();
+            ensure(o, s == [CallStatus::Ok, CallStatus::Cancelled], "ok then cancelled")
+        }).limits(|l| l.timeout_ms = 300)]),
+    case!("tools::output_truncation", "strings over 256 KiB in tool output are cut with a marker", Tools, Nothing,
+        [Spec::new("const r = await tools.big({n: 300000}); return [r.text.length < 300000, r.text.endsWith('…[truncated 37856 bytes]')]", |o| expect_value(o, json!([true, true])))]),
+    case!("tools::failure_uncaught", "an uncaught tool failure fails the run with the tool and call id", Tools, Nothing,
+        [Spec::new("await tools.echo({}); await tools.fail({})", |o| {
+            expect_code(o, ErrorCode::ToolExecutionError)?;
+            let e = o.report.error.as_ref().expect("error");
+            ensure(o, e.tool.as_deref() == Some("fail") && e.call_id == Some(2), "tool fail, call 2")
+        })]),
+];

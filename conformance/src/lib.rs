@@ -1,0 +1,367 @@
+//! The shared conformance and security suite.
+//!
+//! A case is a named function over a [`ScriptRuntimeAdapter`] with a one-line
+//! statement of the expected behaviour. [`run_suite`] runs every case (or
+//! those matching a filter) and returns a [`SuiteReport`] of passed, failed,
+//! unsupported (by declared capability) and untested cases. Security cases
+//! are never gated by capability.
+//!
+//! # Examples
+//! ```no_run
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! use harness_conformance::{run_suite, all_cases};
+//! let engine = std::sync::Arc::new(harness_quickjs::QuickJs::new());
+//! let report = run_suite(engine, &all_cases(), None).await;
+//! assert!(report.everything_was_tested(), "{}", report.summary_line());
+//! # });
+//! ```
+
+pub mod cases;
+pub mod format;
+pub mod test262;
+pub mod tools;
+
+use harness_core::approval::{ApprovalBridge, AutoApprove, AutoDeny, NeverAnswer};
+use harness_core::{
+    Capabilities, ErrorCode, ExecutionReport, ExecutionRequest, Limits, Mode, ScriptRuntimeAdapter,
+    ToolSet,
+};
+use serde::Serialize;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+pub use tools::Counters;
+
+/// Which part of the contract a case covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Group {
+    Semantics,
+    Tools,
+    Context,
+    Limits,
+    Security,
+}
+
+/// A capability a functional case needs. Security cases need none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    Nothing,
+    /// The engine can stop a running script (interrupt or hard kill).
+    Stop,
+    /// The engine enforces the memory limit.
+    MemoryLimit,
+}
+
+impl Needs {
+    fn missing(self, caps: &Capabilities) -> Option<&'static str> {
+        match self {
+            Needs::Nothing => None,
+            Needs::Stop if !(caps.interrupt || caps.hard_kill) => {
+                Some("the engine can neither interrupt nor kill a running script")
+            }
+            Needs::MemoryLimit if !caps.memory_limit => {
+                Some("the engine does not enforce a memory limit")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Who answers approvals in a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approvals {
+    Deny,
+    Approve,
+    Never,
+}
+
+/// What a case observed: the report, the test tools' counters, and the
+/// wall time the run took as seen by the caller.
+#[derive(Debug)]
+pub struct Observed {
+    pub report: ExecutionReport,
+    pub counters: Arc<Counters>,
+    pub wall: Duration,
+}
+
+/// How a case checks what it observed: `Ok(note)` passes (the note, if
+/// any, is shown in the output), `Err(why)` fails.
+pub type Check = fn(&Observed) -> Result<Option<String>, String>;
+
+/// One script run and its check.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    pub source: &'static str,
+    /// Builds the source instead (large or generated inputs).
+    pub generate: Option<fn() -> String>,
+    pub limits: fn(&mut Limits),
+    pub mode: Mode,
+    pub approvals: Approvals,
+    pub check: Check,
+}
+
+impl Spec {
+    pub const fn new(source: &'static str, check: Check) -> Self {
+        Spec {
+            source,
+            generate: None,
+            limits: |_| {},
+            mode: Mode::Enabled,
+            approvals: Approvals::Deny,
+            check,
+        }
+    }
+    /// A spec whose source is built by `generate`.
+    pub const fn generated(generate: fn() -> String, check: Check) -> Self {
+        let mut s = Spec::new("", check);
+        s.generate = Some(generate);
+        s
+    }
+    pub const fn limits(mut self, f: fn(&mut Limits)) -> Self {
+        self.limits = f;
+        self
+    }
+    pub const fn mode(mut self, m: Mode) -> Self {
+        self.mode = m;
+        self
+    }
+    pub const fn approvals(mut self, a: Approvals) -> Self {
+        self.approvals = a;
+        self
+    }
+}
+
+/// One conformance case.
+#[derive(Debug, Clone, Copy)]
+pub struct Case {
+    /// `module::case`, as filtered and shown in the matrix.
+    pub name: &'static str,
+    /// The expected behaviour, in one line.
+    pub doc: &'static str,
+    pub group: Group,
+    pub needs: Needs,
+    /// Runs in order; every step must pass. Security cases also check that
+    /// the host still runs a trivial script afterwards.
+    pub steps: &'static [Spec],
+}
+
+/// Every case, in a stable order.
+pub fn all_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    v.extend_from_slice(cases::semantics::CASES);
+    v.extend_from_slice(cases::tools::CASES);
+    v.extend_from_slice(cases::context::CASES);
+    v.extend_from_slice(cases::limits::CASES);
+    v.extend_from_slice(cases::security::CASES);
+    v
+}
+
+/// How one case ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Status {
+    Passed { note: Option<String> },
+    Failed { reason: String },
+    Unsupported { reason: String },
+    Untested,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    pub name: &'static str,
+    pub doc: &'static str,
+    pub group: Group,
+    #[serde(flatten)]
+    pub status: Status,
+    pub duration_ms: f64,
+}
+
+/// The outcome of a suite run on one engine.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteReport {
+    pub engine: String,
+    pub engine_version: String,
+    pub results: Vec<CaseResult>,
+}
+
+impl SuiteReport {
+    fn count(&self, f: impl Fn(&Status) -> bool) -> usize {
+        self.results.iter().filter(|r| f(&r.status)).count()
+    }
+    pub fn passed(&self) -> usize {
+        self.count(|s| matches!(s, Status::Passed { .. }))
+    }
+    pub fn failed(&self) -> usize {
+        self.count(|s| matches!(s, Status::Failed { .. }))
+    }
+    pub fn unsupported(&self) -> usize {
+        self.count(|s| matches!(s, Status::Unsupported { .. }))
+    }
+    pub fn untested(&self) -> usize {
+        self.count(|s| matches!(s, Status::Untested))
+    }
+    /// No case failed and none was left untested (unsupported cases carry
+    /// their reason and are allowed).
+    pub fn everything_was_tested(&self) -> bool {
+        self.failed() == 0 && self.untested() == 0
+    }
+    /// `N passed, N failed, N unsupported` (and untested when any).
+    pub fn summary_line(&self) -> String {
+        let mut s = format!(
+            "{} passed, {} failed, {} unsupported",
+            self.passed(),
+            self.failed(),
+            self.unsupported()
+        );
+        if self.untested() > 0 {
+            s.push_str(&format!(", {} untested", self.untested()));
+        }
+        s
+    }
+}
+
+fn bridge(a: Approvals) -> Arc<dyn ApprovalBridge> {
+    match a {
+        Approvals::Deny => Arc::new(AutoDeny::default()),
+        Approvals::Approve => Arc::new(AutoApprove),
+        Approvals::Never => Arc::new(NeverAnswer),
+    }
+}
+
+/// Runs one script step on `adapter` with fresh test tools.
+pub async fn run_step(adapter: &dyn ScriptRuntimeAdapter, spec: &Spec) -> Observed {
+    let counters = Arc::new(Counters::default());
+    let mut req = match spec.generate {
+        Some(g) => ExecutionRequest::new(g()),
+        None => ExecutionRequest::new(spec.source),
+    };
+    (spec.limits)(&mut req.limits);
+    req.mode = spec.mode;
+    req.tools = ToolSet {
+        registry: Arc::new(tools::registry(counters.clone())),
+        allow: Default::default(),
+        approvals: bridge(spec.approvals),
+    };
+    let t = Instant::now();
+    let report = adapter.execute(req).await;
+    Observed {
+        report,
+        counters,
+        wall: t.elapsed(),
+    }
+}
+
+async fn run_case(adapter: &dyn ScriptRuntimeAdapter, caps: &Capabilities, case: &Case) -> Status {
+    if case.group != Group::Security {
+        if let Some(reason) = case.needs.missing(caps) {
+            return Status::Unsupported {
+                reason: reason.to_owned(),
+            };
+        }
+    }
+    let mut notes = Vec::new();
+    for (i, step) in case.steps.iter().enumerate() {
+        let observed = run_step(adapter, step).await;
+        match (step.check)(&observed) {
+            Ok(Some(n)) => notes.push(n),
+            Ok(None) => {}
+            Err(why) => {
+                let step = if case.steps.len() > 1 {
+                    format!("step {}: ", i + 1)
+                } else {
+                    String::new()
+                };
+                return Status::Failed {
+                    reason: format!("{step}{why}"),
+                };
+            }
+        }
+    }
+    if case.group == Group::Security {
+        let healthy = run_step(
+            adapter,
+            &Spec::new("return [1 + 1, Object.isFrozen(Object.prototype)]", |o| {
+                expect_value(o, serde_json::json!([2, true]))
+            }),
+        )
+        .await;
+        if let Err(why) = expect_value(&healthy, serde_json::json!([2, true])) {
+            return Status::Failed {
+                reason: format!("the host is not healthy afterwards: {why}"),
+            };
+        }
+    }
+    Status::Passed {
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+    }
+}
+
+/// Runs `cases` on `adapter`; cases whose name does not contain `filter`
+/// are reported as untested.
+pub async fn run_suite(
+    adapter: Arc<dyn ScriptRuntimeAdapter>,
+    cases: &[Case],
+    filter: Option<&str>,
+) -> SuiteReport {
+    let info = adapter.info();
+    let mut results = Vec::with_capacity(cases.len());
+    for case in cases {
+        let t = Instant::now();
+        let status = match filter {
+            Some(f) if !case.name.contains(f) => Status::Untested,
+            _ => run_case(adapter.as_ref(), &info.capabilities, case).await,
+        };
+        results.push(CaseResult {
+            name: case.name,
+            doc: case.doc,
+            group: case.group,
+            status,
+            duration_ms: (t.elapsed().as_secs_f64() * 1e4).round() / 10.0,
+        });
+    }
+    SuiteReport {
+        engine: info.name,
+        engine_version: info.engine_version,
+        results,
+    }
+}
+
+fn dump(o: &Observed) -> String {
+    serde_json::to_string(&o.report).unwrap_or_default()
+}
+
+/// Passes when the run succeeded with exactly `v`.
+pub fn expect_value(o: &Observed, v: Value) -> Result<Option<String>, String> {
+    if o.report.ok && o.report.value.as_ref() == Some(&v) {
+        Ok(None)
+    } else {
+        Err(format!("expected value {v}, got {}", dump(o)))
+    }
+}
+
+/// Passes when the run succeeded with no value (`undefined`).
+pub fn expect_undefined(o: &Observed) -> Result<Option<String>, String> {
+    if o.report.ok && o.report.value.is_none() {
+        Ok(None)
+    } else {
+        Err(format!("expected no value, got {}", dump(o)))
+    }
+}
+
+/// Passes when the run failed with `code`.
+pub fn expect_code(o: &Observed, code: ErrorCode) -> Result<Option<String>, String> {
+    match &o.report.error {
+        Some(e) if e.code == code && !o.report.ok => Ok(None),
+        _ => Err(format!("expected {code}, got {}", dump(o))),
+    }
+}
+
+/// Fails with `why` (and the report) unless `cond` holds.
+pub fn ensure(o: &Observed, cond: bool, why: &str) -> Result<Option<String>, String> {
+    if cond {
+        Ok(None)
+    } else {
+        Err(format!("{why}: {}", dump(o)))
+    }
+}

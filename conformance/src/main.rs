@@ -1,0 +1,184 @@
+//! `conformance`: runs the shared suite on the engines built in and prints
+//! an engine-by-case matrix; `conformance test262 --dir PATH` runs test262.
+//!
+//! Exit status: 0 when every case passed (or was unsupported with a
+//! reason), 1 when a case failed, 2 for usage errors.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use harness::EngineKind;
+use harness_conformance::{all_cases, format, run_suite, test262};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "conformance",
+    version,
+    about = "The shared conformance and security suite"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Engines to run (repeatable); default: every engine built in.
+    #[arg(long = "engine", global = true)]
+    engines: Vec<String>,
+    /// Run only cases whose name contains this (e.g. `security::` or `tools::budget`).
+    #[arg(long)]
+    filter: Option<String>,
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    /// List the cases with their expected behaviour and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a test262 checkout (or files in its format).
+    Test262 {
+        /// The checkout (holds `harness/` and `test/`).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Path prefix under `test/`, e.g. `built-ins/Array`.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Run without the hardening prelude.
+        #[arg(long)]
+        raw: bool,
+        /// Also skip tests using this feature (repeatable).
+        #[arg(long = "skip-feature")]
+        skip_features: Vec<String>,
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+    Markdown,
+}
+
+fn engines(names: &[String]) -> Result<Vec<EngineKind>, String> {
+    if names.is_empty() {
+        let all = EngineKind::available();
+        if all.is_empty() {
+            return Err(
+                "no engine is built in (enable an engine feature such as `quickjs`)".into(),
+            );
+        }
+        return Ok(all);
+    }
+    names
+        .iter()
+        .map(|n| n.parse::<EngineKind>().map_err(|e| e.to_string()))
+        .collect()
+}
+
+async fn suite(cli: Cli, kinds: Vec<EngineKind>) -> ExitCode {
+    let cases = all_cases();
+    if cli.list {
+        for c in &cases {
+            println!("{:45} {}", c.name, c.doc);
+        }
+        println!("{} cases", cases.len());
+        return ExitCode::SUCCESS;
+    }
+    let mut reports = Vec::new();
+    for kind in kinds {
+        let adapter = match kind.adapter() {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("conformance: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        reports.push(run_suite(adapter, &cases, cli.filter.as_deref()).await);
+    }
+    match cli.format {
+        Format::Text => print!("{}", format::text(&reports)),
+        Format::Markdown => print!("{}", format::markdown(&reports)),
+        Format::Json => {
+            print!("{}", format::json(&reports));
+            eprintln!("{}", format::totals(&reports));
+        }
+    }
+    if reports.iter().any(|r| r.failed() > 0) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
+    let kinds = match engines(&cli.engines) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("conformance: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(Command::Test262 {
+        dir,
+        filter,
+        raw,
+        skip_features,
+        timeout_ms,
+        json,
+    }) = cli.command
+    else {
+        return suite(cli, kinds).await;
+    };
+    let mut opts = test262::Options::new(dir);
+    opts.filter = filter;
+    opts.raw = raw;
+    opts.timeout_ms = timeout_ms;
+    opts.skip_features.extend(skip_features);
+    for kind in kinds {
+        let adapter = match kind.adapter() {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("conformance: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        match test262::run(adapter.as_ref(), &opts).await {
+            Ok(r) if json => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
+            Ok(r) => print!("{}", r.render()),
+            Err(e) => {
+                eprintln!("conformance: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("conformance: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    rt.block_on(run(cli))
+}

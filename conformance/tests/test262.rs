@@ -1,0 +1,90 @@
+//! The test262 runner on its own fixtures (conformance/fixtures/test262).
+
+use harness_conformance::test262::{run, Counts, Options};
+use harness_quickjs::QuickJs;
+
+fn fixtures() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/test262")
+}
+
+fn counts(pass: usize, fail: usize, skip: usize) -> Counts {
+    Counts { pass, fail, skip }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hardened_run_of_the_fixtures() {
+    let report = run(&QuickJs::new(), &Options::new(fixtures()))
+        .await
+        .unwrap();
+    let text = report.render();
+    assert_eq!(
+        report.directories["language/basics"],
+        counts(6, 1, 0),
+        "{text}"
+    );
+    assert_eq!(
+        report.directories["built-ins/async"],
+        counts(1, 1, 0),
+        "{text}"
+    );
+    assert_eq!(
+        report.directories["built-ins/features"],
+        counts(1, 1, 2),
+        "{text}"
+    );
+    let failed: Vec<&str> = report.failures.iter().map(|(t, _)| t.as_str()).collect();
+    // The wrong assertion, the async failure, and eval under hardening.
+    assert_eq!(
+        failed,
+        [
+            "built-ins/async/fail.js",
+            "built-ins/features/eval.js",
+            "language/basics/fail.js"
+        ],
+        "{text}"
+    );
+    assert!(
+        report
+            .failures
+            .iter()
+            .any(|(_, why)| why.contains("Test262Error")),
+        "{text}"
+    );
+    assert!(text.ends_with("8 passed, 3 failed, 2 skipped\n"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_run_shows_what_hardening_costs() {
+    let mut opts = Options::new(fixtures());
+    opts.raw = true;
+    let report = run(&QuickJs::new(), &opts).await.unwrap();
+    assert_eq!(
+        report.directories["built-ins/features"],
+        counts(2, 0, 2),
+        "{}",
+        report.render()
+    );
+    assert_eq!(report.total(), counts(9, 2, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_and_skips() {
+    let mut opts = Options::new(fixtures());
+    opts.filter = Some("language".into());
+    let report = run(&QuickJs::new(), &opts).await.unwrap();
+    assert_eq!(report.directories.len(), 1);
+    assert_eq!(report.total(), counts(6, 1, 0));
+    let mut opts = Options::new(fixtures());
+    opts.filter = Some("built-ins/features".into());
+    let report = run(&QuickJs::new(), &opts).await.unwrap();
+    let skipped: Vec<&str> = report.skipped.iter().map(|(_, why)| why.as_str()).collect();
+    assert_eq!(
+        skipped,
+        [
+            "modules are not supported",
+            "feature SharedArrayBuffer is skipped"
+        ]
+    );
+    opts.filter = Some("no/such/dir".into());
+    assert!(run(&QuickJs::new(), &opts).await.is_err());
+}
