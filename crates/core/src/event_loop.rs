@@ -374,7 +374,10 @@ pub fn run_script<E: Engine>(
     }
     host.borrow_mut().tracker.detach_remaining();
 
-    let engine_tainted = matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
+    // An engine that hit a fault, was stopped, or ran out of memory (even
+    // if the script caught it) is not trusted with another run.
+    let engine_tainted =
+        memory_exhausted || matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
     let (mut value, mut error) = ctl.conclude(end, &limits, memory_exhausted, &request.source);
     // Hitting the memory limit ends the run as a failure on every engine,
     // even if the script caught the error and went on to return.
@@ -488,6 +491,14 @@ impl<E: Engine> LoopControl<'_, E> {
                     if let Err(f) = self.complete(id, outcome) {
                         return self.fault_end(f);
                     }
+                }
+                // A script looping over calls that finish inline never
+                // waits below, so check the deadline and cancel here too.
+                if self.cancel.is_cancelled() {
+                    return End::Cancelled;
+                }
+                if Instant::now() >= self.deadline {
+                    return End::Timeout;
                 }
                 // Their promises settled: let the script react first.
                 continue;
