@@ -98,6 +98,10 @@ pub struct Spec {
     pub limits: fn(&mut Limits),
     pub mode: Mode,
     pub approvals: Approvals,
+    /// Tools and packs the script may see; `None` for all.
+    pub allow: Option<&'static [&'static str]>,
+    /// Cancel the run this long after it starts.
+    pub cancel_after_ms: Option<u64>,
     pub check: Check,
 }
 
@@ -109,6 +113,8 @@ impl Spec {
             limits: |_| {},
             mode: Mode::Enabled,
             approvals: Approvals::Deny,
+            allow: None,
+            cancel_after_ms: None,
             check,
         }
     }
@@ -128,6 +134,14 @@ impl Spec {
     }
     pub const fn approvals(mut self, a: Approvals) -> Self {
         self.approvals = a;
+        self
+    }
+    pub const fn allow(mut self, names: &'static [&'static str]) -> Self {
+        self.allow = Some(names);
+        self
+    }
+    pub const fn cancel_after(mut self, ms: u64) -> Self {
+        self.cancel_after_ms = Some(ms);
         self
     }
 }
@@ -240,9 +254,19 @@ pub async fn run_step(adapter: &dyn ScriptRuntimeAdapter, spec: &Spec) -> Observ
     req.mode = spec.mode;
     req.tools = ToolSet {
         registry: Arc::new(tools::registry(counters.clone())),
-        allow: Default::default(),
+        allow: match spec.allow {
+            Some(names) => harness_core::Allowlist::only(names.iter().copied()),
+            None => harness_core::Allowlist::All,
+        },
         approvals: bridge(spec.approvals),
     };
+    if let Some(ms) = spec.cancel_after_ms {
+        let token = req.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            token.cancel();
+        });
+    }
     let t = Instant::now();
     let report = adapter.execute(req).await;
     Observed {

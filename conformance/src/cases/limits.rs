@@ -1,7 +1,7 @@
 //! Limits: time, memory, stack, return size, source size.
 
 use super::case;
-use crate::{ensure, expect_code, expect_value, Case, Spec};
+use crate::{ensure, expect_code, expect_value, Case, Counters, Spec};
 use harness_core::{ErrorCode, Phase};
 use serde_json::json;
 
@@ -22,6 +22,10 @@ pub const CASES: &[Case] = &[
         }).limits(|l| l.timeout_ms = 200)]),
     case!("limits::timeout_includes_tools", "waiting on a tool counts against the timeout", Limits, Nothing,
         [Spec::new("await tools.sleep({ms: 10000})", |o| expect_code(o, ErrorCode::ScriptTimeoutError)).limits(|l| l.timeout_ms = 200)]),
+ case!("limits::cancellation", "cancelling a run stops a busy loop, a tool wait, and a loop of heavy native calls promptly", Limits, Stop,
+        [Spec::new("while (true) {}", |o| { expect_code(o, ErrorCode::ScriptCancelledError)?; ensure(o, o.wall.as_millis() < 2000, "stopped promptly") }).cancel_after(100),
+         Spec::new("await tools.sleep({ms: 60000})", |o| { expect_code(o, ErrorCode::ScriptCancelledError)?; ensure(o, o.wall.as_millis() < 2000 && Counters::get(&o.counters.cancelled) == 1, "tool cancelled promptly") }).cancel_after(100),
+         Spec::new("const a = Array.from({length: 2e5}, (_, i) => -i); while (true) a.slice().sort()", |o| { expect_code(o, ErrorCode::ScriptCancelledError)?; ensure(o, o.wall.as_millis() < 2000, "stopped promptly") }).cancel_after(100)]),
     case!("limits::memory", "allocating past the memory limit is ScriptMemoryError, even if caught", Limits, MemoryLimit,
         [Spec::new("const a = []; while (true) a.push('x'.repeat(1000) + a.length)", |o| expect_code(o, ErrorCode::ScriptMemoryError)).limits(|l| l.memory_bytes = 32 << 20),
          Spec::new("const a = []; try { while (true) a.push('y'.repeat(1e4) + a.length) } catch (e) { return 'caught' }", |o| expect_code(o, ErrorCode::ScriptMemoryError)).limits(|l| l.memory_bytes = 32 << 20)]),

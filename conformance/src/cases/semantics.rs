@@ -57,6 +57,16 @@ pub const CASES: &[Case] = &[
     case!("semantics::strict_mode", "the script is strict: undeclared assignment throws, `this` is undefined", Semantics, Nothing,
         [Spec::new("return (function () { return this === undefined })()", |o| expect_value(o, json!(true))),
          Spec::new("undeclared = 1", |o| { expect_code(o, ErrorCode::ScriptRuntimeError)?; ensure(o, o.report.error.as_ref().is_some_and(|e| e.name == "ReferenceError"), "expected a ReferenceError") })]),
+    case!("semantics::unsettleable_promise", "awaiting a promise nothing can settle fails at once with ScriptRuntimeError, not at the deadline", Semantics, Nothing,
+        [Spec::new("await new Promise(() => {})", |o| {
+            expect_code(o, ErrorCode::ScriptRuntimeError)?;
+            ensure(o, o.report.metrics.duration_ms < 1000.0, "failed at once")
+        })]),
+    case!("semantics::assign_inherited_names", "own objects may still set name, message, toString, constructor despite frozen prototypes", Semantics, Nothing,
+        [Spec::new("class MyError extends Error { constructor(m) { super(m); this.name = 'MyError' } }
+                    const o = {}; o.toString = () => 'custom'; function P() {} P.prototype.constructor = P;
+                    const e = new MyError('x'); return [e.name, String(o), e instanceof Error, P.prototype.constructor === P]",
+            |o| expect_value(o, json!(["MyError", "custom", true, true])))]),
     case!("semantics::uncaught_error", "an uncaught throw is ScriptRuntimeError with the JS name and a script.js stack", Semantics, Nothing,
         [Spec::new("function f() { throw new RangeError('bad') }\nf()", |o| {
             expect_code(o, ErrorCode::ScriptRuntimeError)?;

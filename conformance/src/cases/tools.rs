@@ -80,6 +80,8 @@ pub const CASES: &[Case] = &[
         }).limits(|l| l.timeout_ms = 300)]),
     case!("tools::output_truncation", "strings over 256 KiB in tool output are cut with a marker", Tools, Nothing,
         [Spec::new("const r = await tools.big({n: 300000}); return [r.text.length < 300000, r.text.endsWith('…[truncated 37856 bytes]')]", |o| expect_value(o, json!([true, true])))]),
+    case!("tools::allowlist_and_packs", "only allowlisted tools and packs are visible; others are ToolNotFoundError", Tools, Nothing,
+        [Spec::new("try { await tools.count({}) } catch (e) { return [context.tools, e.name] }", |o| expect_value(o, json!([["echo", "fail", "sleep"], "ToolNotFoundError"]))).allow(&["basic", "sleep", "nope"])]),
     case!("tools::failure_uncaught", "an uncaught tool failure fails the run with the tool and call id", Tools, Nothing,
         [Spec::new("await tools.echo({}); await tools.fail({})", |o| {
             expect_code(o, ErrorCode::ToolExecutionError)?;
