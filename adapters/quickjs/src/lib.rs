@@ -263,7 +263,7 @@ impl QjsEngine<'_> {
     }
 
     /// Whether the allocator refused an allocation during this run.
-    fn near_memory_limit(&self) -> bool {
+    fn memory_refused(&self) -> bool {
         self.slot.alloc.refused()
     }
 
@@ -283,7 +283,7 @@ impl QjsEngine<'_> {
     /// not allocate one: near the memory limit that is an out-of-memory.
     fn finish_fault(&self, mut f: EngineFault) -> EngineFault {
         if f.kind == FaultKind::Thrown && f.name.is_empty() {
-            if self.near_memory_limit() {
+            if self.memory_refused() {
                 f = EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory");
             } else if self.slot.alloc.halted() {
                 f = EngineFault::new(FaultKind::Interrupted, "InternalError", "interrupted");
@@ -458,7 +458,7 @@ impl Engine for QjsEngine<'_> {
     }
 
     fn memory_exhausted(&mut self) -> bool {
-        self.near_memory_limit()
+        self.memory_refused()
     }
 
     /// Halts the allocator: heavy native work then fails at once and the

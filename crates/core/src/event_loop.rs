@@ -603,7 +603,7 @@ impl<E: Engine> LoopControl<'_, E> {
         let calls = std::mem::take(&mut self.host.borrow_mut().new_calls);
         let mut done = Vec::new();
         for (id, name, args) in calls {
-            let token = self.host.borrow().tracker_token(id);
+            let token = self.host.borrow().tracker.token(id);
             let mut fut = Box::pin(self.facade.clone().call(id, name, args, token));
             let first = {
                 let _rt = self.tokio.enter();
@@ -800,12 +800,6 @@ impl<E: Engine> LoopControl<'_, E> {
             },
             limits,
         )
-    }
-}
-
-impl HostState {
-    fn tracker_token(&self, id: u64) -> CancellationToken {
-        self.tracker.token(id)
     }
 }
 
