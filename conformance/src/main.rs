@@ -78,6 +78,15 @@ fn engines(names: &[String]) -> Result<Vec<EngineKind>, String> {
         .collect()
 }
 
+fn adapter(
+    kind: EngineKind,
+) -> Result<std::sync::Arc<dyn harness::ScriptRuntimeAdapter>, ExitCode> {
+    kind.adapter().map_err(|e| {
+        eprintln!("conformance: {e}");
+        ExitCode::from(2)
+    })
+}
+
 async fn suite(cli: Cli, kinds: Vec<EngineKind>) -> ExitCode {
     let cases = all_cases();
     if cli.list {
@@ -89,12 +98,9 @@ async fn suite(cli: Cli, kinds: Vec<EngineKind>) -> ExitCode {
     }
     let mut reports = Vec::new();
     for kind in kinds {
-        let adapter = match kind.adapter() {
+        let adapter = match adapter(kind) {
             Ok(a) => a,
-            Err(e) => {
-                eprintln!("conformance: {e}");
-                return ExitCode::from(2);
-            }
+            Err(code) => return code,
         };
         reports.push(run_suite(adapter, &cases, cli.filter.as_deref()).await);
     }
@@ -138,12 +144,9 @@ async fn run(cli: Cli) -> ExitCode {
     opts.timeout_ms = timeout_ms;
     opts.skip_features.extend(skip_features);
     for kind in kinds {
-        let adapter = match kind.adapter() {
+        let adapter = match adapter(kind) {
             Ok(a) => a,
-            Err(e) => {
-                eprintln!("conformance: {e}");
-                return ExitCode::from(2);
-            }
+            Err(code) => return code,
         };
         match test262::run(adapter.as_ref(), &opts).await {
             Ok(r) if json => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
@@ -158,27 +161,5 @@ async fn run(cli: Cli) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-    };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("conformance: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    rt.block_on(run(cli))
+    harness::cli_support::main("conformance", run)
 }

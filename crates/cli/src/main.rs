@@ -302,26 +302,7 @@ async fn check(args: CheckArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-    };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return usage_error(format!("cannot start the async runtime: {e}")),
-    };
-    rt.block_on(async {
+    harness::cli_support::main("harness", |cli: Cli| async move {
         match cli.command {
             Command::Run(a) => run(a).await,
             Command::Check(a) => check(a).await,

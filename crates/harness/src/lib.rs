@@ -28,6 +28,8 @@
 
 #[cfg(feature = "builtin-tools")]
 pub mod builtin;
+#[cfg(feature = "cli-support")]
+pub mod cli_support;
 mod engine;
 
 pub use engine::{EngineKind, UnknownEngine};
