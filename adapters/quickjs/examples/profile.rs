@@ -1,5 +1,6 @@
-//! Runs a trivial script N times on one worker (optionally GAP ms apart)
-//! and prints the mean time per run;
+//! Runs a trivial script N times (optionally GAP ms apart) on a pool of
+//! WORKERS threads (default 1; more grows the pool with a burst first) and
+//! prints the mean time per run: `profile N [GAP] [WORKERS]`;
 //! a steady driver for profilers:
 //! `cargo build --release -p harness-quickjs --example profile &&
 //!  valgrind --tool=callgrind target/release/examples/profile 200`
@@ -20,7 +21,23 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let e = harness_quickjs::QuickJs::with_max_workers(1);
+    let workers: usize = std::env::args()
+        .nth(3)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1);
+    let e = harness_quickjs::QuickJs::with_max_workers(workers);
+    if workers > 1 {
+        // Grow the pool with a burst of concurrent runs first.
+        rt.block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            for _ in 0..16 {
+                let e = e.clone();
+                set.spawn(async move { e.execute(ExecutionRequest::new("return 1+1")).await });
+            }
+            while set.join_next().await.is_some() {}
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let mut busy = std::time::Duration::ZERO;
     for _ in 0..n {
         let t = std::time::Instant::now();

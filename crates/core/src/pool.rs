@@ -1,36 +1,49 @@
 //! Worker threads for engines that are not `Send`.
 //!
 //! Each worker owns its engine state (created on the thread by a factory)
-//! and runs jobs one at a time. The pool grows on demand up to a maximum and
-//! never shrinks, so a job either finds an idle worker, starts a new one, or
-//! waits in the queue; it is never stranded.
+//! and runs jobs one at a time. Idle workers wait on their own channel in a
+//! LIFO stack: a job goes to the most recently idle worker (its caches and
+//! pre-built state are warmest) and wakes exactly one thread. With no idle
+//! worker the pool starts a new one, up to its maximum; past that, jobs
+//! wait in a backlog that workers drain before going idle. Idling and
+//! queueing happen under one lock, so a job is never stranded.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
 type Factory<S> = Arc<dyn Fn() -> S + Send + Sync>;
 
-/// A growable pool of threads, each holding one `S`.
-pub struct WorkerPool<S: 'static> {
-    tx: Mutex<mpsc::Sender<Job<S>>>,
-    rx: Arc<Mutex<mpsc::Receiver<Job<S>>>>,
-    idle: Arc<AtomicUsize>,
-    threads: AtomicUsize,
+struct State<S> {
+    /// Senders of idle workers; the last is the most recently idle.
+    idle: Vec<mpsc::Sender<Job<S>>>,
+    backlog: VecDeque<Job<S>>,
+    threads: usize,
+    /// The pool was dropped: workers exit instead of idling.
+    closed: bool,
+}
+
+struct Shared<S> {
+    state: Mutex<State<S>>,
     max_threads: usize,
     stack_size: usize,
     name: String,
     factory: Factory<S>,
 }
 
+/// A growable pool of threads, each holding one `S`.
+pub struct WorkerPool<S: 'static> {
+    shared: Arc<Shared<S>>,
+}
+
 impl<S> fmt::Debug for WorkerPool<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkerPool")
-            .field("name", &self.name)
-            .field("threads", &self.threads.load(Ordering::Relaxed))
-            .field("max_threads", &self.max_threads)
+            .field("name", &self.shared.name)
+            .field("threads", &self.threads())
+            .field("max_threads", &self.shared.max_threads)
             .finish()
     }
 }
@@ -44,76 +57,117 @@ impl<S: 'static> WorkerPool<S> {
         stack_size: usize,
         factory: impl Fn() -> S + Send + Sync + 'static,
     ) -> Self {
-        let (tx, rx) = mpsc::channel();
         WorkerPool {
-            tx: Mutex::new(tx),
-            rx: Arc::new(Mutex::new(rx)),
-            idle: Arc::new(AtomicUsize::new(0)),
-            threads: AtomicUsize::new(0),
-            max_threads: max_threads.max(1),
-            stack_size,
-            name: name.to_owned(),
-            factory: Arc::new(factory),
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    idle: Vec::new(),
+                    backlog: VecDeque::new(),
+                    threads: 0,
+                    closed: false,
+                }),
+                max_threads: max_threads.max(1),
+                stack_size,
+                name: name.to_owned(),
+                factory: Arc::new(factory),
+            }),
         }
     }
 
     /// Threads started so far.
     pub fn threads(&self) -> usize {
-        self.threads.load(Ordering::Relaxed)
+        self.shared.state.lock().map(|s| s.threads).unwrap_or(0)
     }
 
     /// Runs `job` on a worker. A panicking job is contained: the worker
     /// rebuilds its state and carries on. Returns an error only if no
     /// worker thread could be started.
     pub fn submit(&self, job: impl FnOnce(&mut S) + Send + 'static) -> Result<(), String> {
-        let reserved = self
-            .idle
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |i| i.checked_sub(1))
-            .is_ok();
-        if !reserved {
-            let n = self.threads.fetch_add(1, Ordering::AcqRel);
-            if n < self.max_threads {
-                if let Err(e) = self.spawn(n) {
-                    self.threads.fetch_sub(1, Ordering::AcqRel);
-                    if n == 0 {
-                        return Err(e);
+        let mut job: Job<S> = Box::new(job);
+        loop {
+            let mut state = self
+                .shared
+                .state
+                .lock()
+                .map_err(|_| "worker pool poisoned".to_owned())?;
+            if let Some(worker) = state.idle.pop() {
+                drop(state);
+                match worker.send(job) {
+                    Ok(()) => return Ok(()),
+                    // That worker is gone; try the next one.
+                    Err(mpsc::SendError(j)) => {
+                        job = j;
+                        continue;
                     }
                 }
-            } else {
-                self.threads.fetch_sub(1, Ordering::AcqRel);
             }
-        }
-        let tx = self
-            .tx
-            .lock()
-            .map_err(|_| "worker queue poisoned".to_owned())?;
-        tx.send(Box::new(job))
-            .map_err(|_| "worker queue closed".to_owned())
-    }
-
-    fn spawn(&self, n: usize) -> Result<(), String> {
-        let rx = self.rx.clone();
-        let idle = self.idle.clone();
-        let factory = self.factory.clone();
-        std::thread::Builder::new()
-            .name(format!("{}-{n}", self.name))
-            .stack_size(self.stack_size)
-            .spawn(move || {
-                let mut state = factory();
-                loop {
-                    let job = {
-                        let Ok(rx) = rx.lock() else { return };
-                        rx.recv()
-                    };
-                    let Ok(job) = job else { return };
-                    if catch_unwind(AssertUnwindSafe(|| job(&mut state))).is_err() {
-                        state = factory();
+            if state.threads < self.shared.max_threads {
+                state.threads += 1;
+                drop(state);
+                return spawn(&self.shared, job).inspect_err(|_| {
+                    if let Ok(mut s) = self.shared.state.lock() {
+                        s.threads -= 1;
                     }
-                    idle.fetch_add(1, Ordering::AcqRel);
-                }
-            })
-            .map(|_| ())
-            .map_err(|e| format!("could not start a worker thread: {e}"))
+                });
+            }
+            state.backlog.push_back(job);
+            return Ok(());
+        }
+    }
+}
+
+impl<S> Drop for WorkerPool<S> {
+    /// Idle workers wake (their channels close) and exit; busy ones exit
+    /// after their job. Queued jobs are dropped, which their submitters see
+    /// as a closed reply channel.
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.shared.state.lock() {
+            s.closed = true;
+            s.idle.clear();
+            s.backlog.clear();
+        }
+    }
+}
+
+fn spawn<S: 'static>(shared: &Arc<Shared<S>>, first: Job<S>) -> Result<(), String> {
+    let shared = shared.clone();
+    let n = shared.state.lock().map(|s| s.threads).unwrap_or(0);
+    std::thread::Builder::new()
+        .name(format!("{}-{n}", shared.name))
+        .stack_size(shared.stack_size)
+        .spawn(move || work(&shared, first))
+        .map(|_| ())
+        .map_err(|e| format!("could not start a worker thread: {e}"))
+}
+
+fn work<S>(shared: &Shared<S>, first: Job<S>) {
+    let mut state = (shared.factory)();
+    let mut job = first;
+    loop {
+        if catch_unwind(AssertUnwindSafe(|| job(&mut state))).is_err() {
+            state = (shared.factory)();
+        }
+        // Take queued work, or go idle on a fresh channel whose only sender
+        // sits in the idle stack: when the pool closes, the stack is
+        // cleared and `recv` fails, ending the thread.
+        let rx = {
+            let Ok(mut s) = shared.state.lock() else {
+                return;
+            };
+            if s.closed {
+                return;
+            }
+            if let Some(j) = s.backlog.pop_front() {
+                job = j;
+                continue;
+            }
+            let (tx, rx) = mpsc::channel::<Job<S>>();
+            s.idle.push(tx);
+            rx
+        };
+        match rx.recv() {
+            Ok(j) => job = j,
+            Err(_) => return,
+        }
     }
 }
 
@@ -138,5 +192,65 @@ mod tests {
         got.sort();
         assert_eq!(got, (0..10).collect::<Vec<_>>());
         assert!(pool.threads() <= 2);
+    }
+
+    #[test]
+    fn jobs_past_the_maximum_wait_and_all_run() {
+        let pool = WorkerPool::new("t", 2, 1 << 20, || ());
+        let (tx, rx) = mpsc::channel();
+        for i in 0..50 {
+            let tx = tx.clone();
+            pool.submit(move |_| {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                tx.send(i).unwrap();
+            })
+            .unwrap();
+        }
+        let mut got: Vec<i32> = (0..50)
+            .map(|_| rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(got, (0..50).collect::<Vec<_>>());
+        assert_eq!(pool.threads(), 2);
+    }
+
+    #[test]
+    fn dropping_the_pool_ends_its_threads() {
+        struct Alive(Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Alive {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let alive = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let a = alive.clone();
+        let pool = WorkerPool::new("t", 4, 1 << 20, move || {
+            a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Alive(a.clone())
+        });
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..4 {
+            let tx = tx.clone();
+            pool.submit(move |_| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                tx.send(()).unwrap();
+            })
+            .unwrap();
+        }
+        for _ in 0..4 {
+            rx.recv().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(alive.load(std::sync::atomic::Ordering::SeqCst) > 0);
+        drop(pool);
+        let t = std::time::Instant::now();
+        while alive.load(std::sync::atomic::Ordering::SeqCst) > 0 && t.elapsed().as_secs() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            alive.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "worker threads outlived the pool"
+        );
     }
 }
