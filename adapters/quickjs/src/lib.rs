@@ -28,8 +28,8 @@ use harness_core::event_loop::{
 use harness_core::pool::WorkerPool;
 use harness_core::CancellationToken;
 use harness_core::{
-    Capabilities, EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, GlobalEval,
-    GlobalEvalOutcome, Phase, ScriptError, ScriptRuntimeAdapter,
+    Capabilities, EngineInfo, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
+    ScriptError, ScriptRuntimeAdapter,
 };
 use rquickjs::context::intrinsic;
 use rquickjs::context::EvalOptions;
@@ -563,19 +563,7 @@ impl Worker {
                 Ok(_) => Ok(()),
                 Err(rquickjs::Error::Exception) => {
                     let f = exception_fault(ctx.catch());
-                    Err(match f.kind {
-                        FaultKind::StackOverflow => ScriptError::new(
-                            ErrorCode::StackOverflowError,
-                            Phase::Parsing,
-                            "the script is nested too deeply to parse",
-                        ),
-                        FaultKind::OutOfMemory => ScriptError::new(
-                            ErrorCode::ScriptMemoryError,
-                            Phase::Parsing,
-                            "out of memory while parsing the script",
-                        ),
-                        _ => harness_core::event_loop::syntax_error(&f, source),
-                    })
+                    Err(harness_core::event_loop::parse_error(&f, source))
                 }
                 Err(e) => Err(ScriptError::internal(e.to_string())),
             }

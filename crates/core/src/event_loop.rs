@@ -301,16 +301,7 @@ pub fn run_script<E: Engine>(
 ) -> RunOutput {
     let started = Instant::now();
     let limits = request.limits.clone();
-    if request.source.len() as u64 > limits.max_source_bytes {
-        let e = ScriptError::new(
-            ErrorCode::ScriptTooLargeError,
-            Phase::Parsing,
-            format!(
-                "script is {} bytes; the limit is {} bytes",
-                request.source.len(),
-                limits.max_source_bytes
-            ),
-        );
+    if let Err(e) = crate::source::check_size(request.source.len(), limits.max_source_bytes) {
         return RunOutput {
             report: ExecutionReport::failed(engine_name, e),
             engine_tainted: false,
@@ -431,11 +422,11 @@ pub fn run_script<E: Engine>(
 enum End {
     Settled,
     Fault(EngineFault),
-    SyntaxError(EngineFault),
+    /// Compiling the script failed (syntax, or nesting too deep).
+    ParseFailed(EngineFault),
     Timeout,
     Cancelled,
     Deadlock,
-    TooDeepToParse,
 }
 
 struct LoopControl<'a, E: Engine> {
@@ -476,8 +467,7 @@ impl<E: Engine> LoopControl<'_, E> {
             // Script code runs inside the prelude's async wrapper, so a
             // stack overflow escaping `start` happened while parsing.
             return match f.kind {
-                FaultKind::Syntax => End::SyntaxError(f),
-                FaultKind::StackOverflow => End::TooDeepToParse,
+                FaultKind::Syntax | FaultKind::StackOverflow => End::ParseFailed(f),
                 _ => self.fault_end(f),
             };
         }
@@ -661,23 +651,9 @@ impl<E: Engine> LoopControl<'_, E> {
         memory_exhausted: bool,
         source: &str,
     ) -> (Option<Value>, Option<ScriptError>) {
-        let timeout = || {
-            ScriptError::new(
-                ErrorCode::ScriptTimeoutError,
-                Phase::Executing,
-                format!("script exceeded its time limit of {} ms", limits.timeout_ms),
-            )
-        };
         match end {
-            End::Timeout => (None, Some(timeout())),
-            End::Cancelled => (
-                None,
-                Some(ScriptError::new(
-                    ErrorCode::ScriptCancelledError,
-                    Phase::Executing,
-                    "the run was cancelled",
-                )),
-            ),
+            End::Timeout => (None, Some(timeout_error(limits))),
+            End::Cancelled => (None, Some(cancelled_error())),
             End::Deadlock => (
                 None,
                 Some(ScriptError::new(
@@ -687,15 +663,7 @@ impl<E: Engine> LoopControl<'_, E> {
                      (no tool call is pending and there are no timers)",
                 )),
             ),
-            End::SyntaxError(f) => (None, Some(syntax_error(&f, source))),
-            End::TooDeepToParse => (
-                None,
-                Some(ScriptError::new(
-                    ErrorCode::StackOverflowError,
-                    Phase::Parsing,
-                    "the script is nested too deeply to parse",
-                )),
-            ),
+            End::ParseFailed(f) => (None, Some(parse_error(&f, source))),
             End::Fault(f) => (None, Some(fault_error(&f, limits))),
             End::Settled => {
                 let outcome = self.host.borrow().outcome.clone();
@@ -779,17 +747,9 @@ impl<E: Engine> LoopControl<'_, E> {
     ) -> ScriptError {
         if kind == FaultKind::Interrupted {
             if self.cancel.is_cancelled() {
-                return ScriptError::new(
-                    ErrorCode::ScriptCancelledError,
-                    Phase::Executing,
-                    "the run was cancelled",
-                );
+                return cancelled_error();
             }
-            return ScriptError::new(
-                ErrorCode::ScriptTimeoutError,
-                Phase::Executing,
-                format!("script exceeded its time limit of {} ms", limits.timeout_ms),
-            );
+            return timeout_error(limits);
         }
         fault_error(
             &EngineFault {
@@ -800,6 +760,25 @@ impl<E: Engine> LoopControl<'_, E> {
             },
             limits,
         )
+    }
+}
+
+/// The error for a script that did not compile: nesting too deep for the
+/// parser is StackOverflowError, running out of memory ScriptMemoryError,
+/// anything else a [`syntax_error`]; all in phase `parsing`.
+pub fn parse_error(f: &EngineFault, source: &str) -> ScriptError {
+    match f.kind {
+        FaultKind::StackOverflow => ScriptError::new(
+            ErrorCode::StackOverflowError,
+            Phase::Parsing,
+            "the script is nested too deeply to parse",
+        ),
+        FaultKind::OutOfMemory => ScriptError::new(
+            ErrorCode::ScriptMemoryError,
+            Phase::Parsing,
+            "out of memory while parsing the script",
+        ),
+        _ => syntax_error(f, source),
     }
 }
 
@@ -829,6 +808,22 @@ pub fn syntax_error(f: &EngineFault, source: &str) -> ScriptError {
     ScriptError::new(ErrorCode::ScriptSyntaxError, Phase::Parsing, message)
         .with_name("SyntaxError")
         .with_location(loc)
+}
+
+fn timeout_error(limits: &Limits) -> ScriptError {
+    ScriptError::new(
+        ErrorCode::ScriptTimeoutError,
+        Phase::Executing,
+        format!("script exceeded its time limit of {} ms", limits.timeout_ms),
+    )
+}
+
+fn cancelled_error() -> ScriptError {
+    ScriptError::new(
+        ErrorCode::ScriptCancelledError,
+        Phase::Executing,
+        "the run was cancelled",
+    )
 }
 
 fn fault_error(f: &EngineFault, limits: &Limits) -> ScriptError {

@@ -2,6 +2,18 @@
 
 use crate::error::{ErrorCode, Phase, ScriptError};
 
+/// ScriptTooLargeError when a source of `len` bytes is over `max_bytes`.
+pub fn check_size(len: usize, max_bytes: u64) -> Result<(), ScriptError> {
+    if len as u64 > max_bytes {
+        return Err(ScriptError::new(
+            ErrorCode::ScriptTooLargeError,
+            Phase::Parsing,
+            format!("script is {len} bytes; the limit is {max_bytes} bytes"),
+        ));
+    }
+    Ok(())
+}
+
 /// Decodes script bytes: strips a UTF-8 byte-order mark, rejects invalid
 /// UTF-8 (naming the byte offset) and sources over `max_bytes`.
 ///

@@ -170,14 +170,6 @@ impl PromiseTracker {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.calls.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.calls.is_empty()
-    }
-
     pub fn records(&self) -> Vec<ToolCallRecord> {
         self.calls
             .iter()

@@ -143,17 +143,7 @@ impl Harness {
     /// # });
     /// ```
     pub async fn check(&self, source: &str) -> Result<(), ScriptError> {
-        if source.len() as u64 > self.limits.max_source_bytes {
-            return Err(ScriptError::new(
-                ErrorCode::ScriptTooLargeError,
-                Phase::Parsing,
-                format!(
-                    "script is {} bytes; the limit is {} bytes",
-                    source.len(),
-                    self.limits.max_source_bytes
-                ),
-            ));
-        }
+        harness_core::source::check_size(source.len(), self.limits.max_source_bytes)?;
         self.adapter.check_syntax(source).await
     }
 }
