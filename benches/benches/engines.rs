@@ -2,7 +2,7 @@
 //!
 //! Run: `cargo bench -p harness-benches` (one group: `--bench engines -- trivial`).
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use harness_benches::*;
 use std::time::{Duration, Instant};
 
@@ -94,4 +94,15 @@ fn workloads(c: &mut Criterion) {
 }
 
 criterion_group!(benches, trivial, tool_calls, workloads);
-criterion_main!(benches);
+
+/// Lets the process-isolated configurations' workers (this binary) enforce
+/// memory limits.
+#[global_allocator]
+static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;
+
+fn main() {
+    // The process configurations start this binary as their worker.
+    harness::serve_worker_if_requested();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

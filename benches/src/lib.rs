@@ -1,7 +1,7 @@
 //! Shared workloads for the criterion benches: the same scripts and tools
 //! for every engine, driven through the `ScriptRuntimeAdapter` trait.
 
-use harness::{EngineKind, FnTool, Harness, ToolRegistry};
+use harness::{EngineKind, FnTool, Harness, Isolation, ToolRegistry};
 use serde_json::json;
 
 /// `return 1+1`, end to end: prepare, fresh hardened context, run, report.
@@ -23,9 +23,27 @@ pub const CPU_BOUND: &str = "let s = 0; for (let i = 0; i < 1e6; i++) s += i; re
 /// Build, stringify and return a ~100 KiB object.
 pub const JSON_HEAVY: &str = "const rows = []; for (let i = 0; i < 1500; i++) rows.push({id: i, name: 'row ' + i, tags: ['a', 'b'], ok: i % 2 === 0}); const s = JSON.stringify(rows); return JSON.parse(s).length + s.length";
 
-/// A harness on `engine` with an `echo` tool and budgets large enough for
-/// the workloads.
-pub fn harness(engine: EngineKind) -> Harness {
+/// One engine in one isolation, as benched.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    pub engine: EngineKind,
+    pub isolation: Isolation,
+}
+
+impl std::fmt::Display for Config {
+    /// `quickjs`, `quickjs/process`, `boa`, `boa/process`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.isolation {
+            Isolation::InProcess => write!(f, "{}", self.engine),
+            Isolation::Process => write!(f, "{}/process", self.engine),
+        }
+    }
+}
+
+/// A harness for `config` with an `echo` tool and budgets large enough
+/// for the workloads. Process workers are this very binary, which must
+/// call `harness::serve_worker_if_requested` first in `main`.
+pub fn harness(config: Config) -> Harness {
     let mut tools = ToolRegistry::new();
     tools
         .register(FnTool::new(
@@ -36,19 +54,25 @@ pub fn harness(engine: EngineKind) -> Harness {
         ))
         .expect("echo registers");
     let limits = harness::Limits {
+        isolation: Some(config.isolation),
         max_tool_calls: 1000,
         max_concurrent_tool_calls: 32,
         ..harness::Limits::default()
     };
     Harness::builder()
-        .engine(engine)
+        .engine(config.engine)
         .tools(tools)
         .limits(limits)
         .build()
         .expect("engine is built in")
 }
 
-/// Engines compiled into this build.
-pub fn engines() -> Vec<EngineKind> {
+/// Every engine compiled into this build, in both isolations.
+pub fn engines() -> Vec<Config> {
     EngineKind::available()
+        .into_iter()
+        .flat_map(|engine| {
+            [Isolation::InProcess, Isolation::Process].map(|isolation| Config { engine, isolation })
+        })
+        .collect()
 }

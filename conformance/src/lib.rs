@@ -3,8 +3,10 @@
 //! A case is a named function over a [`ScriptRuntimeAdapter`] with a one-line
 //! statement of the expected behaviour. [`run_suite`] runs every case (or
 //! those matching a filter) and returns a [`SuiteReport`] of passed, failed,
-//! unsupported (by declared capability) and untested cases. Security cases
-//! are never gated by capability.
+//! unsupported (by declared capability) and untested cases. A security case
+//! is gated only by what no adapter code can stand in for (stopping a
+//! running script, a memory limit, surviving native stack exhaustion), and
+//! is then reported unsupported with the reason, never passed.
 //!
 //! # Examples
 //! ```no_run
@@ -43,7 +45,9 @@ pub enum Group {
     Security,
 }
 
-/// A capability a functional case needs. Security cases need none.
+/// A capability a case needs to be run at all. An engine without it would
+/// hang or take the host down on the case, so the case is reported
+/// unsupported with the reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Needs {
     Nothing,
@@ -51,10 +55,24 @@ pub enum Needs {
     Stop,
     /// The engine enforces the memory limit.
     MemoryLimit,
+    /// The engine survives native stack exhaustion (a guard, or a process
+    /// boundary).
+    StackGuard,
 }
 
 impl Needs {
-    fn missing(self, caps: &Capabilities) -> Option<&'static str> {
+    /// Why an engine with `caps` cannot run a case that needs this, if it
+    /// cannot.
+    pub fn missing(self, caps: &Capabilities) -> Option<String> {
+        let reason = self.missing_capability(caps)?;
+        let hint = match caps.hard_kill {
+            true => "",
+            false => " in this process; run the engine with isolation=process",
+        };
+        Some(format!("{reason}{hint}"))
+    }
+
+    fn missing_capability(self, caps: &Capabilities) -> Option<&'static str> {
         match self {
             Needs::Nothing => None,
             Needs::Stop if !(caps.interrupt || caps.hard_kill) => {
@@ -62,6 +80,9 @@ impl Needs {
             }
             Needs::MemoryLimit if !caps.memory_limit => {
                 Some("the engine does not enforce a memory limit")
+            }
+            Needs::StackGuard if !caps.stack_guard => {
+                Some("native stack exhaustion would end the host process")
             }
             _ => None,
         }
@@ -277,12 +298,8 @@ pub async fn run_step(adapter: &dyn ScriptRuntimeAdapter, spec: &Spec) -> Observ
 }
 
 async fn run_case(adapter: &dyn ScriptRuntimeAdapter, caps: &Capabilities, case: &Case) -> Status {
-    if case.group != Group::Security {
-        if let Some(reason) = case.needs.missing(caps) {
-            return Status::Unsupported {
-                reason: reason.to_owned(),
-            };
-        }
+    if let Some(reason) = case.needs.missing(caps) {
+        return Status::Unsupported { reason };
     }
     let mut notes = Vec::new();
     for (i, step) in case.steps.iter().enumerate() {
@@ -342,7 +359,10 @@ pub async fn run_suite(
         });
     }
     SuiteReport {
-        engine: info.name,
+        engine: match info.isolation {
+            harness_core::Isolation::InProcess => info.name,
+            harness_core::Isolation::Process => format!("{} (process)", info.name),
+        },
         engine_version: info.engine_version,
         results,
     }

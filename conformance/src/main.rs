@@ -5,7 +5,8 @@
 //! reason), 1 when a case failed, 2 for usage errors.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use harness::EngineKind;
+use harness::core::process::ProcessOptions;
+use harness::{EngineKind, Isolation};
 use harness_conformance::{all_cases, format, run_suite, test262};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +23,10 @@ struct Cli {
     /// Engines to run (repeatable); default: every engine built in.
     #[arg(long = "engine", global = true)]
     engines: Vec<String>,
+    /// Isolations to run each engine in (repeatable: in_process, process);
+    /// default: both, side by side.
+    #[arg(long = "isolation")]
+    isolations: Vec<Isolation>,
     /// Run only cases whose name contains this (e.g. `security::` or `tools::budget`).
     #[arg(long)]
     filter: Option<String>,
@@ -80,11 +85,13 @@ fn engines(names: &[String]) -> Result<Vec<EngineKind>, String> {
 
 fn adapter(
     kind: EngineKind,
+    isolation: Isolation,
 ) -> Result<std::sync::Arc<dyn harness::ScriptRuntimeAdapter>, ExitCode> {
-    kind.adapter().map_err(|e| {
-        eprintln!("conformance: {e}");
-        ExitCode::from(2)
-    })
+    kind.adapter_with(isolation, ProcessOptions::current_exe)
+        .map_err(|e| {
+            eprintln!("conformance: {e}");
+            ExitCode::from(2)
+        })
 }
 
 async fn suite(cli: Cli, kinds: Vec<EngineKind>) -> ExitCode {
@@ -96,13 +103,20 @@ async fn suite(cli: Cli, kinds: Vec<EngineKind>) -> ExitCode {
         println!("{} cases", cases.len());
         return ExitCode::SUCCESS;
     }
+    let isolations = if cli.isolations.is_empty() {
+        vec![Isolation::InProcess, Isolation::Process]
+    } else {
+        cli.isolations.clone()
+    };
     let mut reports = Vec::new();
     for kind in kinds {
-        let adapter = match adapter(kind) {
-            Ok(a) => a,
-            Err(code) => return code,
-        };
-        reports.push(run_suite(adapter, &cases, cli.filter.as_deref()).await);
+        for &isolation in &isolations {
+            let adapter = match adapter(kind, isolation) {
+                Ok(a) => a,
+                Err(code) => return code,
+            };
+            reports.push(run_suite(adapter, &cases, cli.filter.as_deref()).await);
+        }
     }
     match cli.format {
         Format::Text => print!("{}", format::text(&reports)),
@@ -144,7 +158,12 @@ async fn run(cli: Cli) -> ExitCode {
     opts.timeout_ms = timeout_ms;
     opts.skip_features.extend(skip_features);
     for kind in kinds {
-        let adapter = match adapter(kind) {
+        let isolation = cli
+            .isolations
+            .first()
+            .copied()
+            .unwrap_or_else(|| kind.default_isolation());
+        let adapter = match adapter(kind, isolation) {
             Ok(a) => a,
             Err(code) => return code,
         };
@@ -160,6 +179,12 @@ async fn run(cli: Cli) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Lets this binary's worker processes enforce memory limits.
+#[global_allocator]
+static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;
+
 fn main() -> ExitCode {
+    // The process adapters start this very binary as their worker.
+    harness::serve_worker_if_requested();
     harness::cli_support::main("conformance", run)
 }

@@ -22,10 +22,12 @@
 //! ```
 
 use async_trait::async_trait;
+use harness_core::adapter::CancelOnDrop;
 use harness_core::event_loop::{
     host_call, run_script, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE_FILE,
 };
 use harness_core::pool::WorkerPool;
+use harness_core::process::EngineHost;
 use harness_core::CancellationToken;
 use harness_core::{
     Capabilities, EngineInfo, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
@@ -482,23 +484,15 @@ impl Worker {
         Ok(self.slot.as_ref().expect("just set"))
     }
 
-    /// Runs one request and hands the report to `respond` as soon as it is
-    /// ready; tearing down the used context and hardening the next one
-    /// happen after that, off the caller's critical path.
-    fn execute(
-        &mut self,
-        request: ExecutionRequest,
-        tokio: &tokio::runtime::Handle,
-        respond: impl FnOnce(ExecutionReport),
-    ) {
+    /// Lends a fresh engine to `run` (which says whether it is tainted),
+    /// then tears it down and hardens the next context: after `run` has
+    /// answered its caller, off the critical path.
+    fn lend_engine(&mut self, run: impl FnOnce(Result<&mut QjsEngine<'_>, EngineFault>) -> bool) {
         let pre = self.warm.take();
         let slot = match self.slot() {
             Ok(s) => s,
             Err(f) => {
-                respond(ExecutionReport::failed(
-                    ENGINE_NAME,
-                    ScriptError::internal(f.message),
-                ));
+                run(Err(f));
                 return;
             }
         };
@@ -509,11 +503,34 @@ impl Worker {
             pre,
             slot,
         };
-        let out = run_script(&mut engine, ENGINE_NAME, request, tokio);
-        respond(out.report);
+        let tainted = run(Ok(&mut engine));
         drop(engine);
-        self.recycle(out.engine_tainted);
+        self.recycle(tainted);
         self.prewarm();
+    }
+
+    /// Runs one request and hands the report to `respond` as soon as it is
+    /// ready.
+    fn execute(
+        &mut self,
+        request: ExecutionRequest,
+        tokio: &tokio::runtime::Handle,
+        respond: impl FnOnce(ExecutionReport),
+    ) {
+        self.lend_engine(|engine| match engine {
+            Ok(engine) => {
+                let out = run_script(engine, ENGINE_NAME, request, tokio);
+                respond(out.report);
+                out.engine_tainted
+            }
+            Err(f) => {
+                respond(ExecutionReport::failed(
+                    ENGINE_NAME,
+                    ScriptError::internal(f.message),
+                ));
+                false
+            }
+        });
     }
 
     /// Hardens a fresh context for the next run, while the worker is idle.
@@ -726,17 +743,6 @@ impl QuickJs {
     }
 }
 
-/// Cancels the run if the caller stops waiting for it (drops the future).
-struct CancelOnDrop(Option<CancellationToken>);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if let Some(t) = self.0.take() {
-            t.cancel();
-        }
-    }
-}
-
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Worker")
@@ -745,20 +751,60 @@ impl std::fmt::Debug for Worker {
     }
 }
 
+/// QuickJS in this process: it stops scripts with its interrupt handler
+/// and enforces the memory limit with its own allocator.
+pub fn engine_info() -> EngineInfo {
+    EngineInfo {
+        name: ENGINE_NAME.to_owned(),
+        engine_version: QUICKJS_VERSION.to_owned(),
+        capabilities: Capabilities {
+            interrupt: true,
+            memory_limit: true,
+            fuel: false,
+            hard_kill: false,
+            filesystem: false,
+            stack_guard: true,
+        },
+        isolation: harness_core::Isolation::InProcess,
+    }
+}
+
+/// What a worker process serves for `--harness-worker quickjs`
+/// (see [`harness_core::process`]).
+pub fn worker_host() -> Box<dyn EngineHost> {
+    Box::new(Worker::default())
+}
+
+impl EngineHost for Worker {
+    fn name(&self) -> String {
+        ENGINE_NAME.to_owned()
+    }
+
+    fn version(&self) -> String {
+        QUICKJS_VERSION.to_owned()
+    }
+
+    fn enforces_memory(&self) -> bool {
+        true
+    }
+
+    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        self.lend_engine(|e| run(e.map(|e| e as &mut dyn Engine)));
+    }
+
+    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
+        Worker::check(self, source)
+    }
+
+    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
+        Worker::eval_global(self, eval)
+    }
+}
+
 #[async_trait]
 impl ScriptRuntimeAdapter for QuickJs {
     fn info(&self) -> EngineInfo {
-        EngineInfo {
-            name: ENGINE_NAME.to_owned(),
-            engine_version: QUICKJS_VERSION.to_owned(),
-            capabilities: Capabilities {
-                interrupt: true,
-                memory_limit: true,
-                fuel: false,
-                hard_kill: false,
-                filesystem: false,
-            },
-        }
+        engine_info()
     }
 
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
@@ -782,7 +828,7 @@ impl ScriptRuntimeAdapter for QuickJs {
                 )
             }
         };
-        let mut guard = CancelOnDrop(Some(request.cancel.clone()));
+        let mut guard = CancelOnDrop::new(request.cancel.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
         let submitted = self.pool.submit(move |w| {
             w.execute(request, &tokio, move |report| {
@@ -800,7 +846,7 @@ impl ScriptRuntimeAdapter for QuickJs {
                 )
             }),
         };
-        guard.0 = None;
+        guard.disarm();
         report
     }
 }

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use harness::core::report::ConsoleLevel;
 use harness::{
     ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny, EngineKind,
-    ExecutionReport, Harness, Limits, ScriptError,
+    ExecutionReport, Harness, Isolation, Limits, ScriptError,
 };
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -36,9 +36,14 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
-    /// Engine to run on.
+    /// Engine to run on (quickjs, boa).
     #[arg(long, default_value = "quickjs")]
     engine: String,
+    /// Where the script runs: in_process, or process (a worker process the
+    /// host kills on timeout). Default: the engine's (quickjs: in_process,
+    /// boa: process).
+    #[arg(long, value_name = "ISOLATION")]
+    isolation: Option<Isolation>,
     /// Root directory the built-in file tools are confined to.
     #[arg(long, default_value = ".")]
     root: PathBuf,
@@ -66,6 +71,9 @@ struct RunArgs {
 struct CheckArgs {
     #[arg(long, default_value = "quickjs")]
     engine: String,
+    /// Where the parser runs: in_process or process.
+    #[arg(long, value_name = "ISOLATION")]
+    isolation: Option<Isolation>,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -153,7 +161,10 @@ async fn run(args: RunArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => return usage_error(format!("cannot open root {}: {e}", args.root.display())),
     };
-    let mut limits = Limits::default();
+    let mut limits = Limits {
+        isolation: args.isolation,
+        ..Limits::default()
+    };
     if let Some(t) = args.timeout_ms {
         limits.timeout_ms = t;
     }
@@ -273,7 +284,11 @@ async fn check(args: CheckArgs) -> ExitCode {
         Ok(v) => v,
         Err(code) => return code,
     };
-    let harness = match Harness::builder().engine(engine).build() {
+    let limits = Limits {
+        isolation: args.isolation,
+        ..Limits::default()
+    };
+    let harness = match Harness::builder().engine(engine).limits(limits).build() {
         Ok(h) => h,
         Err(e) => return usage_error(e),
     };
@@ -301,7 +316,14 @@ async fn check(args: CheckArgs) -> ExitCode {
     }
 }
 
+/// Counts a worker process's heap so it can enforce memory limits; outside
+/// worker mode it costs one relaxed load per allocation.
+#[global_allocator]
+static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;
+
 fn main() -> ExitCode {
+    // `harness --harness-worker ENGINE`: this binary is its own worker.
+    harness::serve_worker_if_requested();
     harness::cli_support::main("harness", |cli: Cli| async move {
         match cli.command {
             Command::Run(a) => run(a).await,

@@ -2,7 +2,7 @@
 
 use crate::approval::{ApprovalBridge, AutoDeny};
 use crate::error::ScriptError;
-use crate::limits::Limits;
+use crate::limits::{Isolation, Limits};
 use crate::report::ExecutionReport;
 use crate::tool::{Allowlist, ToolRegistry};
 use async_trait::async_trait;
@@ -26,6 +26,11 @@ pub struct Capabilities {
     pub hard_kill: bool,
     /// Offers a filesystem to scripts.
     pub filesystem: bool,
+    /// Turns native stack exhaustion (deep parser nesting, native
+    /// recursion such as long Proxy chains) into StackOverflowError instead
+    /// of overflowing the thread, which would end the process.
+    #[serde(default)]
+    pub stack_guard: bool,
 }
 
 /// Who the engine is.
@@ -35,6 +40,9 @@ pub struct EngineInfo {
     pub name: String,
     pub engine_version: String,
     pub capabilities: Capabilities,
+    /// Where scripts run: in the host process, or in a worker process.
+    #[serde(default)]
+    pub isolation: Isolation,
 }
 
 /// How tools behave for a run.
@@ -126,7 +134,7 @@ impl ExecutionRequest {
 
 /// A standalone script run as global code, for conformance suites such as
 /// test262 (not for model-written scripts: no tools, no report).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GlobalEval {
     /// Global code; strictness comes from a `"use strict"` directive.
     pub source: String,
@@ -136,7 +144,7 @@ pub struct GlobalEval {
 }
 
 /// How a [`GlobalEval`] ended. `prints` holds every `print(...)` call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GlobalEvalOutcome {
     /// Ran to the end, jobs drained.
     Completed {
@@ -175,5 +183,29 @@ pub trait ScriptRuntimeAdapter: Send + Sync {
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
         let _ = eval;
         GlobalEvalOutcome::Unsupported(format!("{} cannot run global code", self.info().name))
+    }
+}
+
+/// Cancels a run if the caller stops waiting for it (drops the future
+/// that awaits the report). Adapters hold one while a run is in flight.
+#[derive(Debug)]
+pub struct CancelOnDrop(Option<CancellationToken>);
+
+impl CancelOnDrop {
+    pub fn new(token: CancellationToken) -> Self {
+        CancelOnDrop(Some(token))
+    }
+
+    /// The run finished: dropping the guard no longer cancels it.
+    pub fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.cancel();
+        }
     }
 }

@@ -45,7 +45,7 @@ pub fn wrap_source(source: &str) -> String {
 }
 
 /// What kind of failure an engine primitive hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FaultKind {
     /// The interrupt handler stopped the engine (deadline or cancel).
     Interrupted,
@@ -60,7 +60,7 @@ pub enum FaultKind {
 }
 
 /// A failure inside an engine primitive, with the engine's own words.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineFault {
     pub kind: FaultKind,
     pub name: String,
@@ -89,9 +89,23 @@ pub struct EngineSetup<'a> {
     pub cancel: &'a CancellationToken,
 }
 
-/// Shared handle to the run's host state; the engine's one native function
+/// The host side of the engine's one native function, `host(op, a, b)`.
+/// In process it is the run's [`HostState`]; behind the process boundary
+/// it is a proxy that asks the host over the pipe.
+pub trait Host {
+    /// Answers one host operation. Never fails; unknown ops return "".
+    fn call(&self, op: &str, a: &str, b: &str) -> String;
+}
+
+impl Host for RefCell<HostState> {
+    fn call(&self, op: &str, a: &str, b: &str) -> String {
+        self.borrow_mut().op(op, a, b)
+    }
+}
+
+/// Shared handle to the run's host; the engine's one native function
 /// forwards to [`host_call`].
-pub type HostHandle = Rc<RefCell<HostState>>;
+pub type HostHandle = Rc<dyn Host>;
 
 /// Engine primitives. Implementations are not `Send`: each run owns its
 /// engine on one worker thread.
@@ -155,8 +169,7 @@ pub struct HostState {
 /// The native host function: `host(op, a, b) -> string`. Never fails;
 /// unknown ops return an empty string.
 pub fn host_call(host: &HostHandle, op: &str, a: &str, b: &str) -> String {
-    let mut h = host.borrow_mut();
-    h.op(op, a, b)
+    host.call(op, a, b)
 }
 
 impl HostState {
@@ -293,7 +306,7 @@ fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade) -> String {
 }
 
 /// Runs one script on `engine` and reports. `tokio` runs the tool calls.
-pub fn run_script<E: Engine>(
+pub fn run_script<E: Engine + ?Sized>(
     engine: &mut E,
     engine_name: &str,
     request: ExecutionRequest,
@@ -310,7 +323,7 @@ pub fn run_script<E: Engine>(
     let deadline = started + limits.timeout();
     let cancel = request.cancel.clone();
     let facade = Arc::new(ToolFacade::new(&request, deadline));
-    let host: HostHandle = Rc::new(RefCell::new(HostState {
+    let host: Rc<RefCell<HostState>> = Rc::new(RefCell::new(HostState {
         started,
         deadline,
         facade: facade.clone(),
@@ -429,9 +442,9 @@ enum End {
     Deadlock,
 }
 
-struct LoopControl<'a, E: Engine> {
+struct LoopControl<'a, E: Engine + ?Sized> {
     engine: &'a mut E,
-    host: HostHandle,
+    host: Rc<RefCell<HostState>>,
     facade: Arc<ToolFacade>,
     tx: mpsc::Sender<LoopEvent>,
     tokio: &'a tokio::runtime::Handle,
@@ -441,14 +454,14 @@ struct LoopControl<'a, E: Engine> {
     watch: Option<crate::watchdog::Watch>,
 }
 
-impl<E: Engine> LoopControl<'_, E> {
+impl<E: Engine + ?Sized> LoopControl<'_, E> {
     fn drive(
         &mut self,
         setup: &EngineSetup<'_>,
         source: &str,
         rx: &mpsc::Receiver<LoopEvent>,
     ) -> End {
-        if let Err(f) = self.engine.load(setup, self.host.clone()) {
+        if let Err(f) = self.engine.load(setup, self.host.clone() as HostHandle) {
             return self.fault_end(f);
         }
         let stopper = self.engine.stopper();

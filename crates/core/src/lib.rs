@@ -14,6 +14,7 @@ pub mod event_loop;
 pub mod facade;
 pub mod limits;
 pub mod pool;
+pub mod process;
 pub mod report;
 pub mod sinks;
 pub mod source;
@@ -30,7 +31,7 @@ pub use approval::{
     AutoApprove, AutoDeny, NeverAnswer,
 };
 pub use error::{ErrorCode, Location, Phase, ScriptError};
-pub use limits::Limits;
+pub use limits::{Isolation, Limits};
 pub use report::{
     CallError, CallStatus, ConsoleEntry, ConsoleLevel, ExecutionReport, Metrics, ProgressEvent,
     ToolCallRecord,

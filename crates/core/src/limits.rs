@@ -6,6 +6,48 @@ use std::time::Duration;
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
+/// Where a script runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// On a worker thread of the host process: fastest; stops rely on the
+    /// engine's own interrupt and memory limit.
+    #[default]
+    InProcess,
+    /// In a worker process the host kills (SIGKILL) on deadline or cancel,
+    /// capped with rlimits: the backstop for engines that cannot stop
+    /// themselves, and a crash boundary for every engine.
+    Process,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::InProcess => "in_process",
+            Isolation::Process => "process",
+        }
+    }
+}
+
+impl std::fmt::Display for Isolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "in_process" | "in-process" => Ok(Isolation::InProcess),
+            "process" => Ok(Isolation::Process),
+            other => Err(format!(
+                "unknown isolation {other:?}: expected in_process or process"
+            )),
+        }
+    }
+}
+
 /// Every limit that applies to one script run. All are configurable; the
 /// defaults are the contract in DESIGN.md.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +85,10 @@ pub struct Limits {
     pub approval_timeout_ms: u64,
     /// Grace given to cancelled tool calls before they count as detached.
     pub orphan_grace_ms: u64,
+    /// Where the script runs; `None` takes the engine's default (QuickJS:
+    /// in_process, Boa: process). Read by the `harness` facade when it
+    /// picks the adapter; an adapter runs where it is.
+    pub isolation: Option<Isolation>,
 }
 
 impl Default for Limits {
@@ -64,6 +110,7 @@ impl Default for Limits {
             max_tool_output_string_bytes: 256 * KIB,
             approval_timeout_ms: 60_000,
             orphan_grace_ms: 250,
+            isolation: None,
         }
     }
 }

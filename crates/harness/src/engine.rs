@@ -1,6 +1,7 @@
 //! Engine selection: one `#[cfg]` arm per engine feature.
 
-use harness_core::ScriptRuntimeAdapter;
+use harness_core::process::{EngineHost, ProcessAdapter, ProcessOptions};
+use harness_core::{EngineInfo, Isolation, ScriptRuntimeAdapter};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -12,6 +13,10 @@ pub enum EngineKind {
     /// QuickJS (quickjs-ng) through rquickjs: embedded, fastest start.
     #[default]
     QuickJs,
+    /// Boa (boa_engine), pure Rust. It cannot stop a running script or
+    /// limit its heap by itself, so it runs behind the process boundary by
+    /// default.
+    Boa,
 }
 
 /// An engine name that is unknown, or known but not built in.
@@ -30,12 +35,15 @@ impl EngineKind {
         let mut v = Vec::new();
         #[cfg(feature = "quickjs")]
         v.push(EngineKind::QuickJs);
+        #[cfg(feature = "boa")]
+        v.push(EngineKind::Boa);
         v
     }
 
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::QuickJs => "quickjs",
+            EngineKind::Boa => "boa",
         }
     }
 
@@ -46,15 +54,84 @@ impl EngineKind {
         }
     }
 
-    /// Builds the adapter, or says the engine was not compiled in.
+    /// Where the engine runs unless told otherwise: in this process for
+    /// engines that stop themselves and cap their heap (QuickJS), behind
+    /// the process boundary for those that cannot (Boa).
+    pub fn default_isolation(self) -> Isolation {
+        match self {
+            EngineKind::QuickJs => Isolation::InProcess,
+            EngineKind::Boa => Isolation::Process,
+        }
+    }
+
+    /// Builds the in-process adapter, or says the engine was not compiled in.
     pub fn adapter(self) -> Result<Arc<dyn ScriptRuntimeAdapter>, UnknownEngine> {
         match self {
             #[cfg(feature = "quickjs")]
             EngineKind::QuickJs => Ok(Arc::new(harness_quickjs::QuickJs::new())),
+            #[cfg(feature = "boa")]
+            EngineKind::Boa => Ok(Arc::new(harness_boa::Boa::new())),
             #[allow(unreachable_patterns)]
             other => Err(other.unavailable()),
         }
     }
+
+    /// The engine's own description (name, version, what it enforces in
+    /// this process).
+    pub fn info(self) -> Result<EngineInfo, UnknownEngine> {
+        match self {
+            #[cfg(feature = "quickjs")]
+            EngineKind::QuickJs => Ok(harness_quickjs::engine_info()),
+            #[cfg(feature = "boa")]
+            EngineKind::Boa => Ok(harness_boa::engine_info()),
+            #[allow(unreachable_patterns)]
+            other => Err(other.unavailable()),
+        }
+    }
+
+    /// What a worker process serves for this engine.
+    pub fn worker_host(self) -> Result<Box<dyn EngineHost>, UnknownEngine> {
+        match self {
+            #[cfg(feature = "quickjs")]
+            EngineKind::QuickJs => Ok(harness_quickjs::worker_host()),
+            #[cfg(feature = "boa")]
+            EngineKind::Boa => Ok(harness_boa::worker_host()),
+            #[allow(unreachable_patterns)]
+            other => Err(other.unavailable()),
+        }
+    }
+
+    /// Builds the adapter for `isolation`; process workers are started
+    /// from `opts` (see [`ProcessOptions::current_exe`]).
+    pub fn adapter_with(
+        self,
+        isolation: Isolation,
+        opts: impl FnOnce(&str) -> std::io::Result<ProcessOptions>,
+    ) -> Result<Arc<dyn ScriptRuntimeAdapter>, crate::BuildError> {
+        match isolation {
+            Isolation::InProcess => Ok(self.adapter()?),
+            Isolation::Process => {
+                let info = self.info()?;
+                let opts = opts(self.name()).map_err(crate::BuildError::Worker)?;
+                let adapter = ProcessAdapter::new(info, opts);
+                adapter.prewarm(1);
+                Ok(Arc::new(adapter))
+            }
+        }
+    }
+}
+
+/// Serves an engine if this process was started as a worker
+/// (`PROGRAM --harness-worker ENGINE`), and exits; returns otherwise. Call
+/// it first thing in `main` of a binary that runs engines behind the
+/// process boundary, and install [`harness_core::process::WorkerAllocator`]
+/// as its global allocator so workers can enforce memory limits.
+pub fn serve_worker_if_requested() {
+    harness_core::process::serve_if_requested(|name| {
+        name.parse::<EngineKind>()
+            .ok()
+            .and_then(|e| e.worker_host().ok())
+    });
 }
 
 fn available_list() -> String {
@@ -80,6 +157,7 @@ impl FromStr for EngineKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "quickjs" | "qjs" => Ok(EngineKind::QuickJs),
+            "boa" => Ok(EngineKind::Boa),
             _ => Err(UnknownEngine {
                 name: s.to_owned(),
                 available: available_list(),

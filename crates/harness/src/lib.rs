@@ -32,15 +32,16 @@ pub mod builtin;
 pub mod cli_support;
 mod engine;
 
-pub use engine::{EngineKind, UnknownEngine};
+pub use engine::{serve_worker_if_requested, EngineKind, UnknownEngine};
 pub use harness_core as core;
 pub use harness_core::{
     Allowlist, ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny,
-    CancellationToken, ErrorCode, ExecutionReport, ExecutionRequest, FnTool, Limits, Mode, Phase,
-    ScriptContext, ScriptError, ScriptRuntimeAdapter, Tool, ToolContext, ToolError, ToolRegistry,
-    ToolSet,
+    CancellationToken, ErrorCode, ExecutionReport, ExecutionRequest, FnTool, Isolation, Limits,
+    Mode, Phase, ScriptContext, ScriptError, ScriptRuntimeAdapter, Tool, ToolContext, ToolError,
+    ToolRegistry, ToolSet,
 };
 
+use harness_core::process::ProcessOptions;
 use std::fmt;
 use std::sync::Arc;
 
@@ -50,6 +51,9 @@ use std::sync::Arc;
 pub enum BuildError {
     #[error(transparent)]
     UnknownEngine(#[from] UnknownEngine),
+    /// The worker binary for the process boundary could not be found.
+    #[error("cannot locate the worker binary: {0}")]
+    Worker(std::io::Error),
 }
 
 /// A configured harness: one engine, one tool set, limits, mode and context.
@@ -171,6 +175,7 @@ pub struct HarnessBuilder {
     limits: Limits,
     mode: Mode,
     context: ScriptContext,
+    worker: Option<ProcessOptions>,
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -232,10 +237,39 @@ impl HarnessBuilder {
         self
     }
 
+    /// Where scripts run (overrides `Limits::isolation`; the default is
+    /// the engine's, see [`EngineKind::default_isolation`]).
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.limits.isolation = Some(isolation);
+        self
+    }
+
+    /// How worker processes are started for `isolation = process`.
+    /// Default: this binary (`$HARNESS_WORKER_BIN` when set), which must call
+    /// [`serve_worker_if_requested`] first thing in `main`.
+    pub fn worker(mut self, opts: ProcessOptions) -> Self {
+        self.worker = Some(opts);
+        self
+    }
+
     pub fn build(self) -> Result<Harness, BuildError> {
         let adapter = match self.adapter {
             Some(a) => a,
-            None => self.engine.unwrap_or_default().adapter()?,
+            None => {
+                let engine = self.engine.unwrap_or_default();
+                let isolation = self
+                    .limits
+                    .isolation
+                    .unwrap_or_else(|| engine.default_isolation());
+                let worker = self.worker;
+                engine.adapter_with(isolation, |name| match worker {
+                    Some(mut w) => {
+                        w.engine = name.to_owned();
+                        Ok(w)
+                    }
+                    None => ProcessOptions::current_exe(name),
+                })?
+            }
         };
         let tools = ToolSet {
             registry: self.registry.unwrap_or_default(),

@@ -1,0 +1,773 @@
+//! Boa (`boa_engine`, pure Rust) as a harness engine.
+//!
+//! Boa runs on the shared event loop like every engine: a fresh context per
+//! run with the shared hardening prelude, tool calls as promises the host
+//! settles, the job queue drained by the loop. What Boa lacks is a way to
+//! stop a running script: it has no interrupt hook, no instruction budget
+//! and no memory limit (its `RuntimeLimits` cover loop iterations,
+//! recursion and the VM stack), its regular expressions run in native code,
+//! and some native paths (a long chain of Proxies) recurse on the native
+//! stack until the thread overflows. So in this process ([`Boa`]) it is fit
+//! only for trusted scripts, and says so in its capabilities; the default
+//! is to run it behind the process boundary ([`harness_core::process`]),
+//! where the host kills the worker at the deadline or on cancel, caps its
+//! heap, and survives whatever the engine does.
+//!
+//! A panic inside Boa becomes HarnessInternalError and the context is
+//! dropped; the host stays healthy.
+//!
+//! # Examples
+//! ```
+//! use harness_core::{ExecutionRequest, ScriptRuntimeAdapter};
+//! use harness_boa::Boa;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let engine = Boa::new();
+//! let report = engine.execute(ExecutionRequest::new("return 1 + 1")).await;
+//! assert_eq!(report.value, Some(serde_json::json!(2)));
+//! # });
+//! ```
+
+use async_trait::async_trait;
+use boa_engine::context::HostHooks;
+use boa_engine::error::{EngineError, RuntimeLimitError, TryNativeError};
+use boa_engine::job::SimpleJobExecutor;
+use boa_engine::object::FunctionObjectBuilder;
+use boa_engine::realm::Realm;
+use boa_engine::script::Script;
+use boa_engine::{
+    js_string, Context, JsError, JsNativeError, JsNativeErrorKind, JsObject, JsResult, JsString,
+    JsValue, NativeFunction, Source,
+};
+use harness_core::adapter::CancelOnDrop;
+use harness_core::event_loop::{
+    run_script, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE,
+};
+use harness_core::pool::WorkerPool;
+use harness_core::process::EngineHost;
+use harness_core::{
+    Capabilities, EngineInfo, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
+    Isolation, ScriptError, ScriptRuntimeAdapter,
+};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Engine name, as in `--engine`.
+pub const ENGINE_NAME: &str = "boa";
+
+/// The Boa version compiled in.
+pub const BOA_VERSION: &str = "boa_engine 0.22.0";
+
+/// Stack of each worker thread: Boa's parser and native re-entry into the
+/// VM recurse on the native stack.
+pub const THREAD_STACK_BYTES: usize = 256 << 20;
+
+/// Deepest bracket nesting accepted before parsing; Boa's recursive-descent
+/// parser would otherwise overflow the native stack on hostile input.
+const MAX_NESTING: usize = 1_000;
+
+/// Native stack a JS call costs, for turning `Limits::stack_bytes` into
+/// Boa's recursion limit (frame count).
+const BYTES_PER_FRAME: u64 = 256;
+
+/// VM stack slots per byte of `Limits::stack_bytes` (a slot is 16 bytes).
+const BYTES_PER_SLOT: u64 = 16;
+
+/// Host hooks: code generation from strings (eval, the Function
+/// constructors) is refused by the engine itself, under the prelude's own
+/// blocks; test262's raw mode lifts it.
+struct Hooks {
+    allow_code_generation: bool,
+}
+
+impl HostHooks for Hooks {
+    fn ensure_can_compile_strings(
+        &self,
+        _realm: Realm,
+        _parameters: &[JsString],
+        _body: &JsString,
+        _direct: bool,
+        _context: &mut Context,
+    ) -> JsResult<()> {
+        if self.allow_code_generation {
+            Ok(())
+        } else {
+            Err(JsNativeError::eval()
+                .with_message("code generation from strings is disabled")
+                .into())
+        }
+    }
+}
+
+/// Where the native host function finds the current run (context data).
+struct HostSlot(Option<HostHandle>);
+
+fn arg_string(args: &[JsValue], i: usize) -> String {
+    args.get(i)
+        .and_then(JsValue::as_string)
+        .map(|s| s.to_std_string_lossy())
+        .unwrap_or_default()
+}
+
+/// `host(op, a, b)`: the one native function of the engine protocol.
+fn host_native(_this: &JsValue, args: &[JsValue], ctx: &mut Context) -> JsResult<JsValue> {
+    let (op, a, b) = (
+        arg_string(args, 0),
+        arg_string(args, 1),
+        arg_string(args, 2),
+    );
+    let host = ctx.get_data::<HostSlot>().and_then(|s| s.0.clone());
+    let answer = host.map(|h| h.call(&op, &a, &b)).unwrap_or_default();
+    Ok(JsValue::from(JsString::from(answer.as_str())))
+}
+
+fn new_context(allow_code_generation: bool) -> Result<Context, EngineFault> {
+    Context::builder()
+        .host_hooks(Rc::new(Hooks {
+            allow_code_generation,
+        }))
+        .job_executor(Rc::new(SimpleJobExecutor::new()))
+        .build()
+        .map_err(|e| internal(&format!("cannot build a Boa context: {e}")))
+}
+
+/// A fresh context with the prelude's hardening done and nothing
+/// installed: no script has run in it.
+struct Warm {
+    ctx: Context,
+    install: JsObject,
+}
+
+fn harden() -> Result<Warm, EngineFault> {
+    guarded(|| {
+        let mut ctx = new_context(false)?;
+        let prelude = ctx
+            .eval(Source::from_bytes(PRELUDE))
+            .map_err(|e| error_fault(&e, &mut ctx))?;
+        let prelude = prelude
+            .as_callable()
+            .ok_or_else(|| internal("the prelude is not a function"))?;
+        let host_fn =
+            FunctionObjectBuilder::new(ctx.realm(), NativeFunction::from_fn_ptr(host_native))
+                .name(js_string!("host"))
+                .length(3)
+                .build();
+        let install = prelude
+            .call(&JsValue::undefined(), &[host_fn.into()], &mut ctx)
+            .map_err(|e| error_fault(&e, &mut ctx))?;
+        let install = install
+            .as_callable()
+            .ok_or_else(|| internal("harden did not return a function"))?;
+        Ok(Warm { ctx, install })
+    })
+}
+
+fn internal(msg: &str) -> EngineFault {
+    EngineFault::new(FaultKind::Internal, "Error", msg)
+}
+
+/// Runs an engine primitive, turning a panic into an internal fault.
+fn guarded<R>(f: impl FnOnce() -> Result<R, EngineFault>) -> Result<R, EngineFault> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_owned());
+            Err(internal(&format!("the engine panicked: {msg}")))
+        }
+    }
+}
+
+/// Boa's own limit errors and panics, which scripts cannot catch.
+fn engine_error_fault(e: &EngineError) -> EngineFault {
+    match e {
+        EngineError::RuntimeLimit(RuntimeLimitError::Recursion | RuntimeLimitError::StackSize) => {
+            EngineFault::new(FaultKind::StackOverflow, "RangeError", e.to_string())
+        }
+        EngineError::RuntimeLimit(RuntimeLimitError::LoopIteration) => {
+            EngineFault::new(FaultKind::Interrupted, "InternalError", e.to_string())
+        }
+        other => internal(&other.to_string()),
+    }
+}
+
+fn native_name(kind: &JsNativeErrorKind) -> &'static str {
+    match kind {
+        JsNativeErrorKind::Aggregate(_) => "AggregateError",
+        JsNativeErrorKind::Eval => "EvalError",
+        JsNativeErrorKind::Range => "RangeError",
+        JsNativeErrorKind::Reference => "ReferenceError",
+        JsNativeErrorKind::Syntax => "SyntaxError",
+        JsNativeErrorKind::Type => "TypeError",
+        JsNativeErrorKind::Uri => "URIError",
+        _ => "Error",
+    }
+}
+
+/// Reads a JS error the way the loop wants it: name, message, stack.
+fn error_fault(err: &JsError, ctx: &mut Context) -> EngineFault {
+    if let Err(TryNativeError::EngineError { source }) = err.try_native(ctx) {
+        return engine_error_fault(&source);
+    }
+    let value = match err.clone().into_opaque(ctx) {
+        Ok(v) => v,
+        Err(e) => return internal(&e.to_string()),
+    };
+    let Some(obj) = value.as_object() else {
+        return EngineFault::new(
+            FaultKind::Thrown,
+            "",
+            "a non-error value was thrown by the engine",
+        );
+    };
+    let mut get = |k: &str| {
+        obj.get(JsString::from(k), ctx)
+            .ok()
+            .and_then(|v| v.as_string().map(|s| s.to_std_string_lossy()))
+            .unwrap_or_default()
+    };
+    let (name, message, stack) = (get("name"), get("message"), get("stack"));
+    let name = if name.is_empty() {
+        err.as_native()
+            .map(|n| native_name(n.kind()).to_owned())
+            .unwrap_or_default()
+    } else {
+        name
+    };
+    EngineFault {
+        kind: classify(&name, &message),
+        name,
+        message,
+        stack: Some(stack),
+    }
+}
+
+/// Maps Boa's own error texts to fault kinds.
+fn classify(name: &str, message: &str) -> FaultKind {
+    if message.starts_with("RuntimeLimit")
+        || message.contains("maximum number of recursive calls")
+        || message.contains("maximum stack size")
+        || (name == "RangeError" && message.contains("Maximum call stack"))
+    {
+        FaultKind::StackOverflow
+    } else {
+        FaultKind::Thrown
+    }
+}
+
+/// A syntax error from Boa's parser, with its `line N, col M` turned into
+/// a `script.js:N:M` frame for the loop to place.
+fn syntax_fault(err: &JsError, ctx: &mut Context) -> EngineFault {
+    let mut f = error_fault(err, ctx);
+    if f.kind == FaultKind::Thrown {
+        f.kind = FaultKind::Syntax;
+    }
+    if let Some((line, col)) = parse_position(&f.message) {
+        f.stack = Some(format!(
+            "    at {}:{line}:{col}",
+            harness_core::error::SCRIPT_FILE
+        ));
+    }
+    f
+}
+
+/// Finds `line N, col M` in a Boa parser message.
+fn parse_position(message: &str) -> Option<(u32, u32)> {
+    let at = message.rfind("line ")?;
+    let rest = &message[at + 5..];
+    let (line, rest) = rest.split_once(", col")?;
+    let col: String = rest
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some((line.trim().parse().ok()?, col.parse().ok()?))
+}
+
+/// The deepest nesting of brackets outside strings and comments: a cheap,
+/// conservative guard in front of Boa's recursive parser.
+fn nesting_depth(source: &str) -> usize {
+    let b = source.as_bytes();
+    let (mut depth, mut max, mut i) = (0usize, 0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            q @ (b'"' | b'\'') => {
+                i += 1;
+                while i < b.len() && b[i] != q && b[i] != b'\n' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    max
+}
+
+/// One run's engine: a fresh, hardened context.
+struct BoaEngine {
+    ctx: Option<Context>,
+    start_fn: Option<JsObject>,
+    settle_fn: Option<JsObject>,
+    /// A context hardened ahead of time, used by `load` if present.
+    pre: Option<Warm>,
+    /// A fault raised by the script itself during `start` (after it
+    /// compiled), reported by the next `run_jobs` so that it is not taken
+    /// for a parse failure.
+    deferred: Option<EngineFault>,
+}
+
+impl BoaEngine {
+    fn ctx(&mut self) -> Result<&mut Context, EngineFault> {
+        self.ctx.as_mut().ok_or_else(|| internal("not loaded"))
+    }
+
+    fn call(&mut self, f: &JsObject, args: &[JsValue]) -> Result<(), EngineFault> {
+        let ctx = self.ctx()?;
+        guarded(|| {
+            f.call(&JsValue::undefined(), args, ctx)
+                .map(|_| ())
+                .map_err(|e| error_fault(&e, ctx))
+        })
+    }
+}
+
+impl Engine for BoaEngine {
+    fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
+        debug_assert_eq!(setup.prelude, PRELUDE);
+        let warm = match self.pre.take() {
+            Some(w) => w,
+            None => harden()?,
+        };
+        let Warm { mut ctx, install } = warm;
+        let limits = ctx.runtime_limits_mut();
+        let stack = setup.limits.stack_bytes;
+        limits.set_recursion_limit(((stack / BYTES_PER_FRAME) as usize).clamp(64, 100_000));
+        limits.set_stack_size_limit(((stack / BYTES_PER_SLOT) as usize).clamp(1024, 1 << 22));
+        // No loop limit: a loop count is no stand-in for the deadline,
+        // which the process boundary enforces.
+        limits.set_loop_iteration_limit(u64::MAX);
+        ctx.insert_data(HostSlot(Some(host)));
+        let config = JsValue::from(JsString::from(setup.config_json));
+        let controller = guarded(|| {
+            install
+                .call(&JsValue::undefined(), &[config], &mut ctx)
+                .map_err(|e| error_fault(&e, &mut ctx))
+        })?;
+        let get = |ctx: &mut Context, k: &str| -> Result<JsObject, EngineFault> {
+            let obj = controller
+                .as_object()
+                .ok_or_else(|| internal("install did not return an object"))?;
+            obj.get(JsString::from(k), ctx)
+                .ok()
+                .and_then(|v| v.as_callable())
+                .ok_or_else(|| internal("the prelude controller is incomplete"))
+        };
+        self.start_fn = Some(get(&mut ctx, "start")?);
+        self.settle_fn = Some(get(&mut ctx, "settle")?);
+        self.ctx = Some(ctx);
+        Ok(())
+    }
+
+    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
+        if nesting_depth(wrapped_source) > MAX_NESTING {
+            return Err(EngineFault::new(
+                FaultKind::StackOverflow,
+                "SyntaxError",
+                "the script is nested too deeply to parse",
+            ));
+        }
+        let start = self
+            .start_fn
+            .clone()
+            .ok_or_else(|| internal("not loaded"))?;
+        let ctx = self.ctx()?;
+        let script_fn = guarded(|| {
+            ctx.strict(true);
+            let path = Path::new(harness_core::error::SCRIPT_FILE);
+            let source = Source::from_bytes(wrapped_source).with_path(path);
+            let script = Script::parse(source, None, ctx).map_err(|e| syntax_fault(&e, ctx))?;
+            script.evaluate(ctx).map_err(|e| syntax_fault(&e, ctx))
+        })?;
+        if let Err(f) = self.call(&start, &[script_fn]) {
+            self.deferred = Some(f);
+        }
+        Ok(())
+    }
+
+    fn run_jobs(&mut self) -> Result<(), EngineFault> {
+        if let Some(f) = self.deferred.take() {
+            return Err(f);
+        }
+        let ctx = self.ctx()?;
+        guarded(|| ctx.run_jobs().map_err(|e| error_fault(&e, ctx)))
+    }
+
+    fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
+        let settle = self
+            .settle_fn
+            .clone()
+            .ok_or_else(|| internal("not loaded"))?;
+        let args = [
+            JsValue::from(id as f64),
+            JsValue::from(ok),
+            JsValue::from(JsString::from(payload)),
+        ];
+        self.call(&settle, &args)
+    }
+
+    /// Boa does not count its heap; behind the process boundary the
+    /// worker's allocator does.
+    fn memory_used(&mut self) -> Option<u64> {
+        None
+    }
+
+    fn classify(&self, name: &str, message: &str) -> FaultKind {
+        classify(name, message)
+    }
+}
+
+/// Per-thread state: a context hardened ahead of time.
+#[derive(Default)]
+struct Worker {
+    warm: Option<Warm>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("warm", &self.warm.is_some())
+            .finish()
+    }
+}
+
+impl Worker {
+    /// Lends a fresh engine to `run` (which says whether it is tainted),
+    /// then drops the used context, collects garbage and hardens the next
+    /// context: after `run` has answered, off the critical path. Building
+    /// a Boa context allocates a few thousand objects, and Boa's collector
+    /// runs when allocation crosses its threshold: doing both here keeps
+    /// that pause out of the next run.
+    fn lend_engine(&mut self, run: impl FnOnce(Result<&mut BoaEngine, EngineFault>) -> bool) {
+        let mut engine = BoaEngine {
+            ctx: None,
+            start_fn: None,
+            settle_fn: None,
+            pre: self.warm.take(),
+            deferred: None,
+        };
+        let tainted = run(Ok(&mut engine));
+        // Dropping a context a panic left half-way may panic again.
+        let dropped = catch_unwind(AssertUnwindSafe(move || drop(engine)));
+        let _ = tainted;
+        if dropped.is_ok() {
+            let _ = catch_unwind(boa_gc::force_collect);
+            self.warm = harden().ok();
+        }
+    }
+
+    fn execute(
+        &mut self,
+        request: ExecutionRequest,
+        tokio: &tokio::runtime::Handle,
+        respond: impl FnOnce(ExecutionReport),
+    ) {
+        self.lend_engine(|engine| match engine {
+            Ok(engine) => {
+                let out = run_script(engine, ENGINE_NAME, request, tokio);
+                respond(out.report);
+                out.engine_tainted
+            }
+            Err(f) => {
+                respond(ExecutionReport::failed(
+                    ENGINE_NAME,
+                    ScriptError::internal(f.message),
+                ));
+                false
+            }
+        });
+    }
+
+    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
+        let wrapped = harness_core::event_loop::wrap_source(source);
+        let fault = |f: EngineFault| harness_core::event_loop::parse_error(&f, source);
+        if nesting_depth(&wrapped) > MAX_NESTING {
+            return Err(fault(EngineFault::new(
+                FaultKind::StackOverflow,
+                "SyntaxError",
+                "the script is nested too deeply to parse",
+            )));
+        }
+        let mut ctx = new_context(false).map_err(|f| ScriptError::internal(f.message))?;
+        guarded(|| {
+            ctx.strict(true);
+            let path = Path::new(harness_core::error::SCRIPT_FILE);
+            let src = Source::from_bytes(&wrapped).with_path(path);
+            Script::parse(src, None, &mut ctx)
+                .map(|_| ())
+                .map_err(|e| syntax_fault(&e, &mut ctx))
+        })
+        .map_err(|f| match f.kind {
+            FaultKind::Internal => ScriptError::internal(f.message),
+            _ => fault(f),
+        })
+    }
+
+    /// Global code for test262. Boa cannot be interrupted, so this is
+    /// offered only behind the process boundary, whose host kills the
+    /// worker at the deadline.
+    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
+        let prints = Rc::new(std::cell::RefCell::new(Vec::<String>::new()));
+        let taken = |p: &Rc<std::cell::RefCell<Vec<String>>>| p.borrow().clone();
+        let ran = guarded(|| {
+            let mut ctx = if eval.hardened {
+                harden()?.ctx
+            } else {
+                new_context(true)?
+            };
+            let sink = prints.clone();
+            ctx.insert_data(PrintSink(sink));
+            let print =
+                FunctionObjectBuilder::new(ctx.realm(), NativeFunction::from_fn_ptr(print_native))
+                    .name(js_string!("print"))
+                    .length(1)
+                    .build();
+            let global = ctx.global_object();
+            global
+                .set(js_string!("print"), print, false, &mut ctx)
+                .map_err(|e| error_fault(&e, &mut ctx))?;
+            ctx.eval(Source::from_bytes(TEST262_HOST))
+                .map_err(|e| error_fault(&e, &mut ctx))?;
+            let source = Source::from_bytes(&eval.source).with_path(Path::new("test262.js"));
+            match Script::parse(source, None, &mut ctx) {
+                Err(e) => {
+                    let f = syntax_fault(&e, &mut ctx);
+                    return Ok(Err((true, f)));
+                }
+                Ok(script) => {
+                    if let Err(e) = script.evaluate(&mut ctx) {
+                        return Ok(Err((false, error_fault(&e, &mut ctx))));
+                    }
+                }
+            }
+            match ctx.run_jobs() {
+                Ok(()) => Ok(Ok(())),
+                Err(e) => Ok(Err((false, error_fault(&e, &mut ctx)))),
+            }
+        });
+        match ran {
+            Ok(Ok(())) => GlobalEvalOutcome::Completed {
+                prints: taken(&prints),
+            },
+            Ok(Err((true, f))) => GlobalEvalOutcome::ParseError {
+                name: f.name,
+                message: f.message,
+            },
+            Ok(Err((false, f))) | Err(f) => GlobalEvalOutcome::Threw {
+                name: f.name,
+                message: f.message,
+                prints: taken(&prints),
+            },
+        }
+    }
+}
+
+struct PrintSink(Rc<std::cell::RefCell<Vec<String>>>);
+
+fn print_native(_this: &JsValue, args: &[JsValue], ctx: &mut Context) -> JsResult<JsValue> {
+    let text = match args.first() {
+        Some(v) => v.to_string(ctx)?.to_std_string_lossy(),
+        None => String::new(),
+    };
+    if let Some(sink) = ctx.get_data::<PrintSink>() {
+        sink.0.borrow_mut().push(text);
+    }
+    Ok(JsValue::undefined())
+}
+
+/// `$262` for test262's harness files.
+const TEST262_HOST: &str = "globalThis.$262 = { global: globalThis, gc() {}, \
+    evalScript(src) { return (0, eval)(src); }, \
+    detachArrayBuffer() { throw new TypeError('detachArrayBuffer is not supported'); }, agent: {} };";
+
+/// Boa in this process: no way to stop a running script, no memory limit,
+/// and native stack exhaustion ends the process. Use it for trusted
+/// scripts only; [`worker_host`] behind a process boundary is the default.
+pub fn engine_info() -> EngineInfo {
+    EngineInfo {
+        name: ENGINE_NAME.to_owned(),
+        engine_version: BOA_VERSION.to_owned(),
+        capabilities: Capabilities {
+            interrupt: false,
+            memory_limit: false,
+            fuel: false,
+            hard_kill: false,
+            filesystem: false,
+            stack_guard: false,
+        },
+        isolation: Isolation::InProcess,
+    }
+}
+
+/// What a worker process serves for `--harness-worker boa`.
+pub fn worker_host() -> Box<dyn EngineHost> {
+    Box::new(Worker::default())
+}
+
+impl EngineHost for Worker {
+    fn name(&self) -> String {
+        ENGINE_NAME.to_owned()
+    }
+
+    fn version(&self) -> String {
+        BOA_VERSION.to_owned()
+    }
+
+    fn enforces_memory(&self) -> bool {
+        false
+    }
+
+    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        self.lend_engine(|e| run(e.map(|e| e as &mut dyn Engine)));
+    }
+
+    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
+        Worker::check(self, source)
+    }
+
+    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
+        Worker::eval_global(self, eval)
+    }
+}
+
+/// Boa in this process: a pool of worker threads, each with its own
+/// contexts. See the crate docs for what it cannot enforce.
+#[derive(Debug, Clone)]
+pub struct Boa {
+    pool: Arc<WorkerPool<Worker>>,
+}
+
+impl Default for Boa {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Boa {
+    /// An engine with up to 64 worker threads.
+    pub fn new() -> Self {
+        Self::with_max_workers(64)
+    }
+
+    /// An engine with at most `max_workers` runs in flight; more queue.
+    pub fn with_max_workers(max_workers: usize) -> Self {
+        Boa {
+            pool: Arc::new(WorkerPool::new(
+                "harness-boa",
+                max_workers,
+                THREAD_STACK_BYTES,
+                Worker::default,
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl ScriptRuntimeAdapter for Boa {
+    fn info(&self) -> EngineInfo {
+        engine_info()
+    }
+
+    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+        let source = source.to_owned();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.pool
+            .submit(move |w| {
+                let _ = tx.send(w.check(&source));
+            })
+            .map_err(ScriptError::internal)?;
+        rx.await
+            .map_err(|_| ScriptError::internal("the Boa worker stopped before answering"))?
+    }
+
+    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+        let tokio = match tokio::runtime::Handle::try_current() {
+            Ok(h) => h,
+            Err(_) => {
+                return ExecutionReport::failed(
+                    ENGINE_NAME,
+                    ScriptError::internal("execute must be called from within a tokio runtime"),
+                )
+            }
+        };
+        let mut guard = CancelOnDrop::new(request.cancel.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let submitted = self.pool.submit(move |w| {
+            w.execute(request, &tokio, move |report| {
+                let _ = tx.send(report);
+            })
+        });
+        let report = match submitted {
+            Err(e) => ExecutionReport::failed(ENGINE_NAME, ScriptError::internal(e)),
+            Ok(()) => rx.await.unwrap_or_else(|_| {
+                ExecutionReport::failed(
+                    ENGINE_NAME,
+                    ScriptError::internal("the Boa worker stopped before answering (engine panic)"),
+                )
+            }),
+        };
+        guard.disarm();
+        report
+    }
+
+    async fn eval_global(&self, _eval: GlobalEval) -> GlobalEvalOutcome {
+        GlobalEvalOutcome::Unsupported(
+            "Boa cannot interrupt global code in this process; run test262 on Boa with \
+             isolation=process"
+                .to_owned(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting_ignores_strings_and_comments() {
+        assert_eq!(nesting_depth("f([{}])"), 3);
+        assert_eq!(nesting_depth("'(((' + \"[[[\" // {{{\n /* ((( */ (1)"), 1);
+        assert_eq!(nesting_depth(&"[".repeat(5000)), 5000);
+    }
+
+    #[test]
+    fn parser_positions_are_read() {
+        assert_eq!(
+            parse_position("expected token ';', got 'x' at line 3, col 14"),
+            Some((3, 14))
+        );
+        assert_eq!(parse_position("no position"), None);
+    }
+}

@@ -1,0 +1,196 @@
+//! The process boundary itself, with the `harness` binary as the worker:
+//! kills leave nothing half-done, nothing leaks across many kills, and a
+//! worker that dies on its own is reported and replaced.
+
+use harness::core::process::{ProcessAdapter, ProcessOptions};
+use harness::{
+    ErrorCode, ExecutionReport, ExecutionRequest, FnTool, Limits, ScriptRuntimeAdapter, ToolSet,
+};
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The tests count and kill this process's children: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn adapter(engine: &str) -> ProcessAdapter {
+    let mut opts = ProcessOptions::new(engine, env!("CARGO_BIN_EXE_harness"));
+    opts.max_workers = 1;
+    let info = match engine {
+        "boa" => harness::EngineKind::Boa.info(),
+        _ => harness::EngineKind::QuickJs.info(),
+    }
+    .expect("engine built in");
+    ProcessAdapter::new(info, opts)
+}
+
+fn request(source: &str, timeout_ms: u64, tools: &ToolSet) -> ExecutionRequest {
+    let mut r = ExecutionRequest::new(source);
+    r.limits = Limits {
+        timeout_ms,
+        ..Limits::default()
+    };
+    r.tools = tools.clone();
+    r
+}
+
+fn tools(root: &Path) -> ToolSet {
+    let mut reg = harness::builtin::registry(root).expect("root");
+    reg.register(FnTool::new(
+        "sleep",
+        "Sleeps",
+        json!({"type": "object", "properties": {"ms": {"type": "number"}}}),
+        |args, ctx| async move {
+            let ms = args["ms"].as_u64().unwrap_or(0);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!(ms)),
+                _ = ctx.cancel.cancelled() => Err(harness::ToolError::cancelled()),
+            }
+        },
+    ))
+    .expect("register");
+    ToolSet::new(Arc::new(reg))
+}
+
+/// Children of this process, and how many of them are zombies.
+fn children() -> (usize, usize) {
+    let me = std::process::id().to_string();
+    let (mut all, mut zombies) = (0, 0);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let (state, ppid) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
+        if ppid == me {
+            all += 1;
+            zombies += usize::from(state == "Z");
+        }
+    }
+    (all, zombies)
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn code(r: &ExecutionReport) -> Option<ErrorCode> {
+    r.error.as_ref().map(|e| e.code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_mid_tool_call_leaves_no_half_written_file_and_no_zombie() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    for engine in ["quickjs", "boa"] {
+        let a = adapter(engine);
+        // The write runs on the host while the worker spins; the kill at
+        // the deadline must not leave half a file or a temp file behind.
+        let src = "const w = tools.write_file({path: 'out.txt', content: 'x'.repeat(1 << 20)});\n\
+                   await tools.sleep({ms: 20});\n\
+                   while (true) {}";
+        let r = a.execute(request(src, 1_500, &tools)).await;
+        assert_eq!(
+            code(&r),
+            Some(ErrorCode::ScriptTimeoutError),
+            "{engine}: {r:?}"
+        );
+        // Partial results survive the kill.
+        let names: Vec<&str> = r.tool_calls.iter().map(|c| c.tool.as_str()).collect();
+        assert_eq!(names, ["write_file", "sleep"], "{engine}: {r:?}");
+        let entries: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            entries.iter().all(|e| e == "out.txt"),
+            "{engine}: stray files {entries:?}"
+        );
+        if let Ok(meta) = std::fs::metadata(dir.path().join("out.txt")) {
+            assert_eq!(meta.len(), 1 << 20, "{engine}: half-written file");
+        }
+        // The next run gets a fresh worker.
+        let r = a.execute(request("return 1 + 1", 5_000, &tools)).await;
+        assert_eq!(r.value, Some(json!(2)), "{engine}: {r:?}");
+        drop(a);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(children().1, 0, "{engine}: zombie worker");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_runs_with_a_kill_every_tenth_leak_no_process_or_descriptor() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    let a = adapter("quickjs");
+    // Warm up: one worker started, its pipes open.
+    let r = a.execute(request("return 0", 5_000, &tools)).await;
+    assert!(r.ok, "{r:?}");
+    std::thread::sleep(Duration::from_millis(50));
+    let (fds, kids) = (open_fds(), children().0);
+    for i in 1..=100 {
+        let src = if i % 10 == 0 {
+            "while (true) {}".to_owned()
+        } else {
+            format!("return {i}")
+        };
+        let r = a.execute(request(&src, 150, &tools)).await;
+        if i % 10 == 0 {
+            assert_eq!(
+                code(&r),
+                Some(ErrorCode::ScriptTimeoutError),
+                "run {i}: {r:?}"
+            );
+        } else {
+            assert_eq!(r.value, Some(json!(i)), "run {i}: {r:?}");
+        }
+    }
+    // The replacement for the last killed worker starts in the background.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(open_fds(), fds, "file descriptors leaked");
+    let (now, zombies) = children();
+    assert_eq!((now, zombies), (kids, 0), "worker processes leaked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_dies_on_its_own_is_an_internal_error_and_is_replaced() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    let a = adapter("boa");
+    let before = children().0;
+    let spin = a.execute(request("while (true) {}", 20_000, &tools));
+    let killer = async {
+        // Find the busy worker and kill it behind the host's back.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let me = std::process::id().to_string();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let Some((head, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            if rest.split_whitespace().nth(1) == Some(me.as_str()) {
+                let pid = head.split_whitespace().next().unwrap_or("");
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", pid])
+                    .status();
+            }
+        }
+    };
+    let (r, ()) = tokio::join!(spin, killer);
+    let e = r.error.expect("failed");
+    assert_eq!(e.code, ErrorCode::HarnessInternalError, "{e:?}");
+    assert!(e.message.contains("died unexpectedly"), "{e:?}");
+    let r = a.execute(request("return 'again'", 5_000, &tools)).await;
+    assert_eq!(r.value, Some(json!("again")), "{r:?}");
+    assert!(children().0 <= before + 1);
+}

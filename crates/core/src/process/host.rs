@@ -1,0 +1,683 @@
+//! The host side: [`ProcessAdapter`] runs scripts in worker processes.
+
+use super::{
+    read_frame, write_frame, FromWorker, Settle, StepPhase, ToWorker, EXIT_OUT_OF_MEMORY,
+    PROTOCOL_VERSION, WORKER_ARG,
+};
+use crate::adapter::{
+    CancelOnDrop, Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
+    ScriptRuntimeAdapter,
+};
+use crate::error::ScriptError;
+use crate::event_loop::{run_script, Engine, EngineFault, EngineSetup, FaultKind, HostHandle};
+use crate::limits::{Isolation, Limits};
+use crate::pool::WorkerPool;
+use crate::report::ExecutionReport;
+use async_trait::async_trait;
+use std::cell::RefCell;
+use std::ffi::OsString;
+use std::io::{self, BufReader, BufWriter};
+use std::path::PathBuf;
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Stack of the host threads that drive remote runs: the event loop reads
+/// tool arguments and results (deeply nested JSON) on it.
+const HOST_THREAD_STACK_BYTES: usize = 16 << 20;
+
+/// How the host starts and caps worker processes.
+#[derive(Debug, Clone)]
+pub struct ProcessOptions {
+    /// Engine the workers serve (`boa`, `quickjs`, …).
+    pub engine: String,
+    /// The worker binary; it must call
+    /// [`serve_if_requested`](super::serve_if_requested) first thing.
+    pub program: PathBuf,
+    /// Arguments before `--harness-worker ENGINE`.
+    pub args: Vec<OsString>,
+    /// Worker processes (and runs in flight) at most; more runs queue.
+    pub max_workers: usize,
+    /// RLIMIT_AS of each worker (`None`: no address-space cap).
+    pub address_space_bytes: Option<u64>,
+    /// How long a new worker may take to answer the handshake.
+    pub start_timeout: Duration,
+    /// Let workers write to the host's stderr (for debugging engines).
+    pub inherit_stderr: bool,
+}
+
+impl ProcessOptions {
+    /// Workers for `engine` started from `program`.
+    pub fn new(engine: &str, program: impl Into<PathBuf>) -> Self {
+        ProcessOptions {
+            engine: engine.to_owned(),
+            program: program.into(),
+            args: Vec::new(),
+            max_workers: 16,
+            address_space_bytes: Some(4 << 30),
+            start_timeout: Duration::from_secs(10),
+            inherit_stderr: false,
+        }
+    }
+
+    /// Workers started from this very binary (which must call
+    /// `serve_if_requested`), or from `$HARNESS_WORKER_BIN` when set.
+    pub fn current_exe(engine: &str) -> io::Result<Self> {
+        let program = match std::env::var_os("HARNESS_WORKER_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => std::env::current_exe()?,
+        };
+        Ok(Self::new(engine, program))
+    }
+}
+
+/// One worker process. Dropping it kills and reaps the process.
+struct Proc {
+    child: Arc<Mutex<Child>>,
+    input: BufWriter<ChildStdin>,
+    output: BufReader<ChildStdout>,
+    stderr: Option<ChildStderr>,
+    /// Set by the host just before it kills the worker.
+    killed: Arc<AtomicBool>,
+}
+
+impl Proc {
+    fn spawn(opts: &ProcessOptions) -> Result<Proc, String> {
+        let what = || format!("{} {WORKER_ARG} {}", opts.program.display(), opts.engine);
+        let mut cmd = Command::new(&opts.program);
+        cmd.args(&opts.args)
+            .arg(WORKER_ARG)
+            .arg(&opts.engine)
+            // The engine needs nothing from the host's environment.
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            // Piped and read only after the worker died: its last words say
+            // whether it overflowed its stack.
+            .stderr(if opts.inherit_stderr {
+                Stdio::inherit()
+            } else {
+                Stdio::piped()
+            });
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("could not start the worker process `{}`: {e}", what()))?;
+        let stderr = child.stderr.take();
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("the worker process has no pipes".to_owned());
+        };
+        let mut proc = Proc {
+            child: Arc::new(Mutex::new(child)),
+            input: BufWriter::new(stdin),
+            output: BufReader::new(stdout),
+            stderr,
+            killed: Arc::new(AtomicBool::new(false)),
+        };
+        // A binary that is not a worker may never answer: kill it then.
+        let _watch = crate::watchdog::watch(
+            Instant::now() + opts.start_timeout,
+            CancellationToken::new(),
+            proc.killer(),
+        );
+        let hello = proc
+            .send(&ToWorker::Init {
+                address_space_bytes: opts.address_space_bytes,
+            })
+            .and_then(|()| proc.recv());
+        match hello {
+            Ok(FromWorker::Hello {
+                protocol, engine, ..
+            }) if protocol == PROTOCOL_VERSION && engine == opts.engine => Ok(proc),
+            Ok(FromWorker::Hello {
+                protocol, engine, ..
+            }) => Err(format!(
+                "the worker `{}` speaks protocol {protocol} for engine {engine:?}; \
+                 expected protocol {PROTOCOL_VERSION} for {:?}",
+                what(),
+                opts.engine
+            )),
+            Ok(_) => Err(format!(
+                "the worker `{}` did not start with a handshake",
+                what()
+            )),
+            Err(e) => Err(format!(
+                "the worker `{}` did not answer the handshake ({e}; {}); \
+                 its main must call harness_core::process::serve_if_requested",
+                what(),
+                proc.death_note()
+            )),
+        }
+    }
+
+    fn send(&mut self, msg: &ToWorker) -> io::Result<()> {
+        write_frame(&mut self.input, msg)
+    }
+
+    fn recv(&mut self) -> io::Result<FromWorker> {
+        read_frame(&mut self.output)
+    }
+
+    /// Kills the worker (from any thread).
+    fn killer(&self) -> impl FnOnce() + Send + 'static {
+        let child = self.child.clone();
+        let killed = self.killed.clone();
+        move || {
+            killed.store(true, Ordering::SeqCst);
+            if let Ok(mut c) = child.lock() {
+                let _ = c.kill();
+            }
+        }
+    }
+
+    fn alive(&self) -> bool {
+        self.child
+            .lock()
+            .map(|mut c| matches!(c.try_wait(), Ok(None)))
+            .unwrap_or(false)
+    }
+
+    /// Waits for the dead worker and says why it died.
+    fn reap(&self) -> Option<ExitStatus> {
+        self.child.lock().ok().and_then(|mut c| c.wait().ok())
+    }
+
+    fn death_note(&self) -> String {
+        match self.reap() {
+            Some(s) => describe_exit(s),
+            None => "its status is unknown".to_owned(),
+        }
+    }
+
+    /// The end of what the dead worker wrote to stderr (at most 8 KiB).
+    fn last_words(&mut self) -> String {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        if let Some(e) = self.stderr.take() {
+            let _ = e.take(8 << 10).read_to_end(&mut buf);
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// The fault for a worker whose pipe broke.
+    fn death_fault(&mut self) -> EngineFault {
+        let status = self.reap();
+        if self.killed.load(Ordering::SeqCst) {
+            return EngineFault::new(FaultKind::Interrupted, "InternalError", "interrupted");
+        }
+        if status.and_then(|s| s.code()) == Some(EXIT_OUT_OF_MEMORY) {
+            return EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory");
+        }
+        if self.last_words().contains("has overflowed its stack") {
+            return EngineFault::new(
+                FaultKind::StackOverflow,
+                "RangeError",
+                "the engine overflowed its native stack",
+            );
+        }
+        let how = status
+            .map(describe_exit)
+            .unwrap_or_else(|| "its status is unknown".into());
+        EngineFault::new(
+            FaultKind::Internal,
+            "Error",
+            format!("the worker process died unexpectedly ({how})"),
+        )
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.child.lock() {
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+    }
+}
+
+fn describe_exit(s: ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = s.signal() {
+            return format!("killed by signal {sig}");
+        }
+    }
+    match s.code() {
+        Some(c) => format!("exit status {c}"),
+        None => "no exit status".to_owned(),
+    }
+}
+
+/// What the host remembers between `load` and `start`.
+struct Pending {
+    config: String,
+    limits: Limits,
+    timeout_ms: u64,
+    host: HostHandle,
+}
+
+/// An [`Engine`] whose primitives run in a worker process.
+pub struct RemoteEngine {
+    proc: RefCell<Option<Proc>>,
+    run: Option<Pending>,
+    host: Option<HostHandle>,
+    settles: Vec<Settle>,
+    /// The result of the jobs that ran right after `start`.
+    jobs_after_start: Option<Result<(), EngineFault>>,
+    memory_used: Option<u64>,
+    exhausted: bool,
+    /// The worker died, broke the protocol or reported an internal fault.
+    broken: bool,
+}
+
+impl std::fmt::Debug for RemoteEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteEngine")
+            .field("broken", &self.broken)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteEngine {
+    fn new(proc: Proc) -> Self {
+        RemoteEngine {
+            proc: RefCell::new(Some(proc)),
+            run: None,
+            host: None,
+            settles: Vec::new(),
+            jobs_after_start: None,
+            memory_used: None,
+            exhausted: false,
+            broken: false,
+        }
+    }
+
+    /// Sends `msg` and answers host operations until the worker's Step.
+    fn exchange(&mut self, msg: ToWorker) -> Result<StepPhase, (StepPhase, EngineFault)> {
+        let host = self.host.clone();
+        let mut slot = self.proc.borrow_mut();
+        let Some(proc) = slot.as_mut() else {
+            self.broken = true;
+            return Err((
+                StepPhase::Load,
+                EngineFault::new(FaultKind::Internal, "Error", "no worker"),
+            ));
+        };
+        let mut result = proc.send(&msg).and_then(|()| proc.recv());
+        loop {
+            match result {
+                Ok(FromWorker::HostOp { op, a, b }) => {
+                    let value = host
+                        .as_ref()
+                        .map(|h| h.call(&op, &a, &b))
+                        .unwrap_or_default();
+                    result = proc
+                        .send(&ToWorker::Reply { value })
+                        .and_then(|()| proc.recv());
+                }
+                Ok(FromWorker::Step {
+                    phase,
+                    fault,
+                    memory_used,
+                    exhausted,
+                }) => {
+                    self.memory_used = memory_used.or(self.memory_used);
+                    self.exhausted |= exhausted;
+                    return match fault {
+                        None => Ok(phase),
+                        Some(f) => {
+                            self.broken |= f.kind == FaultKind::Internal;
+                            Err((phase, f))
+                        }
+                    };
+                }
+                Ok(other) => {
+                    self.broken = true;
+                    (proc.killer())();
+                    return Err((
+                        StepPhase::Jobs,
+                        EngineFault::new(
+                            FaultKind::Internal,
+                            "Error",
+                            format!("the worker broke the protocol ({other:?})"),
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    self.broken = true;
+                    let mut f = proc.death_fault();
+                    if f.kind == FaultKind::Internal && e.kind() == io::ErrorKind::InvalidData {
+                        f.message = format!("the worker sent a bad frame: {e}");
+                    }
+                    if f.kind == FaultKind::OutOfMemory {
+                        self.exhausted = true;
+                    }
+                    return Err((StepPhase::Jobs, f));
+                }
+            }
+        }
+    }
+
+    /// The worker, if it can take another run (the run is then finished).
+    fn into_reusable(mut self) -> Option<Proc> {
+        let mut proc = self.proc.get_mut().take()?;
+        if self.broken || proc.killed.load(Ordering::SeqCst) {
+            return None;
+        }
+        proc.send(&ToWorker::Finish).ok()?;
+        Some(proc)
+    }
+}
+
+impl Engine for RemoteEngine {
+    fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
+        // The worker's own deadline falls just after the host's: the host
+        // decides that a run timed out (and kills the worker), so an
+        // engine that stops itself must not stop before that.
+        let timeout_ms = setup
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis() as u64
+            + 2;
+        self.run = Some(Pending {
+            config: setup.config_json.to_owned(),
+            limits: setup.limits.clone(),
+            timeout_ms,
+            host: host.clone(),
+        });
+        self.host = Some(host);
+        Ok(())
+    }
+
+    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
+        let Some(run) = self.run.take() else {
+            return Err(EngineFault::new(FaultKind::Internal, "Error", "not loaded"));
+        };
+        self.host = Some(run.host);
+        let msg = ToWorker::Run {
+            config: run.config,
+            limits: run.limits,
+            timeout_ms: run.timeout_ms,
+            source: wrapped_source.to_owned(),
+        };
+        match self.exchange(msg) {
+            Ok(_) => {
+                self.jobs_after_start = Some(Ok(()));
+                Ok(())
+            }
+            // Jobs ran after a clean start: report their fault from run_jobs.
+            Err((StepPhase::Jobs, f)) => {
+                self.jobs_after_start = Some(Err(f));
+                Ok(())
+            }
+            Err((StepPhase::Load, mut f)) => {
+                // Only compiling the script is a parse failure.
+                if matches!(f.kind, FaultKind::Syntax | FaultKind::StackOverflow) {
+                    f.kind = FaultKind::Internal;
+                }
+                Err(f)
+            }
+            Err((StepPhase::Start, f)) => Err(f),
+        }
+    }
+
+    fn run_jobs(&mut self) -> Result<(), EngineFault> {
+        if let Some(r) = self.jobs_after_start.take() {
+            if self.settles.is_empty() || r.is_err() {
+                return r;
+            }
+        }
+        if self.settles.is_empty() {
+            return Ok(());
+        }
+        let settles = std::mem::take(&mut self.settles);
+        self.exchange(ToWorker::Drain { settles })
+            .map(|_| ())
+            .map_err(|(_, f)| f)
+    }
+
+    fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
+        self.settles.push(Settle {
+            id,
+            ok,
+            payload: payload.to_owned(),
+        });
+        Ok(())
+    }
+
+    fn memory_used(&mut self) -> Option<u64> {
+        self.memory_used
+    }
+
+    fn memory_exhausted(&mut self) -> bool {
+        self.exhausted
+    }
+
+    /// Kills the worker: the hard stop at the deadline or on cancel.
+    fn stopper(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        let proc = self.proc.borrow();
+        proc.as_ref()
+            .map(|p| Box::new(p.killer()) as Box<dyn FnOnce() + Send>)
+    }
+
+    fn classify(&self, name: &str, message: &str) -> FaultKind {
+        let mut slot = self.proc.borrow_mut();
+        let Some(proc) = slot.as_mut() else {
+            return FaultKind::Thrown;
+        };
+        let asked = proc
+            .send(&ToWorker::Classify {
+                name: name.to_owned(),
+                message: message.to_owned(),
+            })
+            .and_then(|()| proc.recv());
+        match asked {
+            Ok(FromWorker::Kind { kind }) => kind,
+            _ => FaultKind::Thrown,
+        }
+    }
+}
+
+/// A pool thread's worker process, kept warm between runs.
+struct Slot {
+    opts: Arc<ProcessOptions>,
+    proc: Option<Proc>,
+}
+
+impl Slot {
+    fn take(&mut self) -> Result<Proc, String> {
+        match self.proc.take() {
+            Some(p) if p.alive() => Ok(p),
+            _ => Proc::spawn(&self.opts),
+        }
+    }
+
+    /// Starts the next worker while nobody waits for it.
+    fn prewarm(&mut self) {
+        if self.proc.is_none() {
+            self.proc = Proc::spawn(&self.opts).ok();
+        }
+    }
+
+    fn execute(
+        &mut self,
+        request: ExecutionRequest,
+        tokio: &tokio::runtime::Handle,
+        respond: impl FnOnce(ExecutionReport),
+    ) {
+        let proc = match self.take() {
+            Ok(p) => p,
+            Err(e) => {
+                respond(ExecutionReport::failed(
+                    &self.opts.engine,
+                    ScriptError::internal(e),
+                ));
+                return;
+            }
+        };
+        let mut engine = RemoteEngine::new(proc);
+        let out = run_script(&mut engine, &self.opts.engine, request, tokio);
+        respond(out.report);
+        self.proc = engine.into_reusable();
+        self.prewarm();
+    }
+
+    /// One request/answer exchange outside a run (check, global eval).
+    fn ask(&mut self, msg: ToWorker) -> Result<FromWorker, String> {
+        let mut proc = self.take()?;
+        let answer = proc.send(&msg).and_then(|()| proc.recv());
+        match answer {
+            Ok(a) => {
+                self.proc = Some(proc);
+                Ok(a)
+            }
+            Err(e) => Err(format!("the worker failed ({e}; {})", proc.death_note())),
+        }
+    }
+}
+
+/// Runs scripts of one engine in worker processes, one run per process at
+/// a time, killed (SIGKILL) on deadline or cancel and replaced for the next
+/// run. Tools, approvals and the tracker stay in the host.
+#[derive(Debug, Clone)]
+pub struct ProcessAdapter {
+    info: EngineInfo,
+    opts: Arc<ProcessOptions>,
+    pool: Arc<WorkerPool<Slot>>,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("warm", &self.proc.is_some())
+            .finish()
+    }
+}
+
+impl ProcessAdapter {
+    /// `engine` is the in-process adapter's own description (name, version,
+    /// capabilities); behind the boundary every engine can be stopped and
+    /// held to its memory limit.
+    pub fn new(engine: EngineInfo, opts: ProcessOptions) -> Self {
+        let opts = Arc::new(opts);
+        let factory_opts = opts.clone();
+        let info = EngineInfo {
+            capabilities: Capabilities {
+                interrupt: true,
+                memory_limit: true,
+                hard_kill: true,
+                // A worker that overflows its stack dies alone, and the
+                // host reports StackOverflowError.
+                stack_guard: true,
+                ..engine.capabilities
+            },
+            isolation: Isolation::Process,
+            ..engine
+        };
+        ProcessAdapter {
+            info,
+            pool: Arc::new(WorkerPool::new(
+                &format!("harness-{}-process", opts.engine),
+                opts.max_workers,
+                HOST_THREAD_STACK_BYTES,
+                move || Slot {
+                    opts: factory_opts.clone(),
+                    proc: None,
+                },
+            )),
+            opts,
+        }
+    }
+
+    /// Starts `n` workers now, so that the first runs find them warm.
+    pub fn prewarm(&self, n: usize) {
+        for _ in 0..n.min(self.opts.max_workers) {
+            let _ = self.pool.submit(Slot::prewarm);
+        }
+    }
+
+    async fn on_slot<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&mut Slot) -> R + Send + 'static,
+    ) -> Result<R, ScriptError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.pool
+            .submit(move |s| {
+                let _ = tx.send(job(s));
+            })
+            .map_err(ScriptError::internal)?;
+        rx.await
+            .map_err(|_| ScriptError::internal("the process pool stopped before answering"))
+    }
+}
+
+#[async_trait]
+impl ScriptRuntimeAdapter for ProcessAdapter {
+    fn info(&self) -> EngineInfo {
+        self.info.clone()
+    }
+
+    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+        let msg = ToWorker::Check {
+            source: source.to_owned(),
+        };
+        match self.on_slot(move |s| s.ask(msg)).await? {
+            Ok(FromWorker::Checked { error: None }) => Ok(()),
+            Ok(FromWorker::Checked { error: Some(e) }) => Err(e),
+            Ok(other) => Err(ScriptError::internal(format!(
+                "the worker answered a check with {other:?}"
+            ))),
+            Err(e) => Err(ScriptError::internal(e)),
+        }
+    }
+
+    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+        let engine = self.opts.engine.clone();
+        let tokio = match tokio::runtime::Handle::try_current() {
+            Ok(h) => h,
+            Err(_) => {
+                return ExecutionReport::failed(
+                    &engine,
+                    ScriptError::internal("execute must be called from within a tokio runtime"),
+                )
+            }
+        };
+        let mut guard = CancelOnDrop::new(request.cancel.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let submitted = self.pool.submit(move |s| {
+            s.execute(request, &tokio, move |report| {
+                let _ = tx.send(report);
+            })
+        });
+        let report = match submitted {
+            Err(e) => ExecutionReport::failed(&engine, ScriptError::internal(e)),
+            Ok(()) => rx.await.unwrap_or_else(|_| {
+                ExecutionReport::failed(
+                    &engine,
+                    ScriptError::internal("the process pool stopped before answering"),
+                )
+            }),
+        };
+        guard.disarm();
+        report
+    }
+
+    async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
+        match self
+            .on_slot(move |s| s.ask(ToWorker::EvalGlobal { eval }))
+            .await
+        {
+            Ok(Ok(FromWorker::Global { outcome })) => outcome,
+            Ok(Ok(other)) => GlobalEvalOutcome::Unsupported(format!("unexpected answer {other:?}")),
+            Ok(Err(e)) => GlobalEvalOutcome::Unsupported(e),
+            Err(e) => GlobalEvalOutcome::Unsupported(e.message),
+        }
+    }
+}

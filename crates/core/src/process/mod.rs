@@ -1,0 +1,191 @@
+//! The process boundary: a worker process runs an engine, the host keeps
+//! everything else.
+//!
+//! The host runs the one event loop ([`crate::event_loop::run_script`]) as
+//! always, with a [`RemoteEngine`] whose primitives (load, start, run jobs,
+//! settle) are messages to a worker process. The worker runs a real engine
+//! behind [`serve`]; when the script calls the engine's one native function
+//! (`host(op, a, b)`: a tool call, console, progress, the outcome) the
+//! worker asks the host and waits for the answer. So tools, approvals, the
+//! promise tracker, console and progress never leave the host: when the
+//! host kills the worker (SIGKILL, on deadline or cancel) the report still
+//! has every tool call, console line and approval made so far.
+//!
+//! Frames are a 4-byte little-endian length and a JSON message, over the
+//! worker's stdin (host to worker) and stdout (worker to host). One
+//! exchange per run, in the terms: *execute* is [`ToWorker::Run`],
+//! a *tool call* is a [`FromWorker::HostOp`] with op `call`, *tool results*
+//! travel in [`ToWorker::Drain`], *done* is the host op `done` or `fail`,
+//! and *cancel* is the kill.
+//!
+//! The worker caps itself before it answers the handshake: address space,
+//! no core dumps, no file writes, few descriptors (rlimits), and a heap
+//! budget per run counted by [`WorkerAllocator`]; going over the budget
+//! ends the process with [`EXIT_OUT_OF_MEMORY`], which the host reports as
+//! ScriptMemoryError.
+
+mod host;
+mod worker;
+
+pub use host::{ProcessAdapter, ProcessOptions, RemoteEngine};
+pub use worker::{serve, serve_if_requested, EngineHost, WorkerAllocator};
+
+use crate::adapter::{GlobalEval, GlobalEvalOutcome};
+use crate::error::ScriptError;
+use crate::event_loop::{EngineFault, FaultKind};
+use crate::limits::Limits;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+
+/// Bumped whenever a message changes shape.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The argument that turns a binary into a worker: `PROGRAM --harness-worker ENGINE`.
+pub const WORKER_ARG: &str = "--harness-worker";
+
+/// Exit status of a worker that went over its memory budget.
+pub const EXIT_OUT_OF_MEMORY: i32 = 86;
+
+/// Largest frame either side accepts (a corrupt or hostile length must not
+/// make the reader allocate gigabytes).
+pub const MAX_FRAME_BYTES: usize = 64 << 20;
+
+/// Host to worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum ToWorker {
+    /// First frame: caps the worker applies to itself before anything runs.
+    Init { address_space_bytes: Option<u64> },
+    /// Execute: load a fresh context with `config`, start `source` (already
+    /// wrapped), run jobs; answered with one [`FromWorker::Step`].
+    Run {
+        config: String,
+        limits: Limits,
+        timeout_ms: u64,
+        source: String,
+    },
+    /// Tool results: settle these calls, then run jobs; answered with a Step.
+    Drain { settles: Vec<Settle> },
+    /// Map an error the script saw to a fault kind; answered with Kind.
+    Classify { name: String, message: String },
+    /// The answer to a [`FromWorker::HostOp`].
+    Reply { value: String },
+    /// The run is over: drop the context, get ready for the next.
+    Finish,
+    /// Parse only; answered with Checked.
+    Check { source: String },
+    /// Global code (test262); answered with Global.
+    EvalGlobal { eval: GlobalEval },
+}
+
+/// One settled tool call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Settle {
+    pub id: u64,
+    pub ok: bool,
+    pub payload: String,
+}
+
+/// Which engine primitive a [`FromWorker::Step`] reports on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepPhase {
+    Load,
+    Start,
+    Jobs,
+}
+
+/// Worker to host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum FromWorker {
+    Hello {
+        protocol: u32,
+        engine: String,
+        version: String,
+    },
+    /// The script called `host(op, a, b)`; the worker waits for a Reply.
+    HostOp {
+        op: String,
+        a: String,
+        b: String,
+    },
+    /// The end of a Run or Drain: `fault` is where it failed, if it did.
+    Step {
+        phase: StepPhase,
+        fault: Option<EngineFault>,
+        memory_used: Option<u64>,
+        exhausted: bool,
+    },
+    Kind {
+        kind: FaultKind,
+    },
+    Checked {
+        error: Option<ScriptError>,
+    },
+    Global {
+        outcome: GlobalEvalOutcome,
+    },
+}
+
+/// Writes one frame and flushes.
+pub fn write_frame<W: Write, T: Serialize>(w: &mut W, msg: &T) -> io::Result<()> {
+    let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
+    if body.len() > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {} bytes is over the limit", body.len()),
+        ));
+    }
+    w.write_all(&(body.len() as u32).to_le_bytes())?;
+    w.write_all(&body)?;
+    w.flush()
+}
+
+/// Reads one frame. End of stream before a frame is `UnexpectedEof`.
+pub fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> io::Result<T> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes announced; the limit is {MAX_FRAME_BYTES}"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_bad_lengths_are_refused() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &ToWorker::Reply { value: "x".into() }).unwrap();
+        write_frame(&mut buf, &ToWorker::Finish).unwrap();
+        let mut r = &buf[..];
+        assert!(matches!(
+            read_frame::<_, ToWorker>(&mut r).unwrap(),
+            ToWorker::Reply { value } if value == "x"
+        ));
+        assert!(matches!(
+            read_frame::<_, ToWorker>(&mut r).unwrap(),
+            ToWorker::Finish
+        ));
+        let e = read_frame::<_, ToWorker>(&mut r).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+
+        let huge = (u32::MAX).to_le_bytes();
+        let e = read_frame::<_, ToWorker>(&mut &huge[..]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        let mut junk = 5u32.to_le_bytes().to_vec();
+        junk.extend_from_slice(b"hello");
+        let e = read_frame::<_, ToWorker>(&mut &junk[..]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+}

@@ -1,0 +1,451 @@
+//! The worker side: [`serve`] runs an engine for the host over stdin/stdout.
+
+use super::{
+    read_frame, write_frame, FromWorker, Settle, StepPhase, ToWorker, EXIT_OUT_OF_MEMORY,
+    PROTOCOL_VERSION, WORKER_ARG,
+};
+use crate::adapter::{GlobalEval, GlobalEvalOutcome};
+use crate::error::ScriptError;
+use crate::event_loop::{Engine, EngineFault, EngineSetup, FaultKind, Host, HostHandle, PRELUDE};
+use crate::limits::Limits;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::any::Any;
+use std::cell::RefCell;
+use std::io::{self, BufReader, BufWriter, StdinLock, StdoutLock};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Stack of the thread the engine runs on inside a worker: parsers and
+/// interpreters recurse on the native stack.
+const WORKER_STACK_BYTES: usize = 256 << 20;
+
+/// Head-room over the script's memory limit for engines that enforce the
+/// limit themselves: the worker's budget is then only a backstop.
+const BACKSTOP_SLACK_BYTES: u64 = 64 << 20;
+
+/// An engine, as a worker process serves it. Adapters implement this on
+/// their per-thread state; [`serve`] drives it.
+pub trait EngineHost {
+    /// Engine name and version, for the handshake.
+    fn name(&self) -> String;
+    fn version(&self) -> String;
+    /// Whether the engine enforces `Limits::memory_bytes` itself. If not,
+    /// the worker's heap budget is exactly the limit.
+    fn enforces_memory(&self) -> bool;
+    /// Lends a fresh engine (no script has run in it) to `run`, which
+    /// returns whether the engine is tainted (faulted, stopped); then tears
+    /// it down and gets ready for the next run.
+    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool);
+    /// Parses a script body without running it.
+    fn check(&mut self, source: &str) -> Result<(), ScriptError>;
+    /// Runs global code (test262).
+    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome;
+}
+
+/// If this process was started as a worker (`PROGRAM --harness-worker
+/// ENGINE`), serves `ENGINE` with the host `make` builds for it and exits;
+/// otherwise returns. Call it first thing in `main` of any binary that
+/// the host starts as a worker (the `harness` CLI does).
+pub fn serve_if_requested(make: impl FnOnce(&str) -> Option<Box<dyn EngineHost>> + Send + 'static) {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(std::ffi::OsStr::new(WORKER_ARG)) {
+        return;
+    }
+    let engine = args
+        .next()
+        .and_then(|a| a.into_string().ok())
+        .unwrap_or_default();
+    std::process::exit(serve(move || make(&engine)));
+}
+
+/// Serves one engine over stdin/stdout until the host closes stdin.
+/// Returns the process exit status: 0 when the host hung up, 2 on a
+/// protocol error, 3 when there is no such engine.
+pub fn serve(make: impl FnOnce() -> Option<Box<dyn EngineHost>> + Send + 'static) -> i32 {
+    // Panics are caught and reported to the host; the default hook would
+    // only print them to a stderr nobody reads.
+    std::panic::set_hook(Box::new(|_| {}));
+    std::thread::Builder::new()
+        .name("harness-worker".to_owned())
+        .stack_size(WORKER_STACK_BYTES)
+        .spawn(move || match make() {
+            Some(mut host) => serve_on_thread(host.as_mut()),
+            None => 3,
+        })
+        .map(|t| t.join().unwrap_or(70))
+        .unwrap_or(71)
+}
+
+struct Pipe {
+    input: RefCell<BufReader<StdinLock<'static>>>,
+    output: RefCell<BufWriter<StdoutLock<'static>>>,
+}
+
+impl Pipe {
+    fn send(&self, msg: &FromWorker) {
+        if write_frame(&mut *self.output.borrow_mut(), msg).is_err() {
+            // The host is gone: nothing left to do.
+            std::process::exit(0);
+        }
+    }
+
+    fn recv(&self) -> ToWorker {
+        match read_frame(&mut *self.input.borrow_mut()) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => std::process::exit(0),
+            Err(_) => std::process::exit(2),
+        }
+    }
+}
+
+/// The engine's native host function, behind the boundary: ask the host.
+struct PipeHost(Rc<Pipe>);
+
+impl Host for PipeHost {
+    fn call(&self, op: &str, a: &str, b: &str) -> String {
+        self.0.send(&FromWorker::HostOp {
+            op: op.to_owned(),
+            a: a.to_owned(),
+            b: b.to_owned(),
+        });
+        match self.0.recv() {
+            ToWorker::Reply { value } => value,
+            _ => std::process::exit(2),
+        }
+    }
+}
+
+fn serve_on_thread(host: &mut dyn EngineHost) -> i32 {
+    let pipe = Rc::new(Pipe {
+        input: RefCell::new(BufReader::new(io::stdin().lock())),
+        output: RefCell::new(BufWriter::new(io::stdout().lock())),
+    });
+    match pipe.recv() {
+        ToWorker::Init {
+            address_space_bytes,
+        } => sys::cap_self(address_space_bytes),
+        _ => return 2,
+    }
+    budget::enable();
+    pipe.send(&FromWorker::Hello {
+        protocol: PROTOCOL_VERSION,
+        engine: host.name(),
+        version: host.version(),
+    });
+    let enforces = host.enforces_memory();
+    loop {
+        match pipe.recv() {
+            ToWorker::Run {
+                config,
+                limits,
+                timeout_ms,
+                source,
+            } => {
+                let extra = if enforces { BACKSTOP_SLACK_BYTES } else { 0 };
+                budget::arm(limits.memory_bytes.saturating_add(extra));
+                let run = RunMsg {
+                    config: &config,
+                    limits: &limits,
+                    timeout_ms,
+                    source: &source,
+                };
+                let mut panicked = false;
+                let lent = catch_unwind(AssertUnwindSafe(|| {
+                    host.lend(&mut |engine| match engine {
+                        Ok(engine) => serve_run(engine, &pipe, &run, &mut panicked),
+                        Err(f) => {
+                            answer_failed_run(&pipe, f);
+                            true
+                        }
+                    })
+                }));
+                budget::disarm();
+                // A panic may leave the engine's thread state broken: the
+                // host replaces this worker.
+                if lent.is_err() || panicked {
+                    return 70;
+                }
+            }
+            ToWorker::Check { source } => {
+                let error = guarded(|| Ok(host.check(&source)));
+                let error = match error {
+                    Ok(r) => r.err(),
+                    Err(f) => Some(ScriptError::internal(f.message)),
+                };
+                pipe.send(&FromWorker::Checked { error });
+            }
+            ToWorker::EvalGlobal { eval } => {
+                let outcome = guarded(|| Ok(host.eval_global(eval)))
+                    .unwrap_or_else(|f| GlobalEvalOutcome::Unsupported(f.message));
+                pipe.send(&FromWorker::Global { outcome });
+            }
+            ToWorker::Finish => {}
+            _ => return 2,
+        }
+    }
+}
+
+struct RunMsg<'a> {
+    config: &'a str,
+    limits: &'a Limits,
+    timeout_ms: u64,
+    source: &'a str,
+}
+
+/// The engine could not even be created: answer the Run, then wait for
+/// the host to finish it.
+fn answer_failed_run(pipe: &Pipe, f: EngineFault) {
+    pipe.send(&FromWorker::Step {
+        phase: StepPhase::Load,
+        fault: Some(f),
+        memory_used: None,
+        exhausted: false,
+    });
+    loop {
+        match pipe.recv() {
+            ToWorker::Finish => return,
+            ToWorker::Classify { .. } => pipe.send(&FromWorker::Kind {
+                kind: FaultKind::Thrown,
+            }),
+            _ => pipe.send(&FromWorker::Step {
+                phase: StepPhase::Jobs,
+                fault: Some(EngineFault::new(FaultKind::Internal, "Error", "no engine")),
+                memory_used: None,
+                exhausted: false,
+            }),
+        }
+    }
+}
+
+/// Runs engine primitives as the host asks, until Finish. Returns whether
+/// the engine is tainted.
+fn serve_run(
+    engine: &mut dyn Engine,
+    pipe: &Rc<Pipe>,
+    run: &RunMsg<'_>,
+    panicked: &mut bool,
+) -> bool {
+    let cancel = CancellationToken::new();
+    let deadline = Instant::now() + Duration::from_millis(run.timeout_ms);
+    let setup = EngineSetup {
+        prelude: PRELUDE,
+        config_json: run.config,
+        limits: run.limits,
+        deadline,
+        cancel: &cancel,
+    };
+    let host: HostHandle = Rc::new(PipeHost(pipe.clone()));
+    let mut tainted = false;
+    let mut step = |engine: &mut dyn Engine, phase: StepPhase, r: Result<(), EngineFault>| {
+        if let Err(f) = &r {
+            tainted = true;
+            *panicked |= f.kind == FaultKind::Internal && f.message.starts_with(PANIC_PREFIX);
+        }
+        let memory_used = engine.memory_used().or_else(|| Some(budget::peak()));
+        let exhausted = engine.memory_exhausted();
+        pipe.send(&FromWorker::Step {
+            phase,
+            fault: r.err(),
+            memory_used,
+            exhausted,
+        });
+    };
+    let (phase, r) = match guarded(|| engine.load(&setup, host)) {
+        Err(f) => (StepPhase::Load, Err(f)),
+        Ok(()) => match guarded(|| engine.start(run.source)) {
+            Err(f) => (StepPhase::Start, Err(f)),
+            Ok(()) => (StepPhase::Jobs, guarded(|| engine.run_jobs())),
+        },
+    };
+    step(engine, phase, r);
+    loop {
+        match pipe.recv() {
+            ToWorker::Drain { settles } => {
+                let r = settle_all(engine, &settles).and_then(|()| guarded(|| engine.run_jobs()));
+                step(engine, StepPhase::Jobs, r);
+            }
+            ToWorker::Classify { name, message } => {
+                let kind =
+                    guarded(|| Ok(engine.classify(&name, &message))).unwrap_or(FaultKind::Thrown);
+                pipe.send(&FromWorker::Kind { kind });
+            }
+            ToWorker::Finish => return tainted,
+            _ => std::process::exit(2),
+        }
+    }
+}
+
+fn settle_all(engine: &mut dyn Engine, settles: &[Settle]) -> Result<(), EngineFault> {
+    for s in settles {
+        guarded(|| engine.settle(s.id, s.ok, &s.payload))?;
+    }
+    Ok(())
+}
+
+const PANIC_PREFIX: &str = "the engine panicked: ";
+
+/// Runs an engine primitive, turning a panic into an internal fault.
+fn guarded<R>(f: impl FnOnce() -> Result<R, EngineFault>) -> Result<R, EngineFault> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => Err(EngineFault::new(
+            FaultKind::Internal,
+            "Error",
+            format!("{PANIC_PREFIX}{}", panic_message(payload.as_ref())),
+        )),
+    }
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
+}
+
+/// Heap budget of a worker run, counted by [`WorkerAllocator`].
+mod budget {
+    use super::*;
+
+    pub(super) static ENABLED: AtomicBool = AtomicBool::new(false);
+    pub(super) static LIVE: AtomicIsize = AtomicIsize::new(0);
+    pub(super) static PEAK: AtomicIsize = AtomicIsize::new(0);
+    pub(super) static CAP: AtomicIsize = AtomicIsize::new(isize::MAX);
+
+    /// Starts counting (worker processes only).
+    pub(super) fn enable() {
+        ENABLED.store(true, Ordering::SeqCst);
+    }
+
+    /// Net heap growth from now on may not pass `bytes`.
+    pub(super) fn arm(bytes: u64) {
+        LIVE.store(0, Ordering::SeqCst);
+        PEAK.store(0, Ordering::SeqCst);
+        CAP.store(
+            isize::try_from(bytes).unwrap_or(isize::MAX),
+            Ordering::SeqCst,
+        );
+    }
+
+    pub(super) fn disarm() {
+        CAP.store(isize::MAX, Ordering::SeqCst);
+    }
+
+    pub(super) fn peak() -> u64 {
+        PEAK.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Counts `bytes` more; over the cap the process ends at once with
+    /// [`EXIT_OUT_OF_MEMORY`] (nothing may allocate on this path).
+    #[inline]
+    pub(super) fn charge(bytes: usize) {
+        let bytes = bytes as isize;
+        let now = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if now > CAP.load(Ordering::Relaxed) {
+            super::sys::exit_now(EXIT_OUT_OF_MEMORY);
+        }
+        PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(super) fn release(bytes: usize) {
+        LIVE.fetch_sub(bytes as isize, Ordering::Relaxed);
+    }
+}
+
+/// The global allocator every worker binary should install: the system
+/// allocator, plus (in worker mode only) a count of the heap a run uses,
+/// which enforces the run's memory limit for engines that have none of
+/// their own (Boa) and backstops those that do. Outside worker mode it
+/// costs one relaxed load per allocation.
+///
+/// ```ignore
+/// #[global_allocator]
+/// static ALLOC: harness_core::process::WorkerAllocator = harness_core::process::WorkerAllocator;
+/// ```
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WorkerAllocator;
+
+#[allow(unsafe_code)]
+// SAFETY: every method forwards to `System` with the caller's arguments;
+// the counting around it never touches the memory.
+unsafe impl GlobalAlloc for WorkerAllocator {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if budget::ENABLED.load(Ordering::Relaxed) {
+            budget::charge(layout.size());
+        }
+        System.alloc(layout)
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if budget::ENABLED.load(Ordering::Relaxed) {
+            budget::charge(layout.size());
+        }
+        System.alloc_zeroed(layout)
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if budget::ENABLED.load(Ordering::Relaxed) {
+            budget::release(layout.size());
+        }
+        System.dealloc(ptr, layout)
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if budget::ENABLED.load(Ordering::Relaxed) {
+            if new_size > layout.size() {
+                budget::charge(new_size - layout.size());
+            } else {
+                budget::release(layout.size() - new_size);
+            }
+        }
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+/// The few system calls the worker makes on itself.
+#[allow(unsafe_code)]
+mod sys {
+    /// Caps this process before any script runs: address space, no core
+    /// files, no file writes, a handful of descriptors.
+    #[cfg(unix)]
+    pub(super) fn cap_self(address_space_bytes: Option<u64>) {
+        let set = |resource, value: u64| {
+            let lim = libc::rlimit {
+                rlim_cur: value as libc::rlim_t,
+                rlim_max: value as libc::rlim_t,
+            };
+            // SAFETY: setrlimit reads the struct we pass and nothing else.
+            unsafe { libc::setrlimit(resource, &lim) };
+        };
+        if let Some(bytes) = address_space_bytes {
+            set(libc::RLIMIT_AS, bytes);
+        }
+        set(libc::RLIMIT_CORE, 0);
+        set(libc::RLIMIT_FSIZE, 0);
+        set(libc::RLIMIT_NOFILE, 16);
+    }
+
+    #[cfg(not(unix))]
+    pub(super) fn cap_self(_: Option<u64>) {}
+
+    /// Ends the process now, without unwinding, flushing or allocating.
+    pub(super) fn exit_now(code: i32) -> ! {
+        #[cfg(unix)]
+        // SAFETY: _exit never returns and touches no Rust state.
+        unsafe {
+            libc::_exit(code)
+        }
+        #[cfg(not(unix))]
+        std::process::abort()
+    }
+}
