@@ -29,10 +29,13 @@ fn trivial(c: &mut Criterion) {
     g.finish();
 
     // Runs spaced 2 ms apart, as between a model's turns: each run finds a
-    // context hardened in advance. Only the runs themselves are timed.
+    // context hardened in advance. Only the runs themselves are timed, and
+    // every run is kept: criterion reports medians, the tail needs every
+    // sample (printed to stderr as `latency ENGINE: p50 … p99 … max …`).
     let mut g = c.benchmark_group("trivial_spaced");
     for engine in engines() {
         let h = harness(engine);
+        let mut all: Vec<Duration> = Vec::new();
         g.bench_function(BenchmarkId::from_parameter(engine), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -40,14 +43,33 @@ fn trivial(c: &mut Criterion) {
                     std::thread::sleep(Duration::from_millis(2));
                     let t = Instant::now();
                     let r = rt.block_on(h.run(TRIVIAL));
-                    total += t.elapsed();
+                    let d = t.elapsed();
                     assert!(r.ok);
+                    total += d;
+                    all.push(d);
                 }
                 total
             })
         });
+        print_percentiles(&engine.to_string(), &mut all);
     }
     g.finish();
+}
+
+fn print_percentiles(label: &str, all: &mut [Duration]) {
+    if all.len() < 20 {
+        return;
+    }
+    all.sort();
+    let p = |q: f64| all[((all.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3;
+    eprintln!(
+        "latency {label}: n {} p50 {:.3} ms p90 {:.3} ms p99 {:.3} ms max {:.3} ms",
+        all.len(),
+        p(0.5),
+        p(0.9),
+        p(0.99),
+        p(1.0)
+    );
 }
 
 fn tool_calls(c: &mut Criterion) {
