@@ -29,10 +29,17 @@ fn trivial(c: &mut Criterion) {
     g.finish();
 
     // Runs spaced 2 ms apart, as between a model's turns: each run finds a
-    // context hardened in advance. Only the runs themselves are timed, and
-    // every run is kept: criterion reports medians, the tail needs every
-    // sample (printed to stderr as `latency ENGINE: p50 … p99 … max …`).
-    let mut g = c.benchmark_group("trivial_spaced");
+    // context hardened in advance. And 20 ms apart, which leaves engines
+    // with costly contexts (Boa) the time to prepare the next one.
+    spaced(c, &rt, "trivial_spaced", Duration::from_millis(2));
+    spaced(c, &rt, "trivial_spaced_20ms", Duration::from_millis(20));
+}
+
+/// Trivial runs `gap` apart. Only the runs themselves are timed, and every
+/// run is kept: criterion reports medians, the tail needs every sample
+/// (printed to stderr as `latency GROUP ENGINE: p50 … p99 … max …`).
+fn spaced(c: &mut Criterion, rt: &tokio::runtime::Runtime, group: &str, gap: Duration) {
+    let mut g = c.benchmark_group(group);
     for engine in engines() {
         let h = harness(engine);
         let mut all: Vec<Duration> = Vec::new();
@@ -40,7 +47,7 @@ fn trivial(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    std::thread::sleep(Duration::from_millis(2));
+                    std::thread::sleep(gap);
                     let t = Instant::now();
                     let r = rt.block_on(h.run(TRIVIAL));
                     let d = t.elapsed();
@@ -51,7 +58,7 @@ fn trivial(c: &mut Criterion) {
                 total
             })
         });
-        print_percentiles(&engine.to_string(), &mut all);
+        print_percentiles(&format!("{group} {engine}"), &mut all);
     }
     g.finish();
 }

@@ -365,14 +365,25 @@ impl RemoteEngine {
         }
     }
 
-    /// The worker, if it can take another run (the run is then finished).
-    fn into_reusable(mut self) -> Option<Proc> {
+    /// The worker, if it can take another run: the run is finished, and
+    /// this waits until the worker has prepared its next context, so that
+    /// the pool hands the next run to a worker that is ready (or starts
+    /// another) instead of queueing it behind the preparation.
+    fn into_reusable(mut self, limit: Duration) -> Option<Proc> {
         let mut proc = self.proc.get_mut().take()?;
         if self.broken || proc.killed.load(Ordering::SeqCst) {
             return None;
         }
+        let _watch = crate::watchdog::watch(
+            Instant::now() + limit,
+            CancellationToken::new(),
+            proc.killer(),
+        );
         proc.send(&ToWorker::Finish).ok()?;
-        Some(proc)
+        match proc.recv() {
+            Ok(FromWorker::Ready) => Some(proc),
+            _ => None,
+        }
     }
 }
 
@@ -525,22 +536,39 @@ impl Slot {
         let mut engine = RemoteEngine::new(proc);
         let out = run_script(&mut engine, &self.opts.engine, request, tokio);
         respond(out.report);
-        self.proc = engine.into_reusable();
+        self.proc = engine.into_reusable(self.opts.start_timeout);
         self.prewarm();
     }
 
-    /// One request/answer exchange outside a run (check, global eval).
-    fn ask(&mut self, msg: ToWorker) -> Result<FromWorker, String> {
-        let mut proc = self.take()?;
+    /// One request/answer exchange outside a run (check, global eval); the
+    /// worker is killed if it takes longer than `limit`.
+    fn ask(&mut self, msg: ToWorker, limit: Duration) -> Result<FromWorker, Asked> {
+        let mut proc = self.take().map_err(Asked::Failed)?;
+        let _watch = crate::watchdog::watch(
+            Instant::now() + limit,
+            CancellationToken::new(),
+            proc.killer(),
+        );
         let answer = proc.send(&msg).and_then(|()| proc.recv());
         match answer {
             Ok(a) => {
                 self.proc = Some(proc);
                 Ok(a)
             }
-            Err(e) => Err(format!("the worker failed ({e}; {})", proc.death_note())),
+            Err(_) if proc.killed.load(Ordering::SeqCst) => Err(Asked::TimedOut),
+            Err(e) => Err(Asked::Failed(format!(
+                "the worker failed ({e}; {})",
+                proc.death_note()
+            ))),
         }
     }
+}
+
+/// Why [`Slot::ask`] got no answer.
+#[derive(Debug)]
+enum Asked {
+    TimedOut,
+    Failed(String),
 }
 
 /// Runs scripts of one engine in worker processes, one run per process at
@@ -628,13 +656,15 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
         let msg = ToWorker::Check {
             source: source.to_owned(),
         };
-        match self.on_slot(move |s| s.ask(msg)).await? {
+        let limit = self.opts.start_timeout;
+        match self.on_slot(move |s| s.ask(msg, limit)).await? {
             Ok(FromWorker::Checked { error: None }) => Ok(()),
             Ok(FromWorker::Checked { error: Some(e) }) => Err(e),
             Ok(other) => Err(ScriptError::internal(format!(
                 "the worker answered a check with {other:?}"
             ))),
-            Err(e) => Err(ScriptError::internal(e)),
+            Err(Asked::TimedOut) => Err(ScriptError::internal("the worker took too long to parse")),
+            Err(Asked::Failed(e)) => Err(ScriptError::internal(e)),
         }
     }
 
@@ -670,13 +700,16 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
     }
 
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
+        // The worker's engine may not stop itself: kill it at the deadline.
+        let limit = Duration::from_millis(eval.timeout_ms.saturating_add(100));
         match self
-            .on_slot(move |s| s.ask(ToWorker::EvalGlobal { eval }))
+            .on_slot(move |s| s.ask(ToWorker::EvalGlobal { eval }, limit))
             .await
         {
             Ok(Ok(FromWorker::Global { outcome })) => outcome,
             Ok(Ok(other)) => GlobalEvalOutcome::Unsupported(format!("unexpected answer {other:?}")),
-            Ok(Err(e)) => GlobalEvalOutcome::Unsupported(e),
+            Ok(Err(Asked::TimedOut)) => GlobalEvalOutcome::TimedOut { prints: Vec::new() },
+            Ok(Err(Asked::Failed(e))) => GlobalEvalOutcome::Unsupported(e),
             Err(e) => GlobalEvalOutcome::Unsupported(e.message),
         }
     }

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The argument that turns a binary into a worker: `PROGRAM --harness-worker ENGINE`.
 pub const WORKER_ARG: &str = "--harness-worker";
@@ -71,7 +71,8 @@ pub enum ToWorker {
     Classify { name: String, message: String },
     /// The answer to a [`FromWorker::HostOp`].
     Reply { value: String },
-    /// The run is over: drop the context, get ready for the next.
+    /// The run is over: drop the context, get ready for the next;
+    /// answered with Ready once the worker is.
     Finish,
     /// Parse only; answered with Checked.
     Check { source: String },
@@ -121,6 +122,9 @@ pub enum FromWorker {
     Kind {
         kind: FaultKind,
     },
+    /// After Finish: the old context is gone and the next is prepared
+    /// (hardened ahead of time), so a run sent now starts at once.
+    Ready,
     Checked {
         error: Option<ScriptError>,
     },

@@ -168,6 +168,7 @@ fn serve_on_thread(host: &mut dyn EngineHost) -> i32 {
                 if lent.is_err() || panicked {
                     return 70;
                 }
+                pipe.send(&FromWorker::Ready);
             }
             ToWorker::Check { source } => {
                 let error = guarded(|| Ok(host.check(&source)));
