@@ -633,6 +633,56 @@ const TEST262_HOST: &str = "globalThis.$262 = { global: globalThis, gc() {}, \
     evalScript(src) { return (0, eval)(src); }, \
     detachArrayBuffer() { throw new TypeError('detachArrayBuffer is not supported'); }, agent: {} };";
 
+/// Prints where a fresh, hardened Boa context's time goes, averaged over
+/// `n` contexts (the `harden_cost` example): building the context, parsing
+/// the prelude, evaluating it, running the hardening, dropping the
+/// context, collecting garbage.
+#[doc(hidden)]
+pub fn print_harden_cost(n: u32) {
+    use std::time::{Duration, Instant};
+    let mut t = [Duration::ZERO; 6];
+    for _ in 0..n {
+        let s = Instant::now();
+        let mut ctx = new_context(false).expect("context");
+        t[0] += s.elapsed();
+        let s = Instant::now();
+        ctx.set_optimizer_options(OptimizerOptions::empty());
+        let script =
+            Script::parse(Source::from_bytes(prelude_source()), None, &mut ctx).expect("parse");
+        t[1] += s.elapsed();
+        let s = Instant::now();
+        let f = script.evaluate(&mut ctx).expect("evaluate");
+        t[2] += s.elapsed();
+        let s = Instant::now();
+        let host_fn =
+            FunctionObjectBuilder::new(ctx.realm(), NativeFunction::from_fn_ptr(host_native))
+                .name(js_string!("host"))
+                .length(3)
+                .build();
+        let f = f.as_callable().expect("function");
+        f.call(&JsValue::undefined(), &[host_fn.into()], &mut ctx)
+            .expect("harden");
+        t[3] += s.elapsed();
+        let s = Instant::now();
+        drop(ctx);
+        t[4] += s.elapsed();
+        let s = Instant::now();
+        boa_gc::force_collect();
+        t[5] += s.elapsed();
+    }
+    let names = [
+        "context",
+        "parse prelude",
+        "evaluate",
+        "harden",
+        "drop",
+        "gc",
+    ];
+    for (name, d) in names.iter().zip(t) {
+        println!("{name:14} {:8.1} µs", d.as_secs_f64() * 1e6 / f64::from(n));
+    }
+}
+
 /// Boa in this process: no way to stop a running script, no memory limit,
 /// and native stack exhaustion ends the process. Use it for trusted
 /// scripts only; [`worker_host`] behind a process boundary is the default.

@@ -194,3 +194,52 @@ async fn a_worker_that_dies_on_its_own_is_an_internal_error_and_is_replaced() {
     assert_eq!(r.value, Some(json!("again")), "{r:?}");
     assert!(children().0 <= before + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_that_is_not_a_worker_is_a_clear_error_not_a_hang() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    let cases: [(&str, &[&str], &str); 5] = [
+        ("/nonexistent/harness-worker", &[], "could not start"),
+        ("/bin/true", &[], "did not answer the handshake"),
+        // Not a worker: exits with a usage error.
+        ("/bin/cat", &[], "exit status 1"),
+        // Echoes the host's own frame back: not a handshake.
+        (
+            "/bin/sh",
+            &["-c", "cat"],
+            "did not answer the handshake (unknown variant",
+        ),
+        // Never answers: killed after the start timeout.
+        (
+            "/bin/sh",
+            &["-c", "sleep 100"],
+            "did not answer the handshake",
+        ),
+    ];
+    for (program, args, expect) in cases {
+        let mut opts = ProcessOptions::new("quickjs", program);
+        opts.args = args.iter().map(Into::into).collect();
+        opts.start_timeout = Duration::from_millis(300);
+        let info = harness::EngineKind::QuickJs.info().unwrap();
+        let a = ProcessAdapter::new(info, opts);
+        let t = std::time::Instant::now();
+        let r = a.execute(request("return 1", 5_000, &tools)).await;
+        let e = r.error.expect("failed");
+        assert_eq!(e.code, ErrorCode::HarnessInternalError, "{program}: {e:?}");
+        assert!(e.message.contains(expect), "{program}: {}", e.message);
+        assert!(
+            e.message.contains(program),
+            "{program}: names the program: {}",
+            e.message
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{program}: took {:?}",
+            t.elapsed()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(children().1, 0, "zombies");
+}

@@ -85,7 +85,14 @@ struct Proc {
 
 impl Proc {
     fn spawn(opts: &ProcessOptions) -> Result<Proc, String> {
-        let what = || format!("{} {WORKER_ARG} {}", opts.program.display(), opts.engine);
+        let what = || {
+            let mut w = opts.program.display().to_string();
+            for a in &opts.args {
+                w.push(' ');
+                w.push_str(&a.to_string_lossy());
+            }
+            format!("{w} {WORKER_ARG} {}", opts.engine)
+        };
         let mut cmd = Command::new(&opts.program);
         cmd.args(&opts.args)
             .arg(WORKER_ARG)
@@ -102,6 +109,10 @@ impl Proc {
             } else {
                 Stdio::piped()
             });
+        // Its own process group, so that a kill reaches anything it started
+        // (whose open pipes would otherwise keep the host waiting).
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("could not start the worker process `{}`: {e}", what()))?;
@@ -169,7 +180,7 @@ impl Proc {
         move || {
             killed.store(true, Ordering::SeqCst);
             if let Ok(mut c) = child.lock() {
-                let _ = c.kill();
+                kill_tree(&mut c);
             }
         }
     }
@@ -182,12 +193,28 @@ impl Proc {
     }
 
     /// Waits for the dead worker and says why it died.
-    fn reap(&self) -> Option<ExitStatus> {
-        self.child.lock().ok().and_then(|mut c| c.wait().ok())
+    /// Waits for the worker to exit, killing it if it has not within
+    /// `grace`. The lock is never held while waiting: the watchdog thread
+    /// takes it to kill workers.
+    fn reap(&self, grace: Duration) -> Option<ExitStatus> {
+        let end = Instant::now() + grace;
+        loop {
+            {
+                let mut c = self.child.lock().ok()?;
+                if let Ok(Some(status)) = c.try_wait() {
+                    return Some(status);
+                }
+                if Instant::now() >= end {
+                    kill_tree(&mut c);
+                    return c.wait().ok();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     fn death_note(&self) -> String {
-        match self.reap() {
+        match self.reap(Duration::from_millis(200)) {
             Some(s) => describe_exit(s),
             None => "its status is unknown".to_owned(),
         }
@@ -203,10 +230,13 @@ impl Proc {
         String::from_utf8_lossy(&buf).into_owned()
     }
 
-    /// The fault for a worker whose pipe broke.
-    fn death_fault(&mut self) -> EngineFault {
-        let status = self.reap();
-        if self.killed.load(Ordering::SeqCst) {
+    /// The fault for a worker whose pipe broke. A worker that closed its
+    /// pipe is given `grace` to finish exiting (its exit status says why it
+    /// died) before it is killed.
+    fn death_fault(&mut self, grace: Duration) -> EngineFault {
+        let killed_by_host = self.killed.load(Ordering::SeqCst);
+        let status = self.reap(grace);
+        if killed_by_host {
             return EngineFault::new(FaultKind::Interrupted, "InternalError", "interrupted");
         }
         if status.and_then(|s| s.code()) == Some(EXIT_OUT_OF_MEMORY) {
@@ -233,12 +263,16 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         if let Ok(mut c) = self.child.lock() {
-            if matches!(c.try_wait(), Ok(None)) {
-                let _ = c.kill();
-            }
+            kill_tree(&mut c);
             let _ = c.wait();
         }
     }
+}
+
+/// SIGKILLs the worker and its process group (anything it started).
+fn kill_tree(c: &mut Child) {
+    super::sys::kill_group(c.id());
+    let _ = c.kill();
 }
 
 fn describe_exit(s: ExitStatus) -> String {
@@ -352,8 +386,15 @@ impl RemoteEngine {
                 }
                 Err(e) => {
                     self.broken = true;
-                    let mut f = proc.death_fault();
-                    if f.kind == FaultKind::Internal && e.kind() == io::ErrorKind::InvalidData {
+                    // A bad frame comes from a live worker: kill it now.
+                    let bad_frame = e.kind() == io::ErrorKind::InvalidData;
+                    let grace = if bad_frame {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_secs(2)
+                    };
+                    let mut f = proc.death_fault(grace);
+                    if f.kind == FaultKind::Internal && bad_frame {
                         f.message = format!("the worker sent a bad frame: {e}");
                     }
                     if f.kind == FaultKind::OutOfMemory {

@@ -28,6 +28,7 @@ mod host;
 mod worker;
 
 pub use host::{ProcessAdapter, ProcessOptions, RemoteEngine};
+use worker::sys;
 pub use worker::{serve, serve_if_requested, EngineHost, WorkerAllocator};
 
 use crate::adapter::{GlobalEval, GlobalEvalOutcome};

@@ -413,9 +413,9 @@ unsafe impl GlobalAlloc for WorkerAllocator {
     }
 }
 
-/// The few system calls the worker makes on itself.
+/// The few system calls of the process boundary.
 #[allow(unsafe_code)]
-mod sys {
+pub(super) mod sys {
     /// Caps this process before any script runs: address space, no core
     /// files, no file writes, a handful of descriptors.
     #[cfg(unix)]
@@ -438,6 +438,21 @@ mod sys {
 
     #[cfg(not(unix))]
     pub(super) fn cap_self(_: Option<u64>) {}
+
+    /// SIGKILLs process group `pgid` (a worker and what it started).
+    #[cfg(unix)]
+    pub(in crate::process) fn kill_group(pgid: u32) {
+        if let Ok(pgid) = libc::pid_t::try_from(pgid) {
+            if pgid > 1 {
+                // SAFETY: kill takes plain integers; a group that is gone
+                // is ESRCH, which is ignored.
+                unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            }
+        }
+    }
+
+    #[cfg(not(unix))]
+    pub(in crate::process) fn kill_group(_: u32) {}
 
     /// Ends the process now, without unwinding, flushing or allocating.
     pub(super) fn exit_now(code: i32) -> ! {
