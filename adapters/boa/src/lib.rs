@@ -310,43 +310,6 @@ fn parse_position(message: &str) -> Option<(u32, u32)> {
     Some((line.trim().parse().ok()?, col.parse().ok()?))
 }
 
-/// The deepest nesting of brackets outside strings and comments: a cheap,
-/// conservative guard in front of Boa's recursive parser.
-fn nesting_depth(source: &str) -> usize {
-    let b = source.as_bytes();
-    let (mut depth, mut max, mut i) = (0usize, 0usize, 0usize);
-    while i < b.len() {
-        match b[i] {
-            b'(' | b'[' | b'{' => {
-                depth += 1;
-                max = max.max(depth);
-            }
-            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
-            q @ (b'"' | b'\'') => {
-                i += 1;
-                while i < b.len() && b[i] != q && b[i] != b'\n' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-            }
-            b'/' if b.get(i + 1) == Some(&b'/') => {
-                while i < b.len() && b[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                i += 2;
-                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
-                    i += 1;
-                }
-                i += 1;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    max
-}
-
 /// One run's engine: a fresh, hardened context.
 struct BoaEngine {
     ctx: Option<Context>,
@@ -413,7 +376,7 @@ impl Engine for BoaEngine {
     }
 
     fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
-        if nesting_depth(wrapped_source) > MAX_NESTING {
+        if harness_core::source::nesting_depth(wrapped_source) > MAX_NESTING {
             return Err(EngineFault::new(
                 FaultKind::StackOverflow,
                 "SyntaxError",
@@ -534,7 +497,7 @@ impl Worker {
     fn check(&mut self, source: &str) -> Result<(), ScriptError> {
         let wrapped = harness_core::event_loop::wrap_source(source);
         let fault = |f: EngineFault| harness_core::event_loop::parse_error(&f, source);
-        if nesting_depth(&wrapped) > MAX_NESTING {
+        if harness_core::source::nesting_depth(&wrapped) > MAX_NESTING {
             return Err(fault(EngineFault::new(
                 FaultKind::StackOverflow,
                 "SyntaxError",
@@ -825,13 +788,6 @@ impl ScriptRuntimeAdapter for Boa {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nesting_ignores_strings_and_comments() {
-        assert_eq!(nesting_depth("f([{}])"), 3);
-        assert_eq!(nesting_depth("'(((' + \"[[[\" // {{{\n /* ((( */ (1)"), 1);
-        assert_eq!(nesting_depth(&"[".repeat(5000)), 5000);
-    }
 
     #[test]
     fn the_lean_prelude_is_the_prelude_without_comment_lines() {

@@ -47,3 +47,50 @@ pub fn decode_source(bytes: &[u8], max_bytes: u64) -> Result<String, ScriptError
         )),
     }
 }
+
+/// The deepest nesting of brackets outside strings and comments: a cheap,
+/// conservative guard in front of recursive-descent parsers
+/// (Boa's, oxc's), which would otherwise overflow the native stack on
+/// hostile input.
+///
+/// # Examples
+/// ```
+/// use harness_core::source::nesting_depth;
+/// assert_eq!(nesting_depth("f([{}])"), 3);
+/// assert_eq!(nesting_depth("'(((' // {{{\n (1)"), 1);
+/// assert_eq!(nesting_depth(&"[".repeat(5000)), 5000);
+/// ```
+pub fn nesting_depth(source: &str) -> usize {
+    let b = source.as_bytes();
+    let (mut depth, mut max, mut i) = (0usize, 0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            q @ (b'"' | b'\'') => {
+                i += 1;
+                while i < b.len() && b[i] != q && b[i] != b'\n' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    max
+}
