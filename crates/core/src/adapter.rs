@@ -1,7 +1,7 @@
 //! The engine contract: [`ScriptRuntimeAdapter`] and the types it takes and returns.
 
 use crate::approval::{ApprovalBridge, AutoDeny};
-use crate::error::ScriptError;
+use crate::error::{ErrorCode, ScriptError};
 use crate::limits::{Isolation, Limits};
 use crate::report::ExecutionReport;
 use crate::tool::{Allowlist, ToolRegistry};
@@ -121,6 +121,43 @@ pub struct ExecutionRequest {
     pub tools: ToolSet,
     #[serde(skip)]
     pub cancel: CancellationToken,
+    /// Told of tool calls and progress as they happen (for live UIs).
+    #[serde(skip)]
+    pub observer: Option<Observer>,
+}
+
+/// Live events of one run, called on the run's host thread as they happen
+/// (also behind the process boundary: they are host-side). Keep them
+/// quick; every method defaults to doing nothing.
+pub trait RunObserver: Send + Sync {
+    /// A tool call passed to the facade (it may still be refused there).
+    fn tool_call_started(&self, call_id: u64, tool: &str) {
+        let _ = (call_id, tool);
+    }
+    /// A tool call finished; `error` is its code if it failed.
+    fn tool_call_finished(&self, call_id: u64, tool: &str, error: Option<ErrorCode>) {
+        let _ = (call_id, tool, error);
+    }
+    /// The script reported progress (only events kept by the rate limit).
+    fn progress(&self, message: &str, data: Option<&Value>) {
+        let _ = (message, data);
+    }
+}
+
+/// A shared [`RunObserver`].
+#[derive(Clone)]
+pub struct Observer(pub Arc<dyn RunObserver>);
+
+impl Observer {
+    pub fn new(observer: Arc<dyn RunObserver>) -> Self {
+        Observer(observer)
+    }
+}
+
+impl fmt::Debug for Observer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Observer")
+    }
 }
 
 impl ExecutionRequest {

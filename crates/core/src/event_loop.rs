@@ -164,6 +164,9 @@ pub struct HostState {
     progress: ProgressSink,
     new_calls: Vec<(u64, String, String)>,
     outcome: Option<Outcome>,
+    observer: Option<crate::adapter::Observer>,
+    /// Tool names of dispatched calls, for the observer.
+    call_names: std::collections::HashMap<u64, String>,
 }
 
 /// The native host function: `host(op, a, b) -> string`. Never fails;
@@ -200,7 +203,14 @@ impl HostState {
                 let data = (!b.is_empty())
                     .then(|| serde_json::from_str::<Value>(b).ok())
                     .flatten();
-                let kept = self.progress.push(a, data, Instant::now(), self.started);
+                let kept = self
+                    .progress
+                    .push(a, data.clone(), Instant::now(), self.started);
+                if kept {
+                    if let Some(o) = &self.observer {
+                        o.0.progress(a, data.as_ref());
+                    }
+                }
                 if kept { "1" } else { "0" }.to_owned()
             }
             "budget" => self.facade.remaining_budget().to_string(),
@@ -332,6 +342,8 @@ pub fn run_script<E: Engine + ?Sized>(
         progress: ProgressSink::new(&limits),
         new_calls: Vec::new(),
         outcome: None,
+        observer: request.observer.clone(),
+        call_names: std::collections::HashMap::new(),
     }));
     let (tx, rx) = mpsc::channel::<LoopEvent>();
 
@@ -606,6 +618,13 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         let calls = std::mem::take(&mut self.host.borrow_mut().new_calls);
         let mut done = Vec::new();
         for (id, name, args) in calls {
+            {
+                let mut h = self.host.borrow_mut();
+                if let Some(o) = h.observer.clone() {
+                    o.0.tool_call_started(id, &name);
+                    h.call_names.insert(id, name.clone());
+                }
+            }
             let token = self.host.borrow().tracker.token(id);
             let mut fut = Box::pin(self.facade.clone().call(id, name, args, token));
             let first = {
@@ -646,6 +665,12 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
     fn complete(&mut self, id: u64, outcome: CallOutcome) -> Result<(), EngineFault> {
         if !self.host.borrow_mut().tracker.complete(id, &outcome) {
             return Ok(());
+        }
+        {
+            let mut h = self.host.borrow_mut();
+            if let (Some(o), Some(name)) = (h.observer.clone(), h.call_names.remove(&id)) {
+                o.0.tool_call_finished(id, &name, outcome.as_ref().err().map(|f| f.code));
+            }
         }
         match &outcome {
             Ok(json) => self.engine.settle(id, true, json),

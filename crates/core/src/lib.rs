@@ -23,8 +23,8 @@ pub mod tracker;
 pub mod watchdog;
 
 pub use adapter::{
-    Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, Mode, ScriptContext,
-    ScriptRuntimeAdapter, ToolSet,
+    Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, Mode, Observer,
+    RunObserver, ScriptContext, ScriptRuntimeAdapter, ToolSet,
 };
 pub use approval::{
     ApprovalBridge, ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest,

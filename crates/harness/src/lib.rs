@@ -123,6 +123,7 @@ impl Harness {
             mode: self.mode,
             tools: self.tools.clone(),
             cancel,
+            observer: None,
         };
         self.adapter.execute(request).await
     }

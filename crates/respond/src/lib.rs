@@ -1,9 +1,15 @@
-//! From a model's response to the engines and back: detect script blocks
-//! in assistant text ([`detect`]), prepare them with a real parser
-//! ([`prepare`]). Both entry points never panic, on any input.
+//! From a model's response to conversation items: detect script blocks in
+//! assistant text ([`detect`]), prepare them with a real parser
+//! ([`prepare`]), run them in order with live events ([`orchestrate`]),
+//! and serialise the results as conversation items in the common wire
+//! shapes ([`items`]). `detect` and `prepare` never panic, on any input.
 
 pub mod detect;
+pub mod items;
+pub mod orchestrate;
 pub mod prepare;
 
 pub use detect::{detect, DetectError, Language, Segment, SegmentKind};
+pub use items::{CallStatus, Item};
+pub use orchestrate::{Event, Options, Orchestrator};
 pub use prepare::{prepare, prepare_with, CacheStats, PrepareOptions, Prepared, Preparer};

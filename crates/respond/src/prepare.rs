@@ -68,6 +68,9 @@ pub struct Prepared {
     pub language: Language,
     /// SHA-256 of `source`, lowercase hex.
     pub sha256: String,
+    /// Tools the script names as `tools.NAME`, in order of first use.
+    #[serde(default)]
+    pub tools: Vec<String>,
 }
 
 /// Options for [`prepare_with`].
@@ -108,7 +111,8 @@ pub fn prepare_with(bytes: &[u8], opts: PrepareOptions) -> Result<Prepared, Scri
     prepare_source(source, opts.language)
 }
 
-fn sha256_hex(s: &str) -> String {
+/// SHA-256 of `s`, lowercase hex.
+pub fn sha256_hex(s: &str) -> String {
     let digest = Sha256::digest(s.as_bytes());
     let mut hex = String::with_capacity(64);
     for b in digest {
@@ -162,6 +166,7 @@ fn prepare_source(source: String, language: Language) -> Result<Prepared, Script
     let mut scan = Scan {
         scoping: &scoping,
         found: None,
+        tools: Vec::new(),
     };
     scan.visit_program(&program);
     if let Some((what, span)) = scan.found {
@@ -176,6 +181,7 @@ fn prepare_source(source: String, language: Language) -> Result<Prepared, Script
         )
         .with_location(Some(loc)));
     }
+    let tools = std::mem::take(&mut scan.tools);
     let code = match language {
         Language::Javascript => source.clone(),
         Language::Typescript => {
@@ -197,6 +203,7 @@ fn prepare_source(source: String, language: Language) -> Result<Prepared, Script
         code,
         language,
         sha256,
+        tools,
     })
 }
 
@@ -220,6 +227,7 @@ fn location(source: &str, offset: usize) -> Location {
 struct Scan<'s> {
     scoping: &'s Scoping,
     found: Option<(String, Span)>,
+    tools: Vec<String>,
 }
 
 impl Scan<'_> {
@@ -267,6 +275,12 @@ impl<'a> Visit<'a> for Scan<'_> {
     fn visit_static_member_expression(&mut self, it: &StaticMemberExpression<'a>) {
         if it.property.name == "__proto__" {
             self.flag("`__proto__`".to_owned(), it.property.span);
+        }
+        if let Expression::Identifier(obj) = &it.object {
+            let name = it.property.name.as_str();
+            if obj.name == "tools" && !self.tools.iter().any(|t| t == name) {
+                self.tools.push(name.to_owned());
+            }
         }
         walk::walk_static_member_expression(self, it);
     }
@@ -459,6 +473,15 @@ mod tests {
         let e = prepare(b"const a = 1;\n  return eval('a')").unwrap_err();
         let loc = e.location.unwrap();
         assert_eq!((loc.line, loc.column), (2, 10));
+    }
+
+    #[test]
+    fn the_tools_a_script_names_are_listed() {
+        let p = prepare(
+            b"await tools.a({}); const x = 'tools.fake'; await tools.b({}); await tools.a({})",
+        )
+        .unwrap();
+        assert_eq!(p.tools, ["a", "b"]);
     }
 
     #[test]
