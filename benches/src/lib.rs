@@ -76,3 +76,40 @@ pub fn engines() -> Vec<Config> {
         })
         .collect()
 }
+
+/// A realistic script of just under 20 KiB (the default source cap):
+/// helpers, loops, tool calls, template strings, and (for TypeScript)
+/// interfaces and annotations.
+pub fn script_20kib(typescript: bool) -> String {
+    let mut s = String::new();
+    let mut i = 0;
+    while s.len() < 19_000 {
+        if typescript {
+            s.push_str(&format!(
+                "interface Row{i} {{ id: number; name: string; tags: string[] }}\n\
+                 async function step{i}(rows: Row{i}[], limit: number): Promise<number> {{\n  \
+                 let total: number = 0;\n  for (const r of rows) {{ if (r.id < limit) total += r.tags.length; }}\n  \
+                 const res = await tools.echo({{ step: {i}, total }});\n  \
+                 console.log(`step {i}: ${{res.total}}`);\n  return res.total as number;\n}}\n"
+            ));
+        } else {
+            s.push_str(&format!(
+                "async function step{i}(rows, limit) {{\n  let total = 0;\n  \
+                 for (const r of rows) {{ if (r.id < limit) total += r.tags.length; }}\n  \
+                 const res = await tools.echo({{ step: {i}, total }});\n  \
+                 console.log(`step {i}: ${{res.total}}`);\n  return res.total;\n}}\n"
+            ));
+        }
+        i += 1;
+    }
+    s.push_str("return await step0([{id: 1, name: 'a', tags: ['x']}], 10);\n");
+    s
+}
+
+/// A model response of about 20 KiB holding the script in a block.
+pub fn response_20kib() -> String {
+    format!(
+        "I will run the steps now.\n<thinking>\nPlan the steps.\n</thinking>\n<tool-calls>\n{}</tool-calls>\nDone.",
+        script_20kib(false)
+    )
+}

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use harness::core::report::ConsoleLevel;
 use harness::{
     ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny, EngineKind,
-    ExecutionReport, Harness, Isolation, Limits, ScriptError,
+    ExecutionReport, Harness, Isolation, Limits, Mode, ScriptError,
 };
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -32,10 +32,14 @@ enum Command {
     Run(RunArgs),
     /// Parse a script without running it; syntax errors name line and column.
     Check(CheckArgs),
+    /// Run the script blocks of a model response and print the resulting
+    /// conversation items, in the response's order.
+    Respond(RespondArgs),
 }
 
+/// What `run` and `respond` share: the engine, tools, approvals, limits.
 #[derive(clap::Args, Debug)]
-struct RunArgs {
+struct EngineArgs {
     /// Engine to run on (quickjs, boa).
     #[arg(long, default_value = "quickjs")]
     engine: String,
@@ -60,10 +64,56 @@ struct RunArgs {
     /// Tool calls allowed per script.
     #[arg(long, value_name = "N")]
     max_tool_calls: Option<u32>,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
     /// Script file, or - for standard input.
+    file: String,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    Enabled,
+    DryRun,
+    Disabled,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum ItemFormat {
+    /// The harness's own conversation items.
+    Items,
+    /// OpenAI Responses input items.
+    OpenaiResponses,
+    /// Chat Completions messages.
+    Chat,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+#[derive(clap::Args, Debug)]
+struct RespondArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// enabled: run the blocks; dry-run: detect, prepare and check tool
+    /// names, run nothing; disabled: leave blocks as text, with a notice.
+    #[arg(long, value_enum, default_value = "enabled")]
+    mode: ModeArg,
+    #[arg(long, value_enum, default_value = "items")]
+    format: ItemFormat,
+    /// Stream progress events as JSON lines on stderr.
+    #[arg(long)]
+    events: bool,
+    /// Run the blocks after a failed one.
+    #[arg(long)]
+    continue_on_error: bool,
+    /// The model's response: plain text, or JSON in the OpenAI Responses,
+    /// Chat Completions or Anthropic Messages shape; - for standard input.
     file: String,
 }
 
@@ -152,15 +202,11 @@ fn has_terminal() -> bool {
     std::io::stderr().is_terminal() && std::fs::File::open("/dev/tty").is_ok()
 }
 
-async fn run(args: RunArgs) -> ExitCode {
-    let (engine, source) = match engine_and_input(&args.engine, &args.file) {
-        Ok(v) => v,
-        Err(code) => return code,
-    };
-    let tools = match harness::builtin::registry(&args.root) {
-        Ok(t) => t,
-        Err(e) => return usage_error(format!("cannot open root {}: {e}", args.root.display())),
-    };
+/// Builds the harness `run` and `respond` use: built-in tools under the
+/// root, approvals from the flag or the terminal, limits from the flags.
+fn build_harness(args: &EngineArgs, engine: EngineKind, mode: Mode) -> Result<Harness, ExitCode> {
+    let tools = harness::builtin::registry(&args.root)
+        .map_err(|e| usage_error(format!("cannot open root {}: {e}", args.root.display())))?;
     let mut limits = Limits {
         isolation: args.isolation,
         ..Limits::default()
@@ -185,19 +231,28 @@ async fn run(args: RunArgs) -> ExitCode {
         }),
     };
     let root = args.root.canonicalize().unwrap_or(args.root.clone());
-    let harness = match Harness::builder()
+    Harness::builder()
         .engine(engine)
         .tools(tools)
         .approvals(approvals)
         .limits(limits)
+        .mode(mode)
         .context(harness::ScriptContext {
             working_directory: Some(root.display().to_string()),
             ..Default::default()
         })
         .build()
-    {
+        .map_err(usage_error)
+}
+
+async fn run(args: RunArgs) -> ExitCode {
+    let (engine, source) = match engine_and_input(&args.engine.engine, &args.file) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let harness = match build_harness(&args.engine, engine, Mode::Enabled) {
         Ok(h) => h,
-        Err(e) => return usage_error(e),
+        Err(code) => return code,
     };
     let report = harness.run_bytes(&source).await;
     if args.json {
@@ -212,6 +267,84 @@ async fn run(args: RunArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+async fn respond(args: RespondArgs) -> ExitCode {
+    let (engine, bytes) = match engine_and_input(&args.engine.engine, &args.file) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let Ok(input) = String::from_utf8(bytes) else {
+        return usage_error("the response is not valid UTF-8");
+    };
+    // JSON in one of the wire shapes, or plain text.
+    let text = match serde_json::from_str::<serde_json::Value>(&input) {
+        Ok(v) if v.is_object() || v.is_array() => {
+            match harness::respond::items::response_text(&v) {
+                Some(t) => t,
+                None => return usage_error(
+                    "JSON input is not an OpenAI Responses, Chat Completions or Anthropic response",
+                ),
+            }
+        }
+        _ => input,
+    };
+    let mode = match args.mode {
+        ModeArg::Enabled => Mode::Enabled,
+        ModeArg::DryRun => Mode::DryRun,
+        ModeArg::Disabled => Mode::Disabled,
+    };
+    let harness = match build_harness(&args.engine, engine, mode) {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    let orchestrator = harness.orchestrator(args.continue_on_error);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let printer = args.events.then(|| {
+        tokio::spawn(async move {
+            while let Some(e) = rx.recv().await {
+                if let Ok(line) = serde_json::to_string(&e) {
+                    eprintln!("{line}");
+                }
+            }
+        })
+    });
+    let result = orchestrator
+        .respond(
+            &text,
+            args.events.then_some(tx),
+            harness::CancellationToken::new(),
+        )
+        .await;
+    if let Some(p) = printer {
+        let _ = p.await;
+    }
+    let items = match result {
+        Ok(items) => items,
+        Err(e) => {
+            println!(
+                "{}",
+                serde_json::json!({"ok": false, "error": e.to_string(), "detail": e})
+            );
+            return ExitCode::from(1);
+        }
+    };
+    use harness::respond::items as wire;
+    let out = match args.format {
+        ItemFormat::Items => serde_json::to_value(&items).unwrap_or_default(),
+        ItemFormat::OpenaiResponses => serde_json::Value::from(wire::to_openai_responses(&items)),
+        ItemFormat::Chat => serde_json::Value::from(wire::to_chat(&items)),
+        ItemFormat::Anthropic => serde_json::Value::from(wire::to_anthropic(&items)),
+    };
+    match serde_json::to_string_pretty(&out) {
+        Ok(s) => println!("{s}"),
+        Err(e) => return usage_error(format!("cannot encode items: {e}")),
+    }
+    if items.iter().any(|i| i.failed()) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
@@ -328,6 +461,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(a) => run(a).await,
             Command::Check(a) => check(a).await,
+            Command::Respond(a) => respond(a).await,
         }
     })
 }

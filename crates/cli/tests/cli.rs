@@ -204,3 +204,101 @@ fn readable_summary_without_json() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("ScriptRuntimeError (executing)"), "{out}");
 }
+
+const RESPONSE: &str = "Let me check.\n<thinking>\nlist, then count\n</thinking>\n<tool-calls>\nconst r = await tools.list_dir({path: '.'});\nconsole.log('entries', r.entries.length);\nreturn r.entries.length\n</tool-calls>\nAnd in TypeScript:\n```ts tool-calls\nconst n: number = 40;\nreturn n + 2\n```\nDone.";
+
+#[test]
+fn respond_prints_items_in_order_with_both_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "x").unwrap();
+    let o = harness(&["respond", "--events", "-"], RESPONSE, dir.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let items = json(&o);
+    let types: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "text",
+            "thinking",
+            "text",
+            "script_tool_call",
+            "script_tool_call_output",
+            "text",
+            "script_tool_call",
+            "script_tool_call_output",
+            "text"
+        ]
+    );
+    assert_eq!(items[4]["output"], 1);
+    assert_eq!(items[6]["language"], "typescript");
+    assert_eq!(items[7]["output"], 42);
+    assert_eq!(items[8]["text"], "Done.");
+    // One JSON event per line on stderr.
+    let events: Vec<Value> = String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "script_started",
+            "tool_call_started",
+            "tool_call_finished",
+            "script_finished",
+            "script_started",
+            "script_finished"
+        ]
+    );
+}
+
+#[test]
+fn respond_reads_wire_json_and_writes_each_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let chat = serde_json::json!({"choices": [{"message": {"role": "assistant",
+        "content": "<tool-calls>\nreturn 6 * 7\n</tool-calls>"}}]})
+    .to_string();
+    for (format, check) in [
+        ("openai-responses", "/1/type"),
+        ("chat", "/1/role"),
+        ("anthropic", "/1/content/0/type"),
+    ] {
+        let o = harness(&["respond", "--format", format, "-"], &chat, dir.path());
+        assert_eq!(o.status.code(), Some(0), "{format}");
+        let v = json(&o);
+        let want = match format {
+            "openai-responses" => "function_call_output",
+            "chat" => "tool",
+            _ => "tool_result",
+        };
+        assert_eq!(
+            v.pointer(check).and_then(Value::as_str),
+            Some(want),
+            "{format}: {v}"
+        );
+    }
+    // Dry-run runs nothing and names unknown tools; a malformed block is an error.
+    let o = harness(
+        &["respond", "--mode", "dry-run", "-"],
+        "<tool-calls>\nawait tools.nope({})\n</tool-calls>",
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(json(&o)[1]["metadata"]["unknown_tools"][0], "nope");
+    let o = harness(&["respond", "-"], "<tool-calls>\nreturn 1", dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(json(&o)["error"].as_str().unwrap().contains("never closed"));
+}

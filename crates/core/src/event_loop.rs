@@ -417,6 +417,10 @@ pub fn run_script<E: Engine + ?Sized>(
         ));
     }
 
+    // The engine may keep the host state alive (its native function holds
+    // it until the context is collected); the observer must not outlive
+    // the run.
+    host.borrow_mut().observer = None;
     let h = host.borrow();
     let tool_calls = h.tracker.records();
     let report = ExecutionReport {

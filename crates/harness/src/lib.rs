@@ -40,6 +40,8 @@ pub use harness_core::{
     Mode, Phase, ScriptContext, ScriptError, ScriptRuntimeAdapter, Tool, ToolContext, ToolError,
     ToolRegistry, ToolSet,
 };
+/// Model responses to conversation items: detect, prepare, orchestrate, serialise.
+pub use harness_respond as respond;
 
 use harness_core::process::ProcessOptions;
 use std::fmt;
@@ -134,6 +136,34 @@ impl Harness {
             Ok(s) => self.run(&s).await,
             Err(e) => ExecutionReport::failed(&self.adapter.info().name, e),
         }
+    }
+
+    /// An orchestrator for whole model responses (script blocks in text)
+    /// with this harness's engine, tools, limits, mode and context.
+    ///
+    /// # Examples
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let h = harness::Harness::builder().build().unwrap();
+    /// let items = h
+    ///     .orchestrator(false)
+    ///     .respond("Sum:\n<tool-calls>\nreturn 1 + 2\n</tool-calls>", None, Default::default())
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(items.len(), 3);
+    /// # });
+    /// ```
+    pub fn orchestrator(&self, continue_on_error: bool) -> harness_respond::Orchestrator {
+        harness_respond::Orchestrator::new(
+            self.adapter.clone(),
+            self.tools.clone(),
+            harness_respond::Options {
+                mode: self.mode,
+                continue_on_error,
+                limits: self.limits.clone(),
+                context: self.context.clone(),
+            },
+        )
     }
 
     /// Parses a script without running any of it.

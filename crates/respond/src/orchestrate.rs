@@ -321,7 +321,11 @@ impl Orchestrator {
         } else {
             CallStatus::Failed
         };
-        (call(status), Item::output_from_report(call_id, &report))
+        let mut output = Item::output_from_report(call_id, &report);
+        if let Item::ScriptToolCallOutput { metadata, .. } = &mut output {
+            metadata["prepare_cache"] = json!(self.preparer.stats());
+        }
+        (call(status), output)
     }
 
     /// What dry-run reports for a block: the tools it names (read from

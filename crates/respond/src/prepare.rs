@@ -323,15 +323,24 @@ impl CacheStats {
     }
 }
 
-type CacheKey = [u8; 32];
+/// One cached script: the exact bytes it was prepared from (the key is a
+/// fast hash; a lookup compares the bytes, so a collision is a miss, never
+/// a wrong script) and the result.
+#[derive(Debug)]
+struct Entry {
+    language: Language,
+    bytes: Box<[u8]>,
+    result: Result<Arc<Prepared>, ScriptError>,
+}
 
 /// Prepares scripts and keeps the last `capacity` results (successes and
-/// failures alike) by the hash of language and source. Shareable across
-/// threads.
+/// failures alike), keyed by a hash of language and source. A hit costs a
+/// fast hash and a comparison of the bytes (no parsing, no SHA-256).
+/// Shareable across threads.
 #[derive(Debug)]
 pub struct Preparer {
     max_source_bytes: u64,
-    cache: Mutex<lru::LruCache<CacheKey, Arc<Result<Prepared, ScriptError>>>>,
+    cache: Mutex<lru::LruCache<u64, Entry>>,
     capacity: usize,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -341,6 +350,14 @@ impl Default for Preparer {
     fn default() -> Self {
         Self::new(256, harness_core::Limits::default().max_source_bytes)
     }
+}
+
+fn cache_key(language: Language, bytes: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = rustc_hash::FxHasher::default();
+    h.write_u8(language as u8);
+    h.write(bytes);
+    h.finish()
 }
 
 impl Preparer {
@@ -370,32 +387,35 @@ impl Preparer {
     /// assert_eq!(p.stats().hits, 1);
     /// ```
     pub fn prepare(&self, bytes: &[u8], language: Language) -> Result<Arc<Prepared>, ScriptError> {
-        let source = decode_source(bytes, self.max_source_bytes)?;
-        let mut hasher = Sha256::new();
-        hasher.update([language as u8]);
-        hasher.update(source.as_bytes());
-        let key: CacheKey = hasher.finalize().into();
-        if let Some(hit) = self
-            .cache
-            .lock()
-            .ok()
-            .and_then(|mut c| c.get(&key).cloned())
-        {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return match hit.as_ref() {
-                Ok(p) => Ok(Arc::new(p.clone())),
-                Err(e) => Err(e.clone()),
-            };
+        let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+        let key = cache_key(language, bytes);
+        if let Ok(mut cache) = self.cache.lock() {
+            if let Some(e) = cache.get(&key) {
+                if e.language == language && *e.bytes == *bytes {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    return e.result.clone();
+                }
+            }
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let result = Arc::new(prepare_source(source, language));
-        if let Ok(mut c) = self.cache.lock() {
-            c.put(key, result.clone());
+        let result = decode_source(bytes, self.max_source_bytes)
+            .and_then(|source| prepare_source(source, language))
+            .map(Arc::new);
+        // Oversized inputs are not kept: the cache holds at most
+        // `capacity` scripts of at most the size cap.
+        if bytes.len() as u64 <= self.max_source_bytes {
+            if let Ok(mut cache) = self.cache.lock() {
+                cache.put(
+                    key,
+                    Entry {
+                        language,
+                        bytes: bytes.into(),
+                        result: result.clone(),
+                    },
+                );
+            }
         }
-        match result.as_ref() {
-            Ok(p) => Ok(Arc::new(p.clone())),
-            Err(e) => Err(e.clone()),
-        }
+        result
     }
 
     pub fn stats(&self) -> CacheStats {
@@ -513,6 +533,21 @@ mod tests {
         assert_eq!(code(&big), Some(ErrorCode::ScriptTooLargeError));
         let deep = format!("return {}", "[".repeat(5_000));
         assert_eq!(code(&deep), Some(ErrorCode::StackOverflowError));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        #[test]
+        fn never_panics_on_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = prepare(&bytes);
+            let _ = prepare_with(&bytes, PrepareOptions { language: Language::Typescript, ..PrepareOptions::default() });
+        }
+
+        #[test]
+        fn never_panics_on_script_like_text(s in "[a-z(){}\\[\\];=.'\"`<>:?! \n]{0,200}") {
+            let _ = prepare(s.as_bytes());
+            let _ = prepare_with(s.as_bytes(), PrepareOptions { language: Language::Typescript, ..PrepareOptions::default() });
+        }
     }
 
     #[test]
