@@ -40,9 +40,8 @@ use boa_engine::{
     js_string, Context, JsError, JsNativeError, JsNativeErrorKind, JsObject, JsResult, JsString,
     JsValue, NativeFunction, Source,
 };
-use harness_core::adapter::CancelOnDrop;
 use harness_core::event_loop::{
-    run_script, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE,
+    run_lent, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE,
 };
 use harness_core::pool::WorkerPool;
 use harness_core::process::EngineHost;
@@ -68,6 +67,18 @@ pub const THREAD_STACK_BYTES: usize = 256 << 20;
 /// Deepest bracket nesting accepted before parsing; Boa's recursive-descent
 /// parser would otherwise overflow the native stack on hostile input.
 const MAX_NESTING: usize = 1_000;
+
+/// Refuses sources nested deeper than Boa's parser can take.
+fn guard_nesting(source: &str) -> Result<(), EngineFault> {
+    if harness_core::source::nesting_depth(source) > MAX_NESTING {
+        return Err(EngineFault::new(
+            FaultKind::StackOverflow,
+            "SyntaxError",
+            "the script is nested too deeply to parse",
+        ));
+    }
+    Ok(())
+}
 
 /// Native stack a JS call costs, for turning `Limits::stack_bytes` into
 /// Boa's recursion limit (frame count).
@@ -376,13 +387,7 @@ impl Engine for BoaEngine {
     }
 
     fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
-        if harness_core::source::nesting_depth(wrapped_source) > MAX_NESTING {
-            return Err(EngineFault::new(
-                FaultKind::StackOverflow,
-                "SyntaxError",
-                "the script is nested too deeply to parse",
-            ));
-        }
+        guard_nesting(wrapped_source)?;
         let start = self
             .start_fn
             .clone()
@@ -478,32 +483,13 @@ impl Worker {
         tokio: &tokio::runtime::Handle,
         respond: impl FnOnce(ExecutionReport),
     ) {
-        self.lend_engine(|engine| match engine {
-            Ok(engine) => {
-                let out = run_script(engine, ENGINE_NAME, request, tokio);
-                respond(out.report);
-                out.engine_tainted
-            }
-            Err(f) => {
-                respond(ExecutionReport::failed(
-                    ENGINE_NAME,
-                    ScriptError::internal(f.message),
-                ));
-                false
-            }
-        });
+        self.lend_engine(|engine| run_lent(engine, ENGINE_NAME, request, tokio, respond));
     }
 
     fn check(&mut self, source: &str) -> Result<(), ScriptError> {
         let wrapped = harness_core::event_loop::wrap_source(source);
         let fault = |f: EngineFault| harness_core::event_loop::parse_error(&f, source);
-        if harness_core::source::nesting_depth(&wrapped) > MAX_NESTING {
-            return Err(fault(EngineFault::new(
-                FaultKind::StackOverflow,
-                "SyntaxError",
-                "the script is nested too deeply to parse",
-            )));
-        }
+        guard_nesting(&wrapped).map_err(fault)?;
         let mut ctx = new_context(false).map_err(|f| ScriptError::internal(f.message))?;
         guarded(|| {
             ctx.strict(true);
@@ -736,44 +722,15 @@ impl ScriptRuntimeAdapter for Boa {
 
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
         let source = source.to_owned();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.pool
-            .submit(move |w| {
-                let _ = tx.send(w.check(&source));
-            })
-            .map_err(ScriptError::internal)?;
-        rx.await
-            .map_err(|_| ScriptError::internal("the Boa worker stopped before answering"))?
+        self.pool.ask(move |w| w.check(&source)).await?
     }
 
     async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
-        let tokio = match tokio::runtime::Handle::try_current() {
-            Ok(h) => h,
-            Err(_) => {
-                return ExecutionReport::failed(
-                    ENGINE_NAME,
-                    ScriptError::internal("execute must be called from within a tokio runtime"),
-                )
-            }
-        };
-        let mut guard = CancelOnDrop::new(request.cancel.clone());
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let submitted = self.pool.submit(move |w| {
-            w.execute(request, &tokio, move |report| {
-                let _ = tx.send(report);
+        self.pool
+            .execute(ENGINE_NAME, request, |w, request, tokio, reply| {
+                w.execute(request, tokio, |report| reply.send(report))
             })
-        });
-        let report = match submitted {
-            Err(e) => ExecutionReport::failed(ENGINE_NAME, ScriptError::internal(e)),
-            Ok(()) => rx.await.unwrap_or_else(|_| {
-                ExecutionReport::failed(
-                    ENGINE_NAME,
-                    ScriptError::internal("the Boa worker stopped before answering (engine panic)"),
-                )
-            }),
-        };
-        guard.disarm();
-        report
+            .await
     }
 
     async fn eval_global(&self, _eval: GlobalEval) -> GlobalEvalOutcome {

@@ -22,9 +22,8 @@
 //! ```
 
 use async_trait::async_trait;
-use harness_core::adapter::CancelOnDrop;
 use harness_core::event_loop::{
-    host_call, run_script, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE_FILE,
+    host_call, run_lent, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE_FILE,
 };
 use harness_core::pool::WorkerPool;
 use harness_core::process::EngineHost;
@@ -517,20 +516,7 @@ impl Worker {
         tokio: &tokio::runtime::Handle,
         respond: impl FnOnce(ExecutionReport),
     ) {
-        self.lend_engine(|engine| match engine {
-            Ok(engine) => {
-                let out = run_script(engine, ENGINE_NAME, request, tokio);
-                respond(out.report);
-                out.engine_tainted
-            }
-            Err(f) => {
-                respond(ExecutionReport::failed(
-                    ENGINE_NAME,
-                    ScriptError::internal(f.message),
-                ));
-                false
-            }
-        });
+        self.lend_engine(|engine| run_lent(engine, ENGINE_NAME, request, tokio, respond));
     }
 
     /// Hardens a fresh context for the next run, while the worker is idle.
@@ -726,21 +712,6 @@ impl QuickJs {
             )),
         }
     }
-
-    async fn on_worker<R: Send + 'static>(
-        &self,
-        job: impl FnOnce(&mut Worker) -> R + Send + 'static,
-    ) -> Result<R, ScriptError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.pool
-            .submit(move |w| {
-                let _ = tx.send(job(w));
-            })
-            .map_err(ScriptError::internal)?;
-        rx.await.map_err(|_| {
-            ScriptError::internal("the QuickJS worker stopped before answering (engine panic)")
-        })
-    }
 }
 
 impl std::fmt::Debug for Worker {
@@ -808,45 +779,22 @@ impl ScriptRuntimeAdapter for QuickJs {
     }
 
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
-        self.on_worker(move |w| w.eval_global(eval))
+        self.pool
+            .ask(move |w| w.eval_global(eval))
             .await
             .unwrap_or_else(|e| GlobalEvalOutcome::Unsupported(e.message))
     }
 
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
         let source = source.to_owned();
-        self.on_worker(move |w| w.check(&source)).await?
+        self.pool.ask(move |w| w.check(&source)).await?
     }
 
     async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
-        let tokio = match tokio::runtime::Handle::try_current() {
-            Ok(h) => h,
-            Err(_) => {
-                return ExecutionReport::failed(
-                    ENGINE_NAME,
-                    ScriptError::internal("execute must be called from within a tokio runtime"),
-                )
-            }
-        };
-        let mut guard = CancelOnDrop::new(request.cancel.clone());
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let submitted = self.pool.submit(move |w| {
-            w.execute(request, &tokio, move |report| {
-                let _ = tx.send(report);
+        self.pool
+            .execute(ENGINE_NAME, request, |w, request, tokio, reply| {
+                w.execute(request, tokio, |report| reply.send(report))
             })
-        });
-        let report = match submitted {
-            Err(e) => ExecutionReport::failed(ENGINE_NAME, ScriptError::internal(e)),
-            Ok(()) => rx.await.unwrap_or_else(|_| {
-                ExecutionReport::failed(
-                    ENGINE_NAME,
-                    ScriptError::internal(
-                        "the QuickJS worker stopped before answering (engine panic)",
-                    ),
-                )
-            }),
-        };
-        guard.disarm();
-        report
+            .await
     }
 }

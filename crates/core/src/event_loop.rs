@@ -446,6 +446,33 @@ pub fn run_script<E: Engine + ?Sized>(
     }
 }
 
+/// Runs `request` on an engine an adapter lent for one run (or reports
+/// why there is none), hands the report to `respond` at once, and returns
+/// whether the engine is tainted: the body of every in-process adapter's
+/// per-run job.
+pub fn run_lent<E: Engine + ?Sized>(
+    engine: Result<&mut E, EngineFault>,
+    engine_name: &str,
+    request: ExecutionRequest,
+    tokio: &tokio::runtime::Handle,
+    respond: impl FnOnce(ExecutionReport),
+) -> bool {
+    match engine {
+        Ok(engine) => {
+            let out = run_script(engine, engine_name, request, tokio);
+            respond(out.report);
+            out.engine_tainted
+        }
+        Err(f) => {
+            respond(ExecutionReport::failed(
+                engine_name,
+                ScriptError::internal(f.message),
+            ));
+            false
+        }
+    }
+}
+
 /// How the main loop ended.
 #[derive(Debug)]
 enum End {

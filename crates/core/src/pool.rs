@@ -8,6 +8,9 @@
 //! wait in a backlog that workers drain before going idle. Idling and
 //! queueing happen under one lock, so a job is never stranded.
 
+use crate::adapter::{CancelOnDrop, ExecutionRequest};
+use crate::error::ScriptError;
+use crate::report::ExecutionReport;
 use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -112,6 +115,68 @@ impl<S: 'static> WorkerPool<S> {
             state.backlog.push_back(job);
             return Ok(());
         }
+    }
+}
+
+/// Hands a run's report back to the caller of [`WorkerPool::execute`] as
+/// soon as it is ready (before the worker tidies up).
+#[derive(Debug)]
+pub struct Reply(tokio::sync::oneshot::Sender<ExecutionReport>);
+
+impl Reply {
+    pub fn send(self, report: ExecutionReport) {
+        let _ = self.0.send(report);
+    }
+}
+
+impl<S: 'static> WorkerPool<S> {
+    fn stopped(&self) -> String {
+        format!(
+            "the {} worker stopped before answering (engine panic)",
+            self.shared.name
+        )
+    }
+
+    /// Runs `job` on a worker and waits for its answer.
+    pub async fn ask<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&mut S) -> R + Send + 'static,
+    ) -> Result<R, ScriptError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(move |s| {
+            let _ = tx.send(job(s));
+        })
+        .map_err(ScriptError::internal)?;
+        rx.await.map_err(|_| ScriptError::internal(self.stopped()))
+    }
+
+    /// Runs one script on a worker: `run` gets the worker's state, the
+    /// request, the caller's tokio runtime (for tool calls) and the
+    /// [`Reply`] to send the report with. Dropping the returned future
+    /// cancels the run. `engine` names the engine in failure reports.
+    pub async fn execute(
+        &self,
+        engine: &str,
+        request: ExecutionRequest,
+        run: impl FnOnce(&mut S, ExecutionRequest, &tokio::runtime::Handle, Reply) + Send + 'static,
+    ) -> ExecutionReport {
+        let Ok(tokio) = tokio::runtime::Handle::try_current() else {
+            return ExecutionReport::failed(
+                engine,
+                ScriptError::internal("execute must be called from within a tokio runtime"),
+            );
+        };
+        let mut guard = CancelOnDrop::new(request.cancel.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let submitted = self.submit(move |s| run(s, request, &tokio, Reply(tx)));
+        let report = match submitted {
+            Err(e) => ExecutionReport::failed(engine, ScriptError::internal(e)),
+            Ok(()) => rx.await.unwrap_or_else(|_| {
+                ExecutionReport::failed(engine, ScriptError::internal(self.stopped()))
+            }),
+        };
+        guard.disarm();
+        report
     }
 }
 

@@ -5,8 +5,7 @@ use super::{
     PROTOCOL_VERSION, WORKER_ARG,
 };
 use crate::adapter::{
-    CancelOnDrop, Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
-    ScriptRuntimeAdapter,
+    Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, ScriptRuntimeAdapter,
 };
 use crate::error::ScriptError;
 use crate::event_loop::{run_script, Engine, EngineFault, EngineSetup, FaultKind, HostHandle};
@@ -671,20 +670,6 @@ impl ProcessAdapter {
             let _ = self.pool.submit(Slot::prewarm);
         }
     }
-
-    async fn on_slot<R: Send + 'static>(
-        &self,
-        job: impl FnOnce(&mut Slot) -> R + Send + 'static,
-    ) -> Result<R, ScriptError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.pool
-            .submit(move |s| {
-                let _ = tx.send(job(s));
-            })
-            .map_err(ScriptError::internal)?;
-        rx.await
-            .map_err(|_| ScriptError::internal("the process pool stopped before answering"))
-    }
 }
 
 #[async_trait]
@@ -698,7 +683,7 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
             source: source.to_owned(),
         };
         let limit = self.opts.start_timeout;
-        match self.on_slot(move |s| s.ask(msg, limit)).await? {
+        match self.pool.ask(move |s| s.ask(msg, limit)).await? {
             Ok(FromWorker::Checked { error: None }) => Ok(()),
             Ok(FromWorker::Checked { error: Some(e) }) => Err(e),
             Ok(other) => Err(ScriptError::internal(format!(
@@ -710,41 +695,19 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
     }
 
     async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
-        let engine = self.opts.engine.clone();
-        let tokio = match tokio::runtime::Handle::try_current() {
-            Ok(h) => h,
-            Err(_) => {
-                return ExecutionReport::failed(
-                    &engine,
-                    ScriptError::internal("execute must be called from within a tokio runtime"),
-                )
-            }
-        };
-        let mut guard = CancelOnDrop::new(request.cancel.clone());
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let submitted = self.pool.submit(move |s| {
-            s.execute(request, &tokio, move |report| {
-                let _ = tx.send(report);
+        self.pool
+            .execute(&self.opts.engine, request, |s, request, tokio, reply| {
+                s.execute(request, tokio, |report| reply.send(report))
             })
-        });
-        let report = match submitted {
-            Err(e) => ExecutionReport::failed(&engine, ScriptError::internal(e)),
-            Ok(()) => rx.await.unwrap_or_else(|_| {
-                ExecutionReport::failed(
-                    &engine,
-                    ScriptError::internal("the process pool stopped before answering"),
-                )
-            }),
-        };
-        guard.disarm();
-        report
+            .await
     }
 
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
         // The worker's engine may not stop itself: kill it at the deadline.
         let limit = Duration::from_millis(eval.timeout_ms.saturating_add(100));
         match self
-            .on_slot(move |s| s.ask(ToWorker::EvalGlobal { eval }, limit))
+            .pool
+            .ask(move |s| s.ask(ToWorker::EvalGlobal { eval }, limit))
             .await
         {
             Ok(Ok(FromWorker::Global { outcome })) => outcome,
