@@ -196,8 +196,13 @@ unsafe impl Allocator for CountingAllocator {
         if !p.is_null() {
             // SAFETY: `p` was just returned by RustAllocator.
             let new = unsafe { RustAllocator::usable_size(p) };
-            self.state.grew(new);
-            self.state.used.fetch_sub(old, Ordering::Relaxed);
+            // The net change, as admitted: counting `new` before taking
+            // `old` off would report a peak the limit never allowed.
+            if new >= old {
+                self.state.grew(new - old);
+            } else {
+                self.state.used.fetch_sub(old - new, Ordering::Relaxed);
+            }
         }
         p
     }
