@@ -167,7 +167,16 @@ pub struct HostState {
     observer: Option<crate::adapter::Observer>,
     /// Tool names of dispatched calls, for the observer.
     call_names: std::collections::HashMap<u64, String>,
+    /// Calls recorded at most: the budget plus [`REFUSED_CALLS_KEPT`].
+    max_attempts: usize,
+    /// Calls refused without a record once `max_attempts` was reached.
+    calls_dropped: u32,
 }
+
+/// Refused tool calls (unknown tool, bad arguments, over budget) a run
+/// records beyond its budget; later attempts are refused unrecorded and
+/// counted in `tool_calls_dropped`.
+pub const REFUSED_CALLS_KEPT: usize = 64;
 
 /// The native host function: `host(op, a, b) -> string`. Never fails;
 /// unknown ops return an empty string.
@@ -178,6 +187,13 @@ pub fn host_call(host: &HostHandle, op: &str, a: &str, b: &str) -> String {
 impl HostState {
     fn op(&mut self, op: &str, a: &str, b: &str) -> String {
         match op {
+            "call" | "unknown" if self.tracker.len() >= self.max_attempts => {
+                // A script that keeps calling after its budget (or keeps
+                // calling unknown tools) would grow the host's records
+                // without bound; past the cap, calls are refused unrecorded.
+                self.calls_dropped = self.calls_dropped.saturating_add(1);
+                "0".to_owned()
+            }
             "call" => {
                 let (id, _) = self.tracker.register(a);
                 self.new_calls.push((id, a.to_owned(), b.to_owned()));
@@ -344,6 +360,8 @@ pub fn run_script<E: Engine + ?Sized>(
         outcome: None,
         observer: request.observer.clone(),
         call_names: std::collections::HashMap::new(),
+        max_attempts: (limits.max_tool_calls as usize).saturating_add(REFUSED_CALLS_KEPT),
+        calls_dropped: 0,
     }));
     let (tx, rx) = mpsc::channel::<LoopEvent>();
 
@@ -429,6 +447,7 @@ pub fn run_script<E: Engine + ?Sized>(
         error,
         console: h.console.entries.clone(),
         console_dropped: h.console.dropped,
+        tool_calls_dropped: h.calls_dropped,
         approvals: facade.approval_records(),
         progress: h.progress.events.clone(),
         progress_dropped: h.progress.dropped,

@@ -246,6 +246,12 @@
         'arguments for tool ' + name + ' must be a JSON value, got ' + typeof args, name));
     }
     const id = NumberCtor(call('call', name, argsJson));
+    if (id === 0) {
+      // The host stopped recording calls: this run attempted too many.
+      return promiseReject(hostError('ToolBudgetExceededError',
+        'too many tool call attempts: this script may make at most ' + config.maxToolCalls +
+        ' tool calls, and refused attempts are limited too', name));
+    }
     let resolve, reject;
     const p = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
     apply(mapSet, pending, [id, { resolve: resolve, reject: reject, name: name }]);
@@ -263,7 +269,7 @@
   freeze(toolFns);
   const unknownTool = function (name) {
     return function () {
-      const id = NumberCtor(call('unknown', name));
+      const id = NumberCtor(call('unknown', name)) || undefined;
       throw hostError('ToolNotFoundError',
         "unknown tool '" + name + "'; available tools: " + available, name, id);
     };

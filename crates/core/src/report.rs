@@ -20,6 +20,11 @@ pub struct ExecutionReport {
     #[serde(default)]
     pub console_dropped: u32,
     pub tool_calls: Vec<ToolCallRecord>,
+    /// Tool calls refused without a record: a run records its budget plus
+    /// 64 refused calls; attempts past that fail with
+    /// ToolBudgetExceededError and are only counted here.
+    #[serde(default)]
+    pub tool_calls_dropped: u32,
     #[serde(default)]
     pub approvals: Vec<ApprovalRecord>,
     pub progress: Vec<ProgressEvent>,
@@ -39,6 +44,7 @@ impl ExecutionReport {
             console: Vec::new(),
             console_dropped: 0,
             tool_calls: Vec::new(),
+            tool_calls_dropped: 0,
             approvals: Vec::new(),
             progress: Vec::new(),
             progress_dropped: 0,

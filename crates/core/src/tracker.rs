@@ -36,6 +36,15 @@ impl PromiseTracker {
         self.calls.get_mut(i).filter(|c| c.id == id)
     }
 
+    /// Calls registered so far.
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
     /// Registers a new pending call; returns its cancellation token.
     pub fn register(&mut self, tool: &str) -> (u64, CancellationToken) {
         let id = self.calls.len() as u64 + 1;

@@ -299,6 +299,34 @@ async fn tool_budget_of_32_calls() {
     assert_eq!((e.tool.as_deref(), e.call_id), (Some("echo"), Some(33)));
 }
 
+/// Found by the fuzz smoke test: a script that keeps calling after its
+/// budget (or keeps calling unknown tools) must not grow the host's
+/// records without bound. Past the budget plus 64 refusals, calls are
+/// refused unrecorded and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_tool_calls_keep_host_records_bounded() {
+    let (h, _) = harness_with(
+        short(300),
+        Mode::Enabled,
+        Arc::new(harness::AutoDeny::default()),
+    );
+    let cap = 32 + harness::core::event_loop::REFUSED_CALLS_KEPT;
+    for src in [
+        "for (;;) { tools.echo({}).catch(() => {}) }",
+        "for (;;) { try { tools.nope() } catch (e) {} }",
+        "let n = 0; for (;;) { try { await tools.echo({}) } catch (e) { if (++n > 5000) return e.message } }",
+    ] {
+        let r = h.run(src).await;
+        assert!(r.tool_calls.len() <= cap, "{src}: {} records", r.tool_calls.len());
+        assert!(r.tool_calls_dropped > 0, "{src}: nothing dropped");
+        if r.ok {
+            let msg = r.value.unwrap();
+            assert!(msg.as_str().unwrap().contains("too many tool call attempts"), "{msg}");
+        }
+    }
+    assert_healthy(&h).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_parallel_calls_run_four_at_a_time() {
     let (h, c) = harness();
