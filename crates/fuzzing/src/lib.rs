@@ -1,0 +1,454 @@
+//! Generators and oracles for the cargo-fuzz targets in `fuzz/`.
+//!
+//! Every target is a thin `fuzz_target!` around one function here, so the
+//! same checks run three ways: under libFuzzer (`cargo +nightly fuzz run
+//! TARGET`, see `fuzz/README.md`), under plain `cargo test -p
+//! harness-fuzzing` (the smoke test feeds them pseudo-random inputs, so
+//! this code never rots), and by hand on one input when a crash is being
+//! debugged (`cargo run -p harness-fuzzing --example replay TARGET FILE`).
+//!
+//! An oracle *panics* when the property it checks does not hold: libFuzzer
+//! records the input as a crash, the smoke test fails.
+//!
+//! - [`check_detect`]: `detect` on arbitrary text never panics, and its
+//!   segments tile the input.
+//! - [`check_prepare`]: `prepare` on arbitrary bytes, as JavaScript and as
+//!   TypeScript, never panics; what it accepts is stable and the stripped
+//!   TypeScript is itself valid JavaScript.
+//! - [`Execute`]: one engine in one isolation runs arbitrary source within
+//!   its limits (plus the margins stated in [`Margins`]), and the host is
+//!   healthy afterwards.
+//! - [`Differential`]: a deterministic script from [`grammar::program`] runs
+//!   on every built engine; values, error codes and console lines agree,
+//!   apart from the differences listed in [`known_difference`].
+
+pub mod grammar;
+
+use harness::core::process::ProcessOptions;
+use harness::respond::detect::{detect, SegmentKind};
+use harness::respond::prepare::{prepare_with, PrepareOptions};
+use harness::respond::Language;
+use harness::{
+    EngineKind, ErrorCode, ExecutionReport, FnTool, Harness, Isolation, Limits, ToolRegistry,
+};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// `detect` never panics, and its segments tile the input in order; every
+/// script or thinking body lies inside its segment.
+pub fn check_detect(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(segments) = detect(&text) else {
+        return;
+    };
+    let mut at = 0;
+    for s in &segments {
+        assert_eq!(s.range.start, at, "segments leave a gap or overlap");
+        assert!(s.range.end > s.range.start, "empty segment {s:?}");
+        if let Some(body) = &s.body {
+            assert!(
+                s.range.start <= body.start && body.end <= s.range.end,
+                "body outside its segment: {s:?}"
+            );
+        }
+        assert_eq!(
+            s.kind == SegmentKind::Script,
+            s.language.is_some(),
+            "only scripts have a language: {s:?}"
+        );
+        at = s.range.end;
+    }
+    assert_eq!(at, text.len(), "segments do not reach the end of the input");
+}
+
+/// `prepare` never panics on any bytes, as either language; accepting is
+/// deterministic; a prepared script hashes its source; stripped TypeScript
+/// is valid JavaScript with the same verdict.
+pub fn check_prepare(data: &[u8]) {
+    for language in [Language::Javascript, Language::Typescript] {
+        let opts = PrepareOptions {
+            language,
+            ..PrepareOptions::default()
+        };
+        let first = prepare_with(data, opts);
+        let again = prepare_with(data, opts);
+        assert_eq!(
+            first.as_ref().map(|p| &p.code).map_err(|e| e.code),
+            again.as_ref().map(|p| &p.code).map_err(|e| e.code),
+            "prepare is not deterministic"
+        );
+        let Ok(p) = first else { continue };
+        assert_eq!(p.sha256, harness::respond::prepare::sha256_hex(&p.source));
+        if language == Language::Typescript {
+            let js = prepare_with(
+                p.code.as_bytes(),
+                PrepareOptions {
+                    language: Language::Javascript,
+                    max_source_bytes: u64::MAX,
+                },
+            );
+            if let Err(e) = js {
+                panic!(
+                    "stripped TypeScript is not valid JavaScript ({}: {}):\n{}",
+                    e.code, e.message, p.code
+                );
+            }
+        }
+    }
+}
+
+/// How far past its limits a run may go before an oracle calls it a bug.
+#[derive(Debug, Clone, Copy)]
+pub struct Margins {
+    /// Wall clock past `timeout_ms` (a loaded fuzzing machine, sanitizers,
+    /// starting a fresh worker after a kill).
+    pub time: Duration,
+    /// Engine heap past `memory_bytes`, where the engine reports it.
+    pub memory_bytes: u64,
+}
+
+/// The margins the fuzz targets and the smoke test hold engines to.
+pub const MARGINS: Margins = Margins {
+    time: Duration::from_millis(1_500),
+    memory_bytes: 64 * 1024,
+};
+
+/// The limits arbitrary source runs under: small, so the fuzzer spends its
+/// time on many inputs rather than on a few slow ones.
+pub fn fuzz_limits() -> Limits {
+    Limits {
+        timeout_ms: 250,
+        memory_bytes: 32 << 20,
+        max_tool_calls: 8,
+        max_console_lines: 20,
+        ..Limits::default()
+    }
+}
+
+/// Tools the fuzzed scripts may call: `echo` (returns its arguments) and
+/// `fail` (always fails).
+pub fn fuzz_tools() -> ToolRegistry {
+    let mut tools = ToolRegistry::new();
+    tools
+        .register(FnTool::new(
+            "echo",
+            "returns its arguments",
+            json!({"type": "object"}),
+            |a, _| async move { Ok(a) },
+        ))
+        .expect("echo registers");
+    tools
+        .register(FnTool::new(
+            "fail",
+            "always fails",
+            json!({"type": "object"}),
+            |_, _| async move { Err(harness::ToolError::new("fail always fails")) },
+        ))
+        .expect("fail registers");
+    tools
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A harness for `engine` in `isolation` with [`fuzz_tools`] and `limits`.
+/// Process workers are the running binary (it must call
+/// `harness::serve_worker_if_requested` first), without the address-space
+/// cap: sanitizers reserve terabytes of shadow memory, and the worker's
+/// own heap budget still enforces the memory limit.
+pub fn fuzz_harness(engine: EngineKind, isolation: Isolation, limits: Limits) -> Harness {
+    let mut b = Harness::builder()
+        .engine(engine)
+        .tools(fuzz_tools())
+        .limits(limits)
+        .isolation(isolation);
+    if isolation == Isolation::Process {
+        let mut opts = ProcessOptions::current_exe(engine.name()).expect("the running binary");
+        opts.address_space_bytes = None;
+        opts.max_workers = 2;
+        b = b.worker(opts);
+    }
+    b.build().expect("engine is built in")
+}
+
+/// The `execute` oracle for one engine in one isolation.
+pub struct Execute {
+    rt: tokio::runtime::Runtime,
+    harness: Harness,
+    limits: Limits,
+    label: String,
+}
+
+impl std::fmt::Debug for Execute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Execute")
+            .field("label", &self.label)
+            .finish()
+    }
+}
+
+impl Execute {
+    pub fn new(engine: EngineKind, isolation: Isolation) -> Self {
+        let limits = fuzz_limits();
+        Execute {
+            rt: runtime(),
+            harness: fuzz_harness(engine, isolation, limits.clone()),
+            limits,
+            label: format!("{engine} ({isolation:?})"),
+        }
+    }
+
+    /// Runs `data` as a script: the report must be consistent and within
+    /// the limits plus [`MARGINS`], and a trivial script must work after it.
+    pub fn check(&self, data: &[u8]) {
+        let started = Instant::now();
+        let report = self.rt.block_on(self.harness.run_bytes(data));
+        let wall = started.elapsed();
+        check_report(&self.label, &self.limits, &report, wall);
+        let next = self.rt.block_on(self.harness.run("return 1+1"));
+        assert!(
+            next.ok && next.value == Some(json!(2)),
+            "{}: unhealthy after the input: {:?}",
+            self.label,
+            next.error
+        );
+    }
+}
+
+/// The properties every report must have, whatever the script did.
+pub fn check_report(label: &str, limits: &Limits, r: &ExecutionReport, wall: Duration) {
+    assert_eq!(r.ok, r.error.is_none(), "{label}: ok and error disagree");
+    assert!(
+        r.ok || r.value.is_none(),
+        "{label}: a failed run kept a value"
+    );
+    let budget = Duration::from_millis(limits.timeout_ms) + MARGINS.time;
+    assert!(
+        wall <= budget,
+        "{label}: ran {wall:?}, limit {} ms + margin {:?}",
+        limits.timeout_ms,
+        MARGINS.time
+    );
+    if let Some(used) = r.metrics.memory_used_bytes {
+        assert!(
+            used <= limits.memory_bytes + MARGINS.memory_bytes,
+            "{label}: heap {used} bytes, limit {} + margin {}",
+            limits.memory_bytes,
+            MARGINS.memory_bytes
+        );
+    }
+    assert!(
+        r.console.len() <= limits.max_console_lines as usize,
+        "{label}: {} console lines kept, cap {}",
+        r.console.len(),
+        limits.max_console_lines
+    );
+    let recorded = limits.max_tool_calls as usize + harness::core::event_loop::REFUSED_CALLS_KEPT;
+    assert!(
+        r.tool_calls.len() <= recorded,
+        "{label}: {} tool calls recorded, at most {recorded}",
+        r.tool_calls.len(),
+    );
+    let ran = r
+        .tool_calls
+        .iter()
+        .filter(|c| {
+            c.error.as_ref().is_none_or(|e| {
+                !matches!(
+                    e.code,
+                    ErrorCode::ToolBudgetExceededError
+                        | ErrorCode::ToolNotFoundError
+                        | ErrorCode::ToolValidationError
+                )
+            })
+        })
+        .count();
+    assert!(
+        ran <= limits.max_tool_calls as usize,
+        "{label}: {ran} tool calls ran, budget {}",
+        limits.max_tool_calls
+    );
+    if let Some(v) = &r.value {
+        let len = serde_json::to_vec(v).map(|b| b.len()).unwrap_or(0) as u64;
+        assert!(
+            len <= limits.max_return_bytes,
+            "{label}: returned {len} bytes, cap {}",
+            limits.max_return_bytes
+        );
+    }
+    if let Some(e) = &r.error {
+        assert!(!e.message.is_empty(), "{label}: {} with no message", e.code);
+        if let Some(stack) = &e.stack {
+            assert!(
+                !stack.contains(".rs:") && !stack.contains("/src/"),
+                "{label}: host frames in a stack: {stack}"
+            );
+        }
+    }
+}
+
+/// What one engine made of a script, reduced to what must agree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub value: Option<Value>,
+    pub error: Option<ErrorCode>,
+    pub console: Vec<String>,
+}
+
+impl Outcome {
+    fn of(r: &ExecutionReport) -> Outcome {
+        Outcome {
+            value: r.value.clone(),
+            error: r.error.as_ref().map(|e| e.code),
+            console: r.console.iter().map(|c| c.text.clone()).collect(),
+        }
+    }
+
+    /// Runs that hit a resource limit: engines differ in how much they use,
+    /// so such outcomes are not compared.
+    fn hit_limit(&self) -> bool {
+        matches!(
+            self.error,
+            Some(
+                ErrorCode::ScriptTimeoutError
+                    | ErrorCode::ScriptMemoryError
+                    | ErrorCode::StackOverflowError
+            )
+        )
+    }
+}
+
+/// Differences between engines that are known and accepted; each is also
+/// listed in `fuzz/README.md`. `None`: the outcomes must be equal.
+pub fn known_difference(_source: &str, _a: &Outcome, _b: &Outcome) -> Option<&'static str> {
+    None
+}
+
+/// The differential oracle: the same generated script on every built
+/// engine (in process: generated scripts are small and bounded, and the
+/// first engine's limits gate the others).
+pub struct Differential {
+    rt: tokio::runtime::Runtime,
+    engines: Vec<(EngineKind, Harness)>,
+}
+
+impl std::fmt::Debug for Differential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = self.engines.iter().map(|(e, _)| e.name()).collect();
+        f.debug_struct("Differential")
+            .field("engines", &names)
+            .finish()
+    }
+}
+
+impl Default for Differential {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Differential {
+    pub fn new() -> Self {
+        let limits = Limits {
+            timeout_ms: 2_000,
+            memory_bytes: 64 << 20,
+            max_tool_calls: 64,
+            max_console_lines: 50,
+            ..Limits::default()
+        };
+        let mut engines = EngineKind::available();
+        // QuickJS first: it enforces every limit in process, so a script
+        // that passes it is safe to give to engines that do not.
+        engines.sort_by_key(|e| *e != EngineKind::QuickJs);
+        Differential {
+            rt: runtime(),
+            engines: engines
+                .into_iter()
+                .map(|e| (e, fuzz_harness(e, Isolation::InProcess, limits.clone())))
+                .collect(),
+        }
+    }
+
+    /// Builds a script from `data` and checks that every engine agrees.
+    /// Returns the script (for the smoke test's statistics).
+    pub fn check(&self, data: &[u8]) -> String {
+        let source = grammar::program(&mut arbitrary::Unstructured::new(data));
+        self.check_source(&source);
+        source
+    }
+
+    /// What each engine made of `source`. Stops after an engine that hit
+    /// a resource limit: the engines after it may not enforce it.
+    pub fn outcomes(&self, source: &str) -> Vec<(EngineKind, Outcome)> {
+        let mut outcomes: Vec<(EngineKind, Outcome)> = Vec::new();
+        for (engine, h) in &self.engines {
+            let r = self.rt.block_on(h.run(source));
+            let o = Outcome::of(&r);
+            let stop = o.hit_limit();
+            outcomes.push((*engine, o));
+            if stop {
+                break;
+            }
+        }
+        outcomes
+    }
+
+    /// Runs `source` on every engine and compares the outcomes.
+    pub fn check_source(&self, source: &str) -> Vec<Outcome> {
+        let outcomes = self.outcomes(source);
+        let (first, a) = &outcomes[0];
+        for (other, b) in &outcomes[1..] {
+            if b.hit_limit() || a == b || known_difference(source, a, b).is_some() {
+                continue;
+            }
+            panic!(
+                "engines disagree\n--- script\n{source}\n--- {first}\n{a:#?}\n--- {other}\n{b:#?}"
+            );
+        }
+        outcomes.into_iter().map(|(_, o)| o).collect()
+    }
+}
+
+/// Hand-written inputs every target starts from: the hostile scripts of
+/// the security suite in miniature, and ordinary ones. `cargo run -p
+/// harness-fuzzing --example fuzz-tool -- seed fuzz/corpus` writes them
+/// into each target's corpus.
+pub const SEEDS: &[&str] = &[
+    "return 1+1",
+    "while(true){}",
+    "for(;;){ try { for(;;){} } catch(e) {} }",
+    "const a = []; for(;;) a.push(new Array(1e5).fill('x'))",
+    "let s = 'x'; for(;;) s += s",
+    "function f(){ return f() } return f()",
+    "return eval('1')",
+    "return (() => {}).constructor('return 1')()",
+    "Object.prototype.polluted = 1; return {}.polluted",
+    "tools.echo({a: 1}); return 1",
+    "return await Promise.all([1,2,3].map(i => tools.echo({i})))",
+    "try { await tools.fail({}) } catch (e) { return e.message }",
+    "for (let i = 0; i < 20; i++) await tools.echo({i})",
+    "for (let i = 0; i < 100; i++) console.log(i)",
+    "return 'x'.repeat(200000)",
+    "return 10n",
+    "const o = {}; o.o = o; return o",
+    "return new Proxy({}, { get() { throw new Error('trap') } })",
+    "throw new TypeError('boom')",
+    "throw null",
+    "return [1, 'a', null, {b: [true]}]",
+    "return JSON.parse('[' .repeat(5000))",
+    "return /(a+)+$/.test('a'.repeat(30) + 'b')",
+    "context.x = 1",
+    "globalThis.tools = null; return typeof tools",
+    "import('x')",
+    "return Symbol('s')",
+    "await new Promise(() => {})",
+    "const {a, ...rest} = {a: 1, b: 2}; return rest",
+    "class A { #x = 1; get x() { return this.#x } } return new A().x",
+    "<tool-calls>\nreturn 1\n</tool-calls>",
+    "interface A { x: number } const a: A = { x: 1 }; return a.x",
+];

@@ -1,0 +1,156 @@
+//! Smoke test of every fuzz target's oracle under plain `cargo test`: the
+//! seeds, pseudo-random bytes, mutated seeds and generated scripts. It
+//! proves the targets' code builds and holds on a few thousand inputs;
+//! the fuzzing itself is `cargo +nightly fuzz run` (fuzz/README.md).
+//!
+//! This binary is also the worker for the process-isolated cases, so it
+//! has its own `main` (libtest-mimic) that serves workers first.
+
+use harness::{EngineKind, Isolation};
+use harness_fuzzing::*;
+use libtest_mimic::{Arguments, Failed, Trial};
+
+/// Lets process workers (this binary) enforce memory limits.
+#[global_allocator]
+static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;
+
+/// xorshift64: reproducible inputs without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn bytes(&mut self, max: usize) -> Vec<u8> {
+        let n = (self.next() as usize) % (max + 1);
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+
+    /// A seed with a few bytes replaced, inserted or removed.
+    fn mutate(&mut self, seed: &str) -> Vec<u8> {
+        let mut b = seed.as_bytes().to_vec();
+        for _ in 0..1 + self.next() % 4 {
+            let at = (self.next() as usize) % (b.len() + 1);
+            match self.next() % 3 {
+                0 if at < b.len() => b[at] = self.next() as u8,
+                1 if at < b.len() => {
+                    b.remove(at);
+                }
+                _ => {
+                    const PUNCT: &[u8] = b"{}()[];'`\"\\/*+-.=<>?!0aZ\n";
+                    b.insert(at, PUNCT[(self.next() as usize) % PUNCT.len()])
+                }
+            }
+        }
+        b
+    }
+}
+
+/// Seeds, then `n` inputs: a third random bytes, a third mutated seeds, a
+/// third generated scripts.
+fn inputs(n: usize, seed: u64) -> Vec<Vec<u8>> {
+    let mut rng = Rng(seed);
+    let mut v: Vec<Vec<u8>> = SEEDS.iter().map(|s| s.as_bytes().to_vec()).collect();
+    for i in 0..n {
+        v.push(match i % 3 {
+            0 => rng.bytes(200),
+            1 => {
+                let seed = SEEDS[(rng.next() as usize) % SEEDS.len()];
+                rng.mutate(seed)
+            }
+            _ => {
+                let raw = rng.bytes(400);
+                grammar::program(&mut arbitrary::Unstructured::new(&raw)).into_bytes()
+            }
+        });
+    }
+    v
+}
+
+fn trial(name: &str, run: impl FnOnce() + Send + 'static) -> Trial {
+    Trial::test(name, move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).map_err(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Failed::from(msg)
+        })
+    })
+}
+
+fn main() {
+    harness::serve_worker_if_requested();
+    let args = Arguments::from_args();
+    let mut trials = vec![
+        trial("detect", || {
+            let mut rng = Rng(1);
+            for input in inputs(2_000, 1) {
+                check_detect(&input);
+            }
+            // Responses with blocks in them, not just noise.
+            for _ in 0..2_000 {
+                let mut s = String::new();
+                for _ in 0..rng.next() % 8 {
+                    s.push_str(
+                        [
+                            "text ",
+                            "\n",
+                            "<tool-calls>",
+                            "</tool-calls>",
+                            "<thinking>",
+                            "</thinking>",
+                            "```ts tool-calls\n",
+                            "```\n",
+                            "```js\n",
+                            "return 1",
+                            "`",
+                            "é",
+                        ][(rng.next() % 12) as usize],
+                    );
+                }
+                check_detect(s.as_bytes());
+            }
+        }),
+        trial("prepare", || {
+            for input in inputs(600, 2) {
+                check_prepare(&input);
+            }
+        }),
+        trial("differential", || {
+            let d = Differential::new();
+            let mut rng = Rng(3);
+            for _ in 0..300 {
+                d.check(&rng.bytes(600));
+            }
+        }),
+    ];
+    for engine in EngineKind::available() {
+        for (isolation, n) in [(Isolation::InProcess, 150), (Isolation::Process, 45)] {
+            // In-process engines that cannot stop a script are fuzzed
+            // behind the process boundary only (docs/security.md).
+            if isolation == Isolation::InProcess && engine.default_isolation() == Isolation::Process
+            {
+                continue;
+            }
+            let name = format!("execute/{engine}/{isolation:?}").to_lowercase();
+            trials.push(trial(&name, move || {
+                let e = Execute::new(engine, isolation);
+                for input in inputs(n, 4) {
+                    let r =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.check(&input)));
+                    if let Err(p) = r {
+                        eprintln!("input: {:?}", String::from_utf8_lossy(&input));
+                        std::panic::resume_unwind(p);
+                    }
+                }
+            }));
+        }
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
