@@ -195,7 +195,26 @@ fn prepare_source(source: String, language: Language) -> Result<Prepared, Script
                     format!("TypeScript could not be stripped: {}", d.message),
                 ));
             }
-            Codegen::new().build(&program).code
+            let code = Codegen::new().build(&program).code;
+            // oxc's TypeScript parser accepts some inputs its JavaScript
+            // parser rejects (the fuzzer found `\/*\e*\a` stripped to
+            // ` *  * a`): what reaches the engine must be JavaScript.
+            let js = Allocator::default();
+            let reparsed = Parser::new(&js, &code, SourceType::mjs())
+                .with_options(ParseOptions {
+                    allow_return_outside_function: true,
+                    ..ParseOptions::default()
+                })
+                .parse();
+            if let Some(d) = reparsed.diagnostics.errors().next() {
+                return Err(ScriptError::new(
+                    ErrorCode::ScriptSyntaxError,
+                    Phase::Parsing,
+                    format!("not valid TypeScript: once its types are stripped it does not parse as JavaScript ({})", d.message),
+                )
+                .with_name("SyntaxError"));
+            }
+            code
         }
     };
     Ok(Prepared {
@@ -502,6 +521,21 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.tools, ["a", "b"]);
+    }
+
+    #[test]
+    fn typescript_that_strips_to_invalid_javascript_is_a_syntax_error() {
+        // Found by the `prepare` fuzz target: oxc's TypeScript parser took
+        // this, and its output did not parse as JavaScript.
+        let e = prepare_with(
+            br"\/*\e*\awai<<i<<B<<srai<<i<<B<<rtx<sie",
+            PrepareOptions {
+                language: Language::Typescript,
+                ..PrepareOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::ScriptSyntaxError);
     }
 
     #[test]
