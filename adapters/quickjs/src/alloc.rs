@@ -34,7 +34,14 @@ pub(crate) struct AllocState {
     peak: AtomicUsize,
     /// Counts `arm`s, so a late halt cannot reach the next run.
     generation: AtomicUsize,
+    /// Bytes still admitted after a halt or refusal: room for the error
+    /// that stops the script (see [`AllocState::grant_grace`]).
+    grace: AtomicUsize,
 }
+
+/// Room for QuickJS's uncatchable `InternalError: interrupted` (an error
+/// object and its message; a backtrace only if it fits).
+const GRACE_BYTES: usize = 16 * 1024;
 
 /// No limit: between runs, and while hardening a context ahead of time.
 const UNLIMITED: usize = usize::MAX;
@@ -48,6 +55,7 @@ impl Default for AllocState {
             halted: AtomicBool::new(false),
             peak: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
+            grace: AtomicUsize::new(0),
         }
     }
 }
@@ -64,6 +72,7 @@ impl AllocState {
         self.limit.store(limit, Ordering::Relaxed);
         self.refused.store(false, Ordering::Relaxed);
         self.halted.store(false, Ordering::Relaxed);
+        self.grace.store(0, Ordering::Relaxed);
         self.peak
             .store(self.used.load(Ordering::Relaxed), Ordering::Relaxed);
     }
@@ -89,6 +98,26 @@ impl AllocState {
         }
     }
 
+    /// The interrupt handler is about to stop the script. QuickJS throws
+    /// an uncatchable `InternalError: interrupted`, but only if it can
+    /// allocate that error; if not, it throws a catchable `null`, and a
+    /// script that catches everything (`for(;;) try { for(;;){} } catch
+    /// {}`) would spin forever once the allocator is halted. Found by the
+    /// `execute_quickjs` fuzz target. The grace lets that one error be
+    /// allocated; it is granted again at each stop, never added up.
+    pub(crate) fn grant_grace(&self) {
+        self.grace.store(GRACE_BYTES, Ordering::Relaxed);
+    }
+
+    /// Takes `extra` bytes from the grace, if they fit.
+    fn take_grace(&self, extra: usize) -> bool {
+        self.grace
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |g| {
+                g.checked_sub(extra)
+            })
+            .is_ok()
+    }
+
     /// The current run's generation, for [`AllocState::halt`].
     pub(crate) fn generation(&self) -> usize {
         self.generation.load(Ordering::Acquire)
@@ -110,7 +139,7 @@ impl AllocState {
     /// between interrupt checks.
     fn admit(&self, extra: usize) -> bool {
         if self.refused.load(Ordering::Relaxed) || self.halted.load(Ordering::Relaxed) {
-            return false;
+            return self.take_grace(extra);
         }
         let used = self.used.load(Ordering::Relaxed);
         let limit = self.limit.load(Ordering::Relaxed);
@@ -210,5 +239,25 @@ unsafe impl Allocator for CountingAllocator {
     unsafe fn usable_size(ptr: *mut u8) -> usize {
         // SAFETY: QuickJS only asks about pointers this allocator returned.
         unsafe { RustAllocator::usable_size(ptr) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_halted_allocator_admits_only_the_grace() {
+        let s = AllocState::default();
+        s.arm(1 << 20);
+        assert!(s.admit(1024));
+        s.halt(s.generation());
+        assert!(!s.admit(16), "halted: refused");
+        s.grant_grace();
+        assert!(s.admit(256), "room for the interrupt error");
+        assert!(!s.admit(GRACE_BYTES), "but no more than the grace");
+        s.arm(1 << 20);
+        assert!(s.admit(1024), "a new run starts clean");
+        assert!(!s.take_grace(1), "with no grace left over");
     }
 }

@@ -188,9 +188,14 @@ impl RuntimeSlot {
         let memory = alloc.clone();
         // Stop at the deadline, on cancel, and once the memory limit was hit.
         rt.set_interrupt_handler(Some(Box::new(move || {
-            memory.refused()
+            let stop = memory.refused()
                 || memory.halted()
-                || state.lock().map(|s| s.should_stop()).unwrap_or(true)
+                || state.lock().map(|s| s.should_stop()).unwrap_or(true);
+            if stop {
+                // Room for the uncatchable error QuickJS throws next.
+                memory.grant_grace();
+            }
+            stop
         })));
         Ok(RuntimeSlot {
             rt,
@@ -255,6 +260,12 @@ impl QjsEngine<'_> {
     /// `InternalError: Invalid error message`: both are the stop at work.
     fn kind_of(&self, name: &str, message: &str) -> FaultKind {
         let kind = classify(name, message);
+        // Past a refusal the interrupt handler stops the script with
+        // `interrupted`: that stop is the memory limit at work.
+        if self.memory_refused() && matches!(kind, FaultKind::Interrupted | FaultKind::OutOfMemory)
+        {
+            return FaultKind::OutOfMemory;
+        }
         let halted = self.slot.alloc.halted() && !self.slot.alloc.refused();
         if halted && (kind == FaultKind::OutOfMemory || name == "InternalError") {
             FaultKind::Interrupted
@@ -290,7 +301,10 @@ impl QjsEngine<'_> {
                 f = EngineFault::new(FaultKind::Interrupted, "InternalError", "interrupted");
             }
         }
-        if matches!(f.kind, FaultKind::OutOfMemory | FaultKind::Thrown) {
+        if matches!(
+            f.kind,
+            FaultKind::OutOfMemory | FaultKind::Thrown | FaultKind::Interrupted
+        ) {
             f.kind = self.kind_of(&f.name, &f.message);
         }
         f

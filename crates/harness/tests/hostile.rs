@@ -29,6 +29,33 @@ async fn infinite_loop_times_out() {
     assert_healthy(&h).await;
 }
 
+/// A script that catches everything must still stop when the watchdog
+/// halts the allocator before the interrupt check sees the deadline (the
+/// `execute_quickjs` fuzz target hung on this race). Heavy native work
+/// between the loop's jumps makes interrupt checks rare, so the watchdog
+/// always wins here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catch_all_loops_stop_whoever_sees_the_deadline_first() {
+    let (h, _) = harness_with(
+        short(100),
+        Mode::Enabled,
+        Arc::new(harness::AutoDeny::default()),
+    );
+    for src in [
+        "const big = Array.from({length: 1e5}, (_, i) => i); for(;;){ try { for(;;){ JSON.stringify(big) } } catch(e) {} }",
+        "for(;;){ try { for(;;){} } catch(e) {} }",
+    ] {
+        let t = std::time::Instant::now();
+        let run = h.run(src);
+        let r = tokio::time::timeout(std::time::Duration::from_secs(10), run)
+            .await
+            .expect("the run ended");
+        expect_code(&r, ErrorCode::ScriptTimeoutError);
+        assert!(t.elapsed().as_millis() < 5_000, "took {:?}", t.elapsed());
+    }
+    assert_healthy(&h).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_bombs_hit_the_memory_limit() {
     let limits = Limits {
