@@ -17,6 +17,9 @@ pub enum EngineKind {
     /// limit its heap by itself, so it runs behind the process boundary by
     /// default.
     Boa,
+    /// V8 isolates (the `v8` crate), behind the `v8` feature: needs a
+    /// prebuilt V8 to link (see `adapters/v8/README.md`).
+    V8,
 }
 
 /// An engine name that is unknown, or known but not built in.
@@ -37,6 +40,8 @@ impl EngineKind {
         v.push(EngineKind::QuickJs);
         #[cfg(feature = "boa")]
         v.push(EngineKind::Boa);
+        #[cfg(feature = "v8")]
+        v.push(EngineKind::V8);
         v
     }
 
@@ -44,6 +49,7 @@ impl EngineKind {
         match self {
             EngineKind::QuickJs => "quickjs",
             EngineKind::Boa => "boa",
+            EngineKind::V8 => "v8",
         }
     }
 
@@ -59,7 +65,7 @@ impl EngineKind {
     /// the process boundary for those that cannot (Boa).
     pub fn default_isolation(self) -> Isolation {
         match self {
-            EngineKind::QuickJs => Isolation::InProcess,
+            EngineKind::QuickJs | EngineKind::V8 => Isolation::InProcess,
             EngineKind::Boa => Isolation::Process,
         }
     }
@@ -71,6 +77,8 @@ impl EngineKind {
             EngineKind::QuickJs => Ok(Arc::new(harness_quickjs::QuickJs::new())),
             #[cfg(feature = "boa")]
             EngineKind::Boa => Ok(Arc::new(harness_boa::Boa::new())),
+            #[cfg(feature = "v8")]
+            EngineKind::V8 => Ok(Arc::new(harness_v8::V8::new())),
             #[allow(unreachable_patterns)]
             other => Err(other.unavailable()),
         }
@@ -84,6 +92,8 @@ impl EngineKind {
             EngineKind::QuickJs => Ok(harness_quickjs::engine_info()),
             #[cfg(feature = "boa")]
             EngineKind::Boa => Ok(harness_boa::engine_info()),
+            #[cfg(feature = "v8")]
+            EngineKind::V8 => Ok(harness_v8::engine_info()),
             #[allow(unreachable_patterns)]
             other => Err(other.unavailable()),
         }
@@ -96,6 +106,8 @@ impl EngineKind {
             EngineKind::QuickJs => Ok(harness_quickjs::worker_host()),
             #[cfg(feature = "boa")]
             EngineKind::Boa => Ok(harness_boa::worker_host()),
+            #[cfg(feature = "v8")]
+            EngineKind::V8 => Ok(harness_v8::worker_host()),
             #[allow(unreachable_patterns)]
             other => Err(other.unavailable()),
         }
@@ -158,6 +170,7 @@ impl FromStr for EngineKind {
         match s.to_ascii_lowercase().as_str() {
             "quickjs" | "qjs" => Ok(EngineKind::QuickJs),
             "boa" => Ok(EngineKind::Boa),
+            "v8" => Ok(EngineKind::V8),
             _ => Err(UnknownEngine {
                 name: s.to_owned(),
                 available: available_list(),

@@ -1,0 +1,1050 @@
+//! V8 isolates (the `v8` crate) as a harness engine.
+//!
+//! **Not yet run on this project's machines**: the `v8` crate links a
+//! prebuilt V8 that these machines cannot download, so this adapter is
+//! compile-checked here (`RUSTY_V8_SKIP_DOWNLOAD=1 cargo check -p
+//! harness-v8 --all-targets`) and its tests run only where the library can
+//! be had (`RUSTY_V8_ARCHIVE`, or network access). See `README.md` in this
+//! crate for what a first run must check.
+//!
+//! Runs on the shared event loop like every engine. Each worker thread owns
+//! one isolate; each run gets a fresh context with the shared hardening
+//! prelude, hardened ahead of time while the worker is idle.
+//!
+//! How each limit is enforced:
+//! - **Deadline and cancel**: the core watchdog calls this engine's stopper,
+//!   which calls `IsolateHandle::terminate_execution` from the watchdog
+//!   thread. A generation counter, checked under a lock, keeps a late stop
+//!   from landing on the next run.
+//! - **Heap**: the isolate's heap limit is the memory limit (at least
+//!   [`MIN_HEAP_BYTES`]); a near-heap-limit callback terminates the script
+//!   and raises the limit by [`OOM_HEADROOM_BYTES`] so V8 can unwind
+//!   instead of aborting the process; the run is ScriptMemoryError and the
+//!   isolate is rebuilt.
+//! - **ArrayBuffers** (outside the V8 heap): an allocator that counts their
+//!   bytes against the same limit and refuses past it.
+//! - **Stack**: the isolate's stack limit is `Limits::stack_bytes` below the
+//!   worker's stack at isolate creation; V8 throws `RangeError: Maximum call
+//!   stack size exceeded`, reported as StackOverflowError.
+//! - **Code generation from strings**: `--disallow-code-generation-from-strings`
+//!   and the per-context switch, under the prelude's own blocks; no
+//!   `WebAssembly` (`--no-expose-wasm`, and the prelude deletes it), no
+//!   `SharedArrayBuffer` or `Atomics` (the prelude deletes them).
+//! - **Stacks**: the prelude pins `Error.prepareStackTrace` and
+//!   `Error.stackTraceLimit`, so a script cannot see call sites; reported
+//!   stacks keep only `script.js` frames.
+
+use async_trait::async_trait;
+use harness_core::event_loop::{
+    run_lent, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE, PRELUDE_FILE,
+};
+use harness_core::pool::WorkerPool;
+use harness_core::process::EngineHost;
+use harness_core::{
+    Capabilities, EngineInfo, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
+    Isolation, ScriptError, ScriptRuntimeAdapter,
+};
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+mod buffers;
+use buffers::BufferBudget;
+
+/// Engine name, as in `--engine`.
+pub const ENGINE_NAME: &str = "v8";
+
+/// The `v8` crate this adapter is built against (V8's own version is
+/// added at run time, see [`engine_version`]).
+pub const V8_CRATE_VERSION: &str = "v8 crate 152.2.0";
+
+/// Process-wide V8 flags, set once before V8 initialises.
+pub const V8_FLAGS: &str = "--disallow-code-generation-from-strings --no-expose-wasm";
+
+/// Stack of each worker thread; the JS stack limit is kept well inside it.
+pub const THREAD_STACK_BYTES: usize = 16 << 20;
+/// Native stack kept free below the JS limit, for host code and the parser.
+const STACK_MARGIN_BYTES: u64 = 2 << 20;
+
+/// The smallest heap an isolate is given: a V8 context alone needs a few
+/// MiB, so memory limits below this are raised to it.
+pub const MIN_HEAP_BYTES: u64 = 16 << 20;
+
+/// What the near-heap-limit callback adds to the heap limit when it
+/// terminates a script, so that V8 can finish the allocation in progress
+/// and unwind instead of aborting the process. One large object (a string
+/// or an array's backing store) is at most about 1 GiB.
+pub const OOM_HEADROOM_BYTES: usize = 1 << 30;
+
+/// Initialises V8 once per process (platform, flags).
+fn init_v8() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        v8::V8::set_flags_from_string(V8_FLAGS);
+        let platform = v8::new_default_platform(0, false).make_shared();
+        v8::V8::initialize_platform(platform);
+        v8::V8::initialize();
+    });
+}
+
+/// `V8 <version> (v8 crate …)`.
+pub fn engine_version() -> String {
+    init_v8();
+    format!("V8 {} ({V8_CRATE_VERSION})", v8::V8::get_version())
+}
+
+fn internal(msg: &str) -> EngineFault {
+    EngineFault::new(FaultKind::Internal, "Error", msg)
+}
+
+fn interrupted() -> EngineFault {
+    EngineFault::new(FaultKind::Interrupted, "InternalError", "interrupted")
+}
+
+fn out_of_memory() -> EngineFault {
+    EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory")
+}
+
+/// Maps V8's own error messages to fault kinds.
+fn classify(name: &str, message: &str) -> FaultKind {
+    match (name, message) {
+        ("RangeError", m) if m.starts_with("Maximum call stack size exceeded") => {
+            FaultKind::StackOverflow
+        }
+        _ => FaultKind::Thrown,
+    }
+}
+
+/// The limits an isolate is built with; a run with other limits gets a
+/// new isolate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IsolateKey {
+    heap_bytes: u64,
+    stack_bytes: u64,
+}
+
+impl IsolateKey {
+    fn of(limits: &harness_core::Limits) -> Self {
+        IsolateKey {
+            heap_bytes: limits.memory_bytes.max(MIN_HEAP_BYTES),
+            stack_bytes: limits
+                .stack_bytes
+                .clamp(64 << 10, THREAD_STACK_BYTES as u64 - STACK_MARGIN_BYTES),
+        }
+    }
+}
+
+/// Who may stop the isolate, and which run a stop is for.
+#[derive(Debug, Default)]
+struct StopControl {
+    /// The current run's number; a stopper armed for another run does
+    /// nothing. Held while terminating, so a stop never lands after the
+    /// run it was for has been closed.
+    generation: Mutex<u64>,
+    /// The watchdog stopped the current run.
+    stopped: AtomicBool,
+}
+
+/// The near-heap-limit callback's state; lives in a `Box` owned by the
+/// isolate's slot, which drops the isolate first.
+struct HeapGuard {
+    oom: AtomicBool,
+    handle: v8::IsolateHandle,
+}
+
+#[allow(unsafe_code)]
+unsafe extern "C" fn near_heap_limit(
+    data: *mut c_void,
+    current_heap_limit: usize,
+    _initial_heap_limit: usize,
+) -> usize {
+    // SAFETY: `data` is the `HeapGuard` boxed in `IsolateSlot`, which
+    // outlives the isolate that calls this.
+    let guard = unsafe { &*(data as *const HeapGuard) };
+    guard.oom.store(true, Ordering::SeqCst);
+    guard.handle.terminate_execution();
+    current_heap_limit.saturating_add(OOM_HEADROOM_BYTES)
+}
+
+/// Where the native host function finds the current run.
+#[derive(Default)]
+struct HostSlot(RefCell<Option<HostHandle>>);
+
+/// `host(op, a, b)`: the one native function of the engine protocol.
+fn host_callback(
+    scope: &mut v8::PinScope,
+    args: v8::FunctionCallbackArguments,
+    mut rv: v8::ReturnValue<v8::Value>,
+) {
+    // Strings only: converting anything else could run script code
+    // (`toString`) inside the host call.
+    let arg = |i: i32| {
+        let v = args.get(i);
+        if v.is_string() {
+            v.to_rust_string_lossy(scope)
+        } else {
+            String::new()
+        }
+    };
+    let (op, a, b) = (arg(0), arg(1), arg(2));
+    // Bind the handle first: the borrow must end before the call.
+    let host = scope
+        .get_slot::<HostSlot>()
+        .and_then(|s| s.0.borrow().clone());
+    let answer = host.map(|h| h.call(&op, &a, &b)).unwrap_or_default();
+    if let Some(s) = v8::String::new(scope, &answer) {
+        rv.set(s.into());
+    }
+}
+
+/// `print(v)` for test262.
+fn print_callback(
+    scope: &mut v8::PinScope,
+    args: v8::FunctionCallbackArguments,
+    _rv: v8::ReturnValue<v8::Value>,
+) {
+    let text = args.get(0).to_rust_string_lossy(scope);
+    if let Some(p) = scope.get_slot::<Prints>() {
+        p.0.borrow_mut().push(text);
+    }
+}
+
+#[derive(Default)]
+struct Prints(RefCell<Vec<String>>);
+
+/// A fresh context with the prelude's hardening done and nothing
+/// installed: no script has run in it.
+struct Warm {
+    install: v8::Global<v8::Function>,
+    context: v8::Global<v8::Context>,
+}
+
+/// One isolate, owned by one worker thread. Field order is drop order:
+/// the isolate goes before the state its callbacks point to.
+struct IsolateSlot {
+    isolate: v8::OwnedIsolate,
+    key: IsolateKey,
+    heap: Box<HeapGuard>,
+    buffers: Arc<BufferBudget>,
+    stop: Arc<StopControl>,
+}
+
+impl IsolateSlot {
+    /// Builds an isolate on this thread. Isolates on one thread must be
+    /// dropped in reverse order of creation, so the caller drops the old
+    /// one first.
+    #[allow(unsafe_code)]
+    fn new(key: IsolateKey) -> Self {
+        init_v8();
+        let buffers = Arc::new(BufferBudget::default());
+        let here = 0u8;
+        let stack_top = std::ptr::addr_of!(here) as usize;
+        let stack_limit = stack_top.saturating_sub(key.stack_bytes as usize);
+        let params = v8::CreateParams::default()
+            .heap_limits(0, key.heap_bytes as usize)
+            .array_buffer_allocator(buffers::allocator(&buffers));
+        // SAFETY: the limit is an address inside this worker thread's
+        // stack (its size is THREAD_STACK_BYTES, of which `stack_bytes`
+        // plus a margin is at most all), and the isolate only ever runs on
+        // this thread.
+        let params = unsafe { params.set_stack_limit(stack_limit as *mut u32) };
+        let mut isolate = v8::Isolate::new(params);
+        isolate.set_microtasks_policy(v8::MicrotasksPolicy::Explicit);
+        isolate.set_slot(HostSlot::default());
+        isolate.set_slot(Prints::default());
+        let heap = Box::new(HeapGuard {
+            oom: AtomicBool::new(false),
+            handle: isolate.thread_safe_handle(),
+        });
+        let data = &*heap as *const HeapGuard as *mut c_void;
+        isolate.add_near_heap_limit_callback(near_heap_limit, data);
+        IsolateSlot {
+            isolate,
+            key,
+            heap,
+            buffers,
+            stop: Arc::new(StopControl::default()),
+        }
+    }
+
+    /// Starts a run: a new generation, no stop, no OOM, buffers armed.
+    fn arm(&self, memory_bytes: u64) -> u64 {
+        let mut g = self
+            .stop
+            .generation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *g += 1;
+        // A termination left from outside a run (the heap callback during
+        // a prewarm) must not hit this one.
+        self.heap.handle.cancel_terminate_execution();
+        self.stop.stopped.store(false, Ordering::SeqCst);
+        self.heap.oom.store(false, Ordering::SeqCst);
+        self.buffers
+            .arm(usize::try_from(memory_bytes).unwrap_or(usize::MAX));
+        *g
+    }
+
+    /// Ends a run: no stop armed for it can land any more, and a stop
+    /// that landed is cleared.
+    fn close(&mut self) {
+        {
+            let mut g = self
+                .stop
+                .generation
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            *g += 1;
+            self.isolate.cancel_terminate_execution();
+        }
+        self.buffers.disarm();
+        if let Some(h) = self.isolate.get_slot::<HostSlot>() {
+            h.0.borrow_mut().take();
+        }
+    }
+
+    /// Whether the current run hit a limit the engine enforces by
+    /// terminating: the heap, or the watchdog.
+    fn stop_fault(&self) -> Option<EngineFault> {
+        if self.heap.oom.load(Ordering::SeqCst) {
+            Some(out_of_memory())
+        } else if self.stop.stopped.load(Ordering::SeqCst) {
+            Some(interrupted())
+        } else {
+            None
+        }
+    }
+}
+
+/// Compiles and runs `source` as `name`; reads a thrown error into a
+/// fault (with `Syntax` for compile errors).
+macro_rules! compile_run {
+    ($tc:ident, $source:expr, $name:expr) => {{
+        let resource = v8::String::new($tc, $name).ok_or_else(|| internal("resource name"))?;
+        let origin = v8::ScriptOrigin::new(
+            $tc,
+            resource.into(),
+            0,
+            0,
+            false,
+            0,
+            None,
+            false,
+            false,
+            false,
+            None,
+        );
+        let code = v8::String::new($tc, $source).ok_or_else(out_of_memory)?;
+        match v8::Script::compile($tc, code, Some(&origin)) {
+            None => Err(syntax_fault($tc)),
+            Some(script) => match script.run($tc) {
+                Some(v) => Ok(v),
+                None => Err(caught_fault($tc)),
+            },
+        }
+    }};
+}
+
+/// The pending exception of a TryCatch scope, as a fault.
+fn caught_fault(
+    tc: &mut v8::PinnedRef<'_, v8::TryCatch<'_, '_, v8::HandleScope<'_>>>,
+) -> EngineFault {
+    if tc.has_terminated() {
+        // The slot decides between OOM and interrupt; see `finish`.
+        return interrupted();
+    }
+    let Some(exception) = tc.exception() else {
+        return internal("a V8 call failed without an exception");
+    };
+    exception_fault(tc, exception)
+}
+
+/// Reads name, message and stack off a thrown value.
+fn exception_fault(
+    scope: &v8::PinScope<'_, '_>,
+    exception: v8::Local<'_, v8::Value>,
+) -> EngineFault {
+    let Ok(obj) = v8::Local::<v8::Object>::try_from(exception) else {
+        return EngineFault::new(
+            FaultKind::Thrown,
+            "",
+            "a non-error value was thrown by the engine",
+        );
+    };
+    let get = |k: &str| -> String {
+        let Some(key) = v8::String::new(scope, k) else {
+            return String::new();
+        };
+        match obj.get(scope, key.into()) {
+            Some(v) if v.is_string() => v.to_rust_string_lossy(scope),
+            _ => String::new(),
+        }
+    };
+    let (name, message, stack) = (get("name"), get("message"), get("stack"));
+    EngineFault {
+        kind: classify(&name, &message),
+        name,
+        message,
+        stack: Some(stack),
+    }
+}
+
+/// A compile error, with V8's line and column turned into a
+/// `script.js:L:C` frame for the loop to place.
+fn syntax_fault(
+    tc: &mut v8::PinnedRef<'_, v8::TryCatch<'_, '_, v8::HandleScope<'_>>>,
+) -> EngineFault {
+    let mut f = caught_fault(tc);
+    if f.kind == FaultKind::Thrown {
+        f.kind = FaultKind::Syntax;
+    }
+    if let Some(message) = tc.message() {
+        if let Some(line) = message.get_line_number(tc) {
+            let column = message.get_start_column() + 1;
+            f.stack = Some(format!(
+                "    at {}:{line}:{column}",
+                harness_core::error::SCRIPT_FILE
+            ));
+        }
+    }
+    f
+}
+
+/// A function-valued property of `obj`.
+fn function_prop<'s>(
+    scope: &v8::PinScope<'s, '_>,
+    obj: v8::Local<'s, v8::Value>,
+    key: &str,
+) -> Option<v8::Local<'s, v8::Function>> {
+    let obj = v8::Local::<v8::Object>::try_from(obj).ok()?;
+    let key = v8::String::new(scope, key)?;
+    let v = obj.get(scope, key.into())?;
+    v8::Local::<v8::Function>::try_from(v).ok()
+}
+
+/// Creates a context on the slot's isolate and runs the hardening half
+/// of the prelude (or, for `raw`, leaves the context as V8 made it, with
+/// code generation from strings allowed).
+fn new_context(slot: &mut IsolateSlot, raw: bool) -> Result<Warm, EngineFault> {
+    let isolate = &mut slot.isolate;
+    v8::scope!(let hs, isolate);
+    let context = v8::Context::new(hs, Default::default());
+    context.set_allow_generation_from_strings(raw);
+    let global_context = v8::Global::new(hs, context);
+    let cs = &mut v8::ContextScope::new(hs, context);
+    v8::tc_scope!(let tc, cs);
+    let install = if raw {
+        // test262 raw mode: no prelude; `install` is never called.
+        let f = v8::Function::new(tc, print_callback).ok_or_else(|| internal("function"))?;
+        v8::Global::new(tc, f)
+    } else {
+        let prelude = compile_run!(tc, PRELUDE, PRELUDE_FILE)?;
+        let prelude = v8::Local::<v8::Function>::try_from(prelude)
+            .map_err(|_| internal("the prelude is not a function"))?;
+        let host_fn = v8::Function::new(tc, host_callback)
+            .ok_or_else(|| internal("cannot create the host function"))?;
+        let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
+        let install = prelude
+            .call(tc, recv, &[host_fn.into()])
+            .ok_or_else(|| caught_fault(tc))?;
+        let install = v8::Local::<v8::Function>::try_from(install)
+            .map_err(|_| internal("harden did not return a function"))?;
+        v8::Global::new(tc, install)
+    };
+    Ok(Warm {
+        install,
+        context: global_context,
+    })
+}
+
+/// Per-thread state: the isolate and a context hardened ahead of time.
+/// Field order is drop order: handles before the isolate.
+#[derive(Default)]
+struct Worker {
+    warm: Option<Warm>,
+    slot: Option<IsolateSlot>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("isolate", &self.slot.as_ref().map(|s| s.key))
+            .field("warm", &self.warm.is_some())
+            .finish()
+    }
+}
+
+impl Worker {
+    /// The isolate for `key`, rebuilt if it was made for other limits.
+    fn slot_for(&mut self, key: IsolateKey) -> &mut IsolateSlot {
+        if self.slot.as_ref().is_some_and(|s| s.key != key) {
+            // Handles first, then the isolate, before the next is made.
+            self.warm = None;
+            self.slot = None;
+        }
+        self.slot.get_or_insert_with(|| IsolateSlot::new(key))
+    }
+
+    /// Lends a fresh engine to `run` (which says whether it is tainted),
+    /// then closes the run and hardens the next context: after `run` has
+    /// answered its caller, off the critical path.
+    fn lend_engine(&mut self, run: impl FnOnce(Result<&mut V8Engine<'_>, EngineFault>) -> bool) {
+        let tainted = {
+            let mut engine = V8Engine {
+                worker: self,
+                handles: None,
+                peak: 0,
+            };
+            let tainted = run(Ok(&mut engine));
+            engine.handles = None;
+            tainted
+        };
+        self.recycle(tainted);
+        self.prewarm();
+    }
+
+    fn execute(
+        &mut self,
+        request: ExecutionRequest,
+        tokio: &tokio::runtime::Handle,
+        respond: impl FnOnce(ExecutionReport),
+    ) {
+        self.lend_engine(|engine| run_lent(engine, ENGINE_NAME, request, tokio, respond));
+    }
+
+    /// After a run: close it; drop the isolate if it may be unhealthy (a
+    /// fault: its heap limit may have been raised, a termination may be
+    /// pending).
+    fn recycle(&mut self, tainted: bool) {
+        if let Some(slot) = &mut self.slot {
+            slot.close();
+            if tainted || slot.heap.oom.load(Ordering::SeqCst) {
+                self.warm = None;
+                self.slot = None;
+            }
+        }
+    }
+
+    /// Hardens a context for the next run, while the worker is idle.
+    fn prewarm(&mut self) {
+        if self.warm.is_some() {
+            return;
+        }
+        if let Some(slot) = &mut self.slot {
+            // A failure here is not fatal: `load` hardens on demand.
+            self.warm = new_context(slot, false).ok();
+            if slot.heap.oom.load(Ordering::SeqCst) {
+                // The heap callback raised the limit: start over.
+                self.warm = None;
+                self.slot = None;
+            }
+        }
+    }
+
+    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
+        let wrapped = harness_core::event_loop::wrap_source(source);
+        let key = self
+            .slot
+            .as_ref()
+            .map(|s| s.key)
+            .unwrap_or_else(|| IsolateKey::of(&harness_core::Limits::default()));
+        let slot = self.slot_for(key);
+        let result = (|| -> Result<(), EngineFault> {
+            let isolate = &mut slot.isolate;
+            v8::scope!(let hs, isolate);
+            let context = v8::Context::new(hs, Default::default());
+            context.set_allow_generation_from_strings(false);
+            let cs = &mut v8::ContextScope::new(hs, context);
+            v8::tc_scope!(let tc, cs);
+            let resource = v8::String::new(tc, harness_core::error::SCRIPT_FILE)
+                .ok_or_else(|| internal("resource name"))?;
+            let origin = v8::ScriptOrigin::new(
+                tc,
+                resource.into(),
+                0,
+                0,
+                false,
+                0,
+                None,
+                false,
+                false,
+                false,
+                None,
+            );
+            let code = v8::String::new(tc, &wrapped).ok_or_else(out_of_memory)?;
+            // Compiling runs nothing.
+            match v8::Script::compile(tc, code, Some(&origin)) {
+                Some(_) => Ok(()),
+                None => Err(syntax_fault(tc)),
+            }
+        })();
+        result.map_err(|f| match f.kind {
+            FaultKind::Internal => ScriptError::internal(f.message),
+            _ => harness_core::event_loop::parse_error(&f, source),
+        })
+    }
+
+    /// Global code for test262: a fresh context (hardened or raw), a
+    /// `print` global, a minimal `$262`, jobs drained, a deadline enforced
+    /// by a watchdog thread that terminates the isolate.
+    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
+        let key = IsolateKey {
+            heap_bytes: 256 << 20,
+            stack_bytes: 1 << 20,
+        };
+        // A fresh isolate per test: test262 may leave anything behind.
+        self.warm = None;
+        self.slot = None;
+        let slot = self.slot_for(key);
+        let generation = slot.arm(256 << 20);
+        if let Some(p) = slot.isolate.get_slot::<Prints>() {
+            p.0.borrow_mut().clear();
+        }
+        let stop = stopper_for(slot, generation);
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let timeout = Duration::from_millis(eval.timeout_ms);
+        let watchdog = std::thread::spawn(move || {
+            if done_rx.recv_timeout(timeout).is_err() {
+                stop();
+            }
+        });
+        let outcome = run_global(slot, &eval);
+        let _ = done_tx.send(());
+        let _ = watchdog.join();
+        let prints = slot
+            .isolate
+            .get_slot::<Prints>()
+            .map(|p| p.0.borrow().clone())
+            .unwrap_or_default();
+        let timed_out = slot.stop.stopped.load(Ordering::SeqCst);
+        self.warm = None;
+        self.slot = None;
+        match outcome {
+            _ if timed_out => GlobalEvalOutcome::TimedOut { prints },
+            Ok(()) => GlobalEvalOutcome::Completed { prints },
+            Err((true, f)) => GlobalEvalOutcome::ParseError {
+                name: f.name,
+                message: f.message,
+            },
+            Err((false, f)) => GlobalEvalOutcome::Threw {
+                name: f.name,
+                message: f.message,
+                prints,
+            },
+        }
+    }
+}
+
+/// `$262` for test262's harness files.
+const TEST262_HOST: &str = "globalThis.$262 = { global: globalThis, gc() {}, \
+    evalScript(src) { return (0, eval)(src); }, \
+    detachArrayBuffer() { throw new TypeError('detachArrayBuffer is not supported'); }, agent: {} };";
+
+/// Runs test262 global code; `Err((parse, fault))` on failure.
+fn run_global(slot: &mut IsolateSlot, eval: &GlobalEval) -> Result<(), (bool, EngineFault)> {
+    let warm = new_context(slot, !eval.hardened).map_err(|f| (false, f))?;
+    let isolate = &mut slot.isolate;
+    v8::scope!(let hs, isolate);
+    let context = v8::Local::new(hs, &warm.context);
+    let cs = &mut v8::ContextScope::new(hs, context);
+    v8::tc_scope!(let tc, cs);
+    let print = v8::Function::new(tc, print_callback).ok_or_else(|| (false, internal("print")))?;
+    let global = context.global(tc);
+    let key = v8::String::new(tc, "print").ok_or_else(|| (false, internal("print")))?;
+    global.set(tc, key.into(), print.into());
+    let setup = (|| compile_run!(tc, TEST262_HOST, "test262-host.js"))();
+    setup.map_err(|f| (false, f))?;
+    let resource = v8::String::new(tc, "test262.js").ok_or_else(|| (false, internal("name")))?;
+    let origin = v8::ScriptOrigin::new(
+        tc,
+        resource.into(),
+        0,
+        0,
+        false,
+        0,
+        None,
+        false,
+        false,
+        false,
+        None,
+    );
+    let code = v8::String::new(tc, &eval.source).ok_or_else(|| (false, out_of_memory()))?;
+    let script = match v8::Script::compile(tc, code, Some(&origin)) {
+        Some(s) => s,
+        None => return Err((true, caught_fault(tc))),
+    };
+    if script.run(tc).is_none() {
+        return Err((false, caught_fault(tc)));
+    }
+    tc.perform_microtask_checkpoint();
+    if tc.has_caught() {
+        return Err((false, caught_fault(tc)));
+    }
+    Ok(())
+}
+
+/// A stopper for `generation` of `slot`'s runs: terminates the isolate
+/// if that run is still the current one.
+fn stopper_for(slot: &IsolateSlot, generation: u64) -> Box<dyn FnOnce() + Send> {
+    let stop = slot.stop.clone();
+    let handle = slot.isolate.thread_safe_handle();
+    Box::new(move || {
+        let g = stop.generation.lock().unwrap_or_else(|p| p.into_inner());
+        if *g == generation {
+            stop.stopped.store(true, Ordering::SeqCst);
+            handle.terminate_execution();
+        }
+    })
+}
+
+/// The prelude's controller for one run.
+struct RunHandles {
+    start: v8::Global<v8::Function>,
+    settle: v8::Global<v8::Function>,
+    context: v8::Global<v8::Context>,
+    generation: u64,
+}
+
+/// One run's engine: a fresh, hardened context on the worker's isolate.
+struct V8Engine<'w> {
+    worker: &'w mut Worker,
+    handles: Option<RunHandles>,
+    /// Peak of heap in use plus ArrayBuffer bytes, sampled after each
+    /// entry into V8.
+    peak: u64,
+}
+
+impl V8Engine<'_> {
+    fn slot(&mut self) -> Result<&mut IsolateSlot, EngineFault> {
+        self.worker
+            .slot
+            .as_mut()
+            .ok_or_else(|| internal("no isolate"))
+    }
+
+    /// After an entry into V8: a termination is the heap limit or the
+    /// watchdog, whatever V8 reported; and the memory sample.
+    fn finish<R>(&mut self, r: Result<R, EngineFault>) -> Result<R, EngineFault> {
+        let slot = self.slot()?;
+        let stats = slot.isolate.get_heap_statistics();
+        let used = stats.used_heap_size() as u64 + slot.buffers.used() as u64;
+        let stop = slot.stop_fault();
+        self.peak = self.peak.max(used);
+        match (r, stop) {
+            (_, Some(f)) => Err(f),
+            (Err(f), None) if self.classify(&f.name, &f.message) == FaultKind::OutOfMemory => {
+                Err(out_of_memory())
+            }
+            (r, None) => r,
+        }
+    }
+}
+
+impl Engine for V8Engine<'_> {
+    fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
+        debug_assert_eq!(setup.prelude, PRELUDE);
+        let key = IsolateKey::of(setup.limits);
+        self.worker.slot_for(key);
+        let pre = self.worker.warm.take();
+        let slot = self.slot()?;
+        let generation = slot.arm(setup.limits.memory_bytes);
+        if let Some(h) = slot.isolate.get_slot::<HostSlot>() {
+            *h.0.borrow_mut() = Some(host);
+        }
+        let warm = match pre {
+            Some(w) => w,
+            None => {
+                let r = new_context(slot, false);
+                self.finish(r)?
+            }
+        };
+        let slot = self.slot()?;
+        let r = (|| {
+            let isolate = &mut slot.isolate;
+            v8::scope!(let hs, isolate);
+            let context = v8::Local::new(hs, &warm.context);
+            let cs = &mut v8::ContextScope::new(hs, context);
+            v8::tc_scope!(let tc, cs);
+            let install = v8::Local::new(tc, &warm.install);
+            let config = v8::String::new(tc, setup.config_json).ok_or_else(out_of_memory)?;
+            let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
+            let controller = install
+                .call(tc, recv, &[config.into()])
+                .ok_or_else(|| caught_fault(tc))?;
+            let start = function_prop(tc, controller, "start")
+                .ok_or_else(|| internal("the prelude controller is incomplete"))?;
+            let settle = function_prop(tc, controller, "settle")
+                .ok_or_else(|| internal("the prelude controller is incomplete"))?;
+            Ok(RunHandles {
+                start: v8::Global::new(tc, start),
+                settle: v8::Global::new(tc, settle),
+                context: warm.context.clone(),
+                generation,
+            })
+        })();
+        let handles = self.finish(r)?;
+        self.handles = Some(handles);
+        Ok(())
+    }
+
+    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
+        let r = (|| {
+            let handles = self
+                .handles
+                .as_ref()
+                .ok_or_else(|| internal("not loaded"))?;
+            let slot = self
+                .worker
+                .slot
+                .as_mut()
+                .ok_or_else(|| internal("no isolate"))?;
+            let isolate = &mut slot.isolate;
+            v8::scope!(let hs, isolate);
+            let context = v8::Local::new(hs, &handles.context);
+            let cs = &mut v8::ContextScope::new(hs, context);
+            v8::tc_scope!(let tc, cs);
+            let script_fn = compile_run!(tc, wrapped_source, harness_core::error::SCRIPT_FILE)?;
+            let start = v8::Local::new(tc, &handles.start);
+            let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
+            match start.call(tc, recv, &[script_fn]) {
+                Some(_) => Ok(()),
+                None => Err(caught_fault(tc)),
+            }
+        })();
+        self.finish(r)
+    }
+
+    fn run_jobs(&mut self) -> Result<(), EngineFault> {
+        let r = (|| {
+            let handles = self
+                .handles
+                .as_ref()
+                .ok_or_else(|| internal("not loaded"))?;
+            let slot = self
+                .worker
+                .slot
+                .as_mut()
+                .ok_or_else(|| internal("no isolate"))?;
+            let isolate = &mut slot.isolate;
+            v8::scope!(let hs, isolate);
+            let context = v8::Local::new(hs, &handles.context);
+            let cs = &mut v8::ContextScope::new(hs, context);
+            v8::tc_scope!(let tc, cs);
+            tc.perform_microtask_checkpoint();
+            if tc.has_terminated() {
+                Err(interrupted())
+            } else {
+                Ok(())
+            }
+        })();
+        self.finish(r)
+    }
+
+    fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
+        let r = (|| {
+            let handles = self
+                .handles
+                .as_ref()
+                .ok_or_else(|| internal("not loaded"))?;
+            let slot = self
+                .worker
+                .slot
+                .as_mut()
+                .ok_or_else(|| internal("no isolate"))?;
+            let isolate = &mut slot.isolate;
+            v8::scope!(let hs, isolate);
+            let context = v8::Local::new(hs, &handles.context);
+            let cs = &mut v8::ContextScope::new(hs, context);
+            v8::tc_scope!(let tc, cs);
+            let settle = v8::Local::new(tc, &handles.settle);
+            let id = v8::Number::new(tc, id as f64);
+            let ok = v8::Boolean::new(tc, ok);
+            // Longer than V8's maximum string: out of memory, as the
+            // script could not have held it either.
+            let payload = v8::String::new(tc, payload).ok_or_else(out_of_memory)?;
+            let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
+            match settle.call(tc, recv, &[id.into(), ok.into(), payload.into()]) {
+                Some(_) => Ok(()),
+                None => Err(caught_fault(tc)),
+            }
+        })();
+        self.finish(r)
+    }
+
+    fn memory_used(&mut self) -> Option<u64> {
+        let buffers_peak = self.slot().map(|s| s.buffers.peak() as u64).unwrap_or(0);
+        Some(self.peak.max(buffers_peak))
+    }
+
+    fn memory_exhausted(&mut self) -> bool {
+        self.slot()
+            .map(|s| s.heap.oom.load(Ordering::SeqCst) || s.buffers.refused())
+            .unwrap_or(false)
+    }
+
+    /// Terminates the isolate from the watchdog thread.
+    fn stopper(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        let slot = self.worker.slot.as_ref()?;
+        let generation = self.handles.as_ref()?.generation;
+        Some(stopper_for(slot, generation))
+    }
+
+    fn classify(&self, name: &str, message: &str) -> FaultKind {
+        let refused = self
+            .worker
+            .slot
+            .as_ref()
+            .is_some_and(|s| s.buffers.refused());
+        if refused && name == "RangeError" && message.contains("Array buffer allocation failed") {
+            FaultKind::OutOfMemory
+        } else {
+            classify(name, message)
+        }
+    }
+}
+
+/// V8 in this process: it stops scripts by terminating the isolate and
+/// enforces the memory limit with its heap limit and buffer allocator.
+pub fn engine_info() -> EngineInfo {
+    EngineInfo {
+        name: ENGINE_NAME.to_owned(),
+        engine_version: engine_version(),
+        capabilities: Capabilities {
+            interrupt: true,
+            memory_limit: true,
+            fuel: false,
+            hard_kill: false,
+            filesystem: false,
+            stack_guard: true,
+        },
+        isolation: Isolation::InProcess,
+    }
+}
+
+/// What a worker process serves for `--harness-worker v8`.
+pub fn worker_host() -> Box<dyn EngineHost> {
+    Box::new(Worker::default())
+}
+
+impl EngineHost for Worker {
+    fn name(&self) -> String {
+        ENGINE_NAME.to_owned()
+    }
+
+    fn version(&self) -> String {
+        engine_version()
+    }
+
+    fn enforces_memory(&self) -> bool {
+        true
+    }
+
+    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        self.lend_engine(|e| run(e.map(|e| e as &mut dyn Engine)));
+    }
+
+    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
+        Worker::check(self, source)
+    }
+
+    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
+        Worker::eval_global(self, eval)
+    }
+}
+
+/// The V8 engine: a pool of worker threads, each with its own isolate.
+#[derive(Debug, Clone)]
+pub struct V8 {
+    pool: Arc<WorkerPool<Worker>>,
+}
+
+impl Default for V8 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl V8 {
+    /// An engine with up to 64 worker threads (64 isolates at most).
+    pub fn new() -> Self {
+        Self::with_max_workers(64)
+    }
+
+    /// An engine with at most `max_workers` runs in flight; more queue.
+    pub fn with_max_workers(max_workers: usize) -> Self {
+        V8 {
+            pool: Arc::new(WorkerPool::new(
+                "harness-v8",
+                max_workers,
+                THREAD_STACK_BYTES,
+                Worker::default,
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl ScriptRuntimeAdapter for V8 {
+    fn info(&self) -> EngineInfo {
+        engine_info()
+    }
+
+    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+        let source = source.to_owned();
+        self.pool.ask(move |w| w.check(&source)).await?
+    }
+
+    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+        self.pool
+            .execute(ENGINE_NAME, request, |w, request, tokio, reply| {
+                w.execute(request, tokio, |report| reply.send(report))
+            })
+            .await
+    }
+
+    async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
+        self.pool
+            .ask(move |w| w.eval_global(eval))
+            .await
+            .unwrap_or_else(|e| GlobalEvalOutcome::Unsupported(e.message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v8_errors_are_classified() {
+        assert_eq!(
+            classify("RangeError", "Maximum call stack size exceeded"),
+            FaultKind::StackOverflow
+        );
+        assert_eq!(
+            classify("TypeError", "x is not a function"),
+            FaultKind::Thrown
+        );
+    }
+
+    #[test]
+    fn isolate_keys_clamp_limits() {
+        let l = harness_core::Limits {
+            memory_bytes: 1 << 20,
+            stack_bytes: 1 << 40,
+            ..harness_core::Limits::default()
+        };
+        let k = IsolateKey::of(&l);
+        assert_eq!(k.heap_bytes, MIN_HEAP_BYTES);
+        assert!(k.stack_bytes < THREAD_STACK_BYTES as u64);
+    }
+
+    #[test]
+    fn the_isolate_runs_a_script() {
+        let report = tokio::runtime::Runtime::new()
+            .expect("tokio")
+            .block_on(V8::new().execute(ExecutionRequest::new("return 1 + 1")));
+        assert_eq!(report.value, Some(serde_json::json!(2)), "{report:?}");
+    }
+}
