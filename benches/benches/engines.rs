@@ -122,7 +122,44 @@ fn workloads(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, trivial, tool_calls, workloads);
+/// Scripts per second with 1, 2 and 8 executions in flight: one criterion
+/// iteration is one finished script; `in_flight` tasks share one harness.
+fn throughput(c: &mut Criterion) {
+    let rt = runtime();
+    let mut g = c.benchmark_group("throughput");
+    g.throughput(Throughput::Elements(1));
+    for engine in engines() {
+        let h = harness(engine);
+        for in_flight in [1usize, 2, 8] {
+            g.bench_function(BenchmarkId::new(engine.to_string(), in_flight), |b| {
+                b.iter_custom(|iters| {
+                    let t = Instant::now();
+                    rt.block_on(run_in_flight(&h, iters, in_flight));
+                    t.elapsed()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+/// Runs `total` trivial scripts, `in_flight` at a time.
+async fn run_in_flight(h: &harness::Harness, total: u64, in_flight: usize) {
+    let mut set = tokio::task::JoinSet::new();
+    let mut started = 0u64;
+    while started < total || !set.is_empty() {
+        while started < total && set.len() < in_flight {
+            let h = h.clone();
+            set.spawn(async move { assert!(h.run(TRIVIAL).await.ok) });
+            started += 1;
+        }
+        if let Some(done) = set.join_next().await {
+            done.expect("run task");
+        }
+    }
+}
+
+criterion_group!(benches, trivial, tool_calls, workloads, throughput);
 
 /// Lets the process-isolated configurations' workers (this binary) enforce
 /// memory limits.

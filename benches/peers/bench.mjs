@@ -1,0 +1,207 @@
+// The peer our benches compare against: QuickJS run through
+// quickjs-emscripten, the way the TypeScript harnesses this project
+// replaces run it. Same workloads and the same timing method as
+// `benches/src/bin/compare.rs` (see benches/README.md).
+//
+//   node bench.mjs [--json] [--iters N] [--warmup-ms N] [--only NAME]
+//
+// Every run is what a harness does per script: a fresh runtime with a
+// memory limit, a stack limit and an interrupt deadline, a fresh context
+// with `console` and `tools`, the script wrapped in an async function,
+// its promise settled, the result dumped to JSON, everything disposed.
+// The WebAssembly modules are loaded once, as a server would.
+
+import {
+  newQuickJSAsyncWASMModule,
+  newQuickJSWASMModule,
+  shouldInterruptAfterDeadline,
+} from "quickjs-emscripten";
+import { createRequire } from "node:module";
+import os from "node:os";
+
+const MIB = 1024 * 1024;
+// Our defaults (docs/configuration.md): 96 MiB, 512 KiB of stack, 30 s.
+const MEMORY_BYTES = 96 * MIB;
+const STACK_BYTES = 512 * 1024;
+const TIMEOUT_MS = 30_000;
+
+const args = process.argv.slice(2);
+const flag = (name, dflt) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : dflt;
+};
+const JSON_OUT = args.includes("--json");
+const ITERS = Number(flag("--iters", "300"));
+const WARMUP_MS = Number(flag("--warmup-ms", "500"));
+const ONLY = flag("--only", null);
+
+// The host tool: returns its arguments, asynchronously, as a real tool would.
+const echoTool = async (a) => a;
+
+/** Sets up one run: runtime, limits, context, console, tools. */
+function open(module) {
+  const runtime = module.newRuntime();
+  runtime.setMemoryLimit(MEMORY_BYTES);
+  runtime.setMaxStackSize(STACK_BYTES);
+  runtime.setInterruptHandler(shouldInterruptAfterDeadline(Date.now() + TIMEOUT_MS));
+  const ctx = runtime.newContext();
+  const console_ = ctx.newObject();
+  const log = ctx.newFunction("log", (...a) => {
+    lines.push(a.map((h) => ctx.dump(h)).join(" "));
+  });
+  ctx.setProp(console_, "log", log);
+  ctx.setProp(ctx.global, "console", console_);
+  log.dispose();
+  console_.dispose();
+  return { runtime, ctx };
+}
+let lines = [];
+
+/**
+ * `tools.echo(args)` returns a promise the host settles when the tool is
+ * done (the deferred-promise pattern: real concurrency for Promise.all).
+ */
+function installPromiseTools(runtime, ctx) {
+  const raw = ctx.newFunction("__echo", (argJson) => {
+    const deferred = ctx.newPromise();
+    const input = JSON.parse(ctx.getString(argJson));
+    echoTool(input).then((out) => {
+      const s = ctx.newString(JSON.stringify(out));
+      deferred.resolve(s);
+      s.dispose();
+      deferred.dispose();
+      runtime.executePendingJobs();
+    });
+    return deferred.handle;
+  });
+  ctx.setProp(ctx.global, "__echo", raw);
+  raw.dispose();
+  ctx.unwrapResult(
+    ctx.evalCode(
+      "globalThis.tools = { echo: (a) => __echo(JSON.stringify(a)).then(JSON.parse) };",
+    ),
+  ).dispose();
+}
+
+/**
+ * `tools.echoSync(args)` suspends the whole VM while the host awaits the
+ * tool (asyncify): only for scripts written without `await`, because an
+ * asyncified function cannot run from the job queue.
+ */
+function installAsyncifiedTools(ctx) {
+  const raw = ctx.newAsyncifiedFunction("__echo", async (argJson) => {
+    const out = await echoTool(JSON.parse(ctx.getString(argJson)));
+    return ctx.newString(JSON.stringify(out));
+  });
+  ctx.setProp(ctx.global, "__echo", raw);
+  raw.dispose();
+  ctx.unwrapResult(
+    ctx.evalCode("globalThis.tools = { echoSync: (a) => JSON.parse(__echo(JSON.stringify(a))) };"),
+  ).dispose();
+}
+
+/** Runs `body` as the body of an async function and returns its value. */
+async function runScript(module, body, tools) {
+  lines = [];
+  const { runtime, ctx } = open(module);
+  try {
+    if (tools === "promise") installPromiseTools(runtime, ctx);
+    if (tools === "asyncify") installAsyncifiedTools(ctx);
+    const code = `(async () => {\n${body}\n})()`;
+    const evaluated =
+      tools === "asyncify" ? await ctx.evalCodeAsync(code, "script.js") : ctx.evalCode(code, "script.js");
+    const promise = ctx.unwrapResult(evaluated);
+    const settled = ctx.resolvePromise(promise);
+    promise.dispose();
+    runtime.executePendingJobs();
+    const result = ctx.unwrapResult(await settled);
+    const value = ctx.dump(result);
+    result.dispose();
+    return JSON.stringify(value);
+  } finally {
+    ctx.dispose();
+    runtime.dispose();
+  }
+}
+
+// The workloads, named as in `compare`. `script` is exactly our bench's
+// script (benches/src/lib.rs); the asyncify rows need a script without
+// `await` and say so in their name.
+const sequential = (n) =>
+  `let last; for (let i = 0; i < ${n}; i++) last = await tools.echo({i}); return last.i`;
+const sequentialSync = (n) =>
+  `let last; for (let i = 0; i < ${n}; i++) last = tools.echoSync({i}); return last.i`;
+const parallel = (n) =>
+  `const r = await Promise.all(Array.from({length: ${n}}, (_, i) => tools.echo({i}))); return r.length`;
+
+const syncModule = await newQuickJSWASMModule();
+const asyncModule = await newQuickJSAsyncWASMModule();
+
+const workloads = [
+  { name: "trivial", config: "quickjs-emscripten", module: syncModule, script: "return 1+1", expect: "2" },
+  { name: "trivial", config: "quickjs-emscripten/async", module: asyncModule, script: "return 1+1", expect: "2" },
+  ...[1, 10, 100].map((n) => ({
+    name: `sequential_${n}`,
+    config: "quickjs-emscripten/async",
+    module: asyncModule,
+    tools: "promise",
+    script: sequential(n),
+    expect: String(n - 1),
+  })),
+  ...[1, 10, 100].map((n) => ({
+    name: `sequential_${n}`,
+    config: "quickjs-emscripten/asyncify",
+    module: asyncModule,
+    tools: "asyncify",
+    script: sequentialSync(n),
+    expect: String(n - 1),
+  })),
+  {
+    name: "promise_all_32",
+    config: "quickjs-emscripten/async",
+    module: asyncModule,
+    tools: "promise",
+    script: parallel(32),
+    expect: "32",
+  },
+];
+
+/** Warm up for WARMUP_MS, then time ITERS runs one by one. */
+async function measure(w) {
+  const once = async () => {
+    const got = await runScript(w.module, w.script, w.tools);
+    if (got !== w.expect) throw new Error(`${w.config} ${w.name}: got ${got}, want ${w.expect}`);
+  };
+  const until = performance.now() + WARMUP_MS;
+  while (performance.now() < until) await once();
+  const samples = [];
+  for (let i = 0; i < ITERS; i++) {
+    const t = process.hrtime.bigint();
+    await once();
+    samples.push(Number(process.hrtime.bigint() - t) / 1e3);
+  }
+  samples.sort((a, b) => a - b);
+  const q = (p) => samples[Math.floor((samples.length - 1) * p)];
+  const mean = samples.reduce((s, x) => s + x, 0) / samples.length;
+  return { workload: w.name, config: w.config, iters: ITERS, median_us: q(0.5), p90_us: q(0.9), mean_us: mean };
+}
+
+const require = createRequire(import.meta.url);
+const version = require("quickjs-emscripten/package.json").version;
+const results = [];
+for (const w of workloads) {
+  if (ONLY && w.name !== ONLY) continue;
+  results.push(await measure(w));
+}
+
+if (JSON_OUT) {
+  const meta = { peer: "quickjs-emscripten", version, node: process.version, cpu: os.cpus()[0]?.model };
+  console.log(JSON.stringify({ meta, results }));
+} else {
+  console.log(`quickjs-emscripten ${version} on node ${process.version}, ${ITERS} runs each`);
+  for (const r of results) {
+    console.log(
+      `${r.workload.padEnd(16)} ${r.config.padEnd(28)} median ${r.median_us.toFixed(1).padStart(9)} µs  p90 ${r.p90_us.toFixed(1).padStart(9)} µs`,
+    );
+  }
+}

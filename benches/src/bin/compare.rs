@@ -1,0 +1,319 @@
+//! `compare`: our engines and the peer (QuickJS through quickjs-emscripten,
+//! `benches/peers/bench.mjs`) on the same workloads, timed the same way,
+//! with the ratios. Run it through `benches/compare`, which installs the
+//! peer first.
+//!
+//! ```text
+//! cargo run --release -p harness-benches --bin compare -- [--iters N] [--warmup-ms N] [--markdown] [--json]
+//! ```
+//!
+//! Method, for both sides: each workload is run for `--warmup-ms`, then
+//! `--iters` runs are timed one by one, end to end (ours: `Harness::run`,
+//! i.e. prepare, fresh hardened context, run, report; the peer: fresh
+//! runtime and context with limits, `console` and `tools`, run, dump,
+//! dispose). Medians are compared; p90 is shown for the tail.
+
+use harness_benches::{engines, harness, parallel_calls, sequential_calls, Config, TRIVIAL};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+/// The workloads both sides run: name, our script, expected value.
+fn workloads() -> Vec<(String, String, Value)> {
+    let mut w = vec![("trivial".to_string(), TRIVIAL.to_string(), Value::from(2))];
+    for n in [1usize, 10, 100] {
+        w.push((
+            format!("sequential_{n}"),
+            sequential_calls(n),
+            Value::from(n - 1),
+        ));
+    }
+    w.push((
+        "promise_all_32".to_string(),
+        parallel_calls(32),
+        Value::from(32),
+    ));
+    w
+}
+
+struct Options {
+    iters: usize,
+    warmup: Duration,
+    markdown: bool,
+    json: bool,
+    peer_dir: PathBuf,
+}
+
+fn parse_args() -> Result<Options, String> {
+    let mut o = Options {
+        iters: 300,
+        warmup: Duration::from_millis(500),
+        markdown: false,
+        json: false,
+        peer_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers"),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--iters" => {
+                o.iters = value("--iters")?
+                    .parse()
+                    .map_err(|e| format!("--iters: {e}"))?
+            }
+            "--warmup-ms" => {
+                let ms: u64 = value("--warmup-ms")?
+                    .parse()
+                    .map_err(|e| format!("--warmup-ms: {e}"))?;
+                o.warmup = Duration::from_millis(ms);
+            }
+            "--peer-dir" => o.peer_dir = PathBuf::from(value("--peer-dir")?),
+            "--markdown" => o.markdown = true,
+            "--json" => o.json = true,
+            // cargo bench passes --bench to every target.
+            "--bench" => {}
+            "-h" | "--help" => return Err(
+                "usage: compare [--iters N] [--warmup-ms N] [--peer-dir DIR] [--markdown] [--json]"
+                    .into(),
+            ),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if o.iters == 0 {
+        return Err("--iters must be at least 1".into());
+    }
+    Ok(o)
+}
+
+/// One measured (workload, configuration).
+#[derive(Debug, Clone)]
+struct Row {
+    workload: String,
+    config: String,
+    median_us: f64,
+    p90_us: f64,
+    mean_us: f64,
+}
+
+fn summarise(workload: &str, config: &str, mut samples: Vec<f64>) -> Row {
+    samples.sort_by(f64::total_cmp);
+    let q = |p: f64| samples[((samples.len() - 1) as f64 * p) as usize];
+    Row {
+        workload: workload.to_string(),
+        config: config.to_string(),
+        median_us: q(0.5),
+        p90_us: q(0.9),
+        mean_us: samples.iter().sum::<f64>() / samples.len() as f64,
+    }
+}
+
+fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Vec<Row> {
+    let h = harness(config);
+    let mut rows = Vec::new();
+    for (name, src, expect) in workloads() {
+        let once = || {
+            let r = rt.block_on(h.run(&src));
+            assert!(
+                r.ok && r.value.as_ref() == Some(&expect),
+                "{config} {name}: {r:?}"
+            );
+        };
+        let until = Instant::now() + o.warmup;
+        while Instant::now() < until {
+            once();
+        }
+        let samples = (0..o.iters)
+            .map(|_| {
+                let t = Instant::now();
+                once();
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        rows.push(summarise(&name, &config.to_string(), samples));
+    }
+    rows
+}
+
+/// Runs the Node peer; its rows and a one-line description.
+fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
+    let script = o.peer_dir.join("bench.mjs");
+    if !o
+        .peer_dir
+        .join("node_modules")
+        .join("quickjs-emscripten")
+        .exists()
+    {
+        return Err(format!(
+            "quickjs-emscripten is not installed in {}: run `npm ci` there (benches/compare does)",
+            o.peer_dir.display()
+        ));
+    }
+    let out = Command::new("node")
+        .arg(&script)
+        .args(["--json", "--iters", &o.iters.to_string()])
+        .args(["--warmup-ms", &o.warmup.as_millis().to_string()])
+        .current_dir(&o.peer_dir)
+        .output()
+        .map_err(|e| {
+            format!("cannot run node (Node.js 18 or later is needed for the peer): {e}")
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "the peer bench failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let v: Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("peer output is not JSON: {e}"))?;
+    let meta = &v["meta"];
+    let about = format!(
+        "{} {} on node {}",
+        meta["peer"].as_str().unwrap_or("?"),
+        meta["version"].as_str().unwrap_or("?"),
+        meta["node"].as_str().unwrap_or("?")
+    );
+    let rows = v["results"]
+        .as_array()
+        .ok_or("peer output has no results")?
+        .iter()
+        .map(|r| Row {
+            workload: r["workload"].as_str().unwrap_or("?").to_string(),
+            config: r["config"].as_str().unwrap_or("?").to_string(),
+            median_us: r["median_us"].as_f64().unwrap_or(f64::NAN),
+            p90_us: r["p90_us"].as_f64().unwrap_or(f64::NAN),
+            mean_us: r["mean_us"].as_f64().unwrap_or(f64::NAN),
+        })
+        .collect();
+    Ok((rows, about))
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
+    let (sep, head, rule) = if o.markdown {
+        (" | ", "| ", "|---|---|---:|---:|---|---:|---:|---:|")
+    } else {
+        ("  ", "", "")
+    };
+    let line = |cells: [String; 8]| {
+        let body = cells.join(sep);
+        if o.markdown {
+            println!("{head}{body} |");
+        } else {
+            println!("{body}");
+        }
+    };
+    line([
+        format!("{:<15}", "workload"),
+        format!("{:<16}", "ours"),
+        format!("{:>11}", "median µs"),
+        format!("{:>9}", "p90 µs"),
+        format!("{:<28}", "peer"),
+        format!("{:>11}", "median µs"),
+        format!("{:>9}", "p90 µs"),
+        format!("{:>9}", "peer/ours"),
+    ]);
+    if !rule.is_empty() {
+        println!("{rule}");
+    }
+    for r in ours {
+        let peers: Vec<&Row> = peer.iter().filter(|p| p.workload == r.workload).collect();
+        if peers.is_empty() {
+            line([
+                format!("{:<15}", r.workload),
+                format!("{:<16}", r.config),
+                format!("{:>11.1}", r.median_us),
+                format!("{:>9.1}", r.p90_us),
+                format!("{:<28}", "-"),
+                format!("{:>11}", "-"),
+                format!("{:>9}", "-"),
+                format!("{:>9}", "-"),
+            ]);
+        }
+        for p in peers {
+            line([
+                format!("{:<15}", r.workload),
+                format!("{:<16}", r.config),
+                format!("{:>11.1}", r.median_us),
+                format!("{:>9.1}", r.p90_us),
+                format!("{:<28}", p.config),
+                format!("{:>11.1}", p.median_us),
+                format!("{:>9.1}", p.p90_us),
+                format!("{:>8.2}x", p.median_us / r.median_us),
+            ]);
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    // Process-isolated configurations start this binary as their worker.
+    harness::serve_worker_if_requested();
+    let o = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let started = Instant::now();
+    let ours: Vec<Row> = engines()
+        .into_iter()
+        .flat_map(|c| measure_ours(c, &o, &rt))
+        .collect();
+    let peer = measure_peer(&o);
+    let (peer_rows, about) = match &peer {
+        Ok((rows, about)) => (rows.clone(), about.clone()),
+        Err(_) => (Vec::new(), "not run".to_string()),
+    };
+    if o.json {
+        let rows = |rs: &[Row]| -> Vec<Value> {
+            rs.iter()
+                .map(|r| {
+                    serde_json::json!({"workload": r.workload, "config": r.config,
+                        "median_us": r.median_us, "p90_us": r.p90_us, "mean_us": r.mean_us})
+                })
+                .collect()
+        };
+        let doc = serde_json::json!({"cpu": cpu_model(), "iters": o.iters, "peer": about,
+            "ours": rows(&ours), "peer_results": rows(&peer_rows)});
+        println!("{doc}");
+    } else {
+        println!(
+            "{} runs per row after {} ms of warm-up; {}; peer: {about}; measured in {:.0} s\n",
+            o.iters,
+            o.warmup.as_millis(),
+            cpu_model(),
+            started.elapsed().as_secs_f64()
+        );
+        print_table(&ours, &peer_rows, &o);
+    }
+    match peer {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("peer not measured: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Lets the process-isolated configurations' workers (this binary) enforce
+/// memory limits.
+#[global_allocator]
+static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;
