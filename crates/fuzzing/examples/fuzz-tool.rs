@@ -3,7 +3,7 @@
 //! ```sh
 //! cargo run -p harness-fuzzing --example fuzz-tool -- seed fuzz/corpus
 //! cargo run -p harness-fuzzing --example fuzz-tool -- replay execute_quickjs CRASH_FILE
-//! cargo run -p harness-fuzzing --example fuzz-tool -- show differential CRASH_FILE
+//! cargo run -p harness-fuzzing --example fuzz-tool -- show CRASH_FILE
 //! cargo run -p harness-fuzzing --example fuzz-tool -- sample 5
 //! ```
 //!
