@@ -40,12 +40,12 @@ enum Command {
 /// What `run` and `respond` share: the engine, tools, approvals, limits.
 #[derive(clap::Args, Debug)]
 struct EngineArgs {
-    /// Engine to run on (quickjs, boa).
+    /// Engine to run on (quickjs, boa; v8 in builds with `--features v8`).
     #[arg(long, default_value = "quickjs")]
     engine: String,
     /// Where the script runs: in_process, or process (a worker process the
-    /// host kills on timeout). Default: the engine's (quickjs: in_process,
-    /// boa: process).
+    /// host kills on timeout). Default: the engine's (quickjs, v8:
+    /// in_process; boa: process).
     #[arg(long, value_name = "ISOLATION")]
     isolation: Option<Isolation>,
     /// Root directory the built-in file tools are confined to.
@@ -363,6 +363,12 @@ fn print_summary(r: &ExecutionReport) {
         println!(
             "[console] {} line(s) dropped by the console limits",
             r.console_dropped
+        );
+    }
+    if r.tool_calls_dropped > 0 {
+        println!(
+            "[tools] {} further tool call attempt(s) refused without a record",
+            r.tool_calls_dropped
         );
     }
     for c in &r.tool_calls {

@@ -84,6 +84,7 @@ impl Item {
                 "console": report.console,
                 "console_dropped": report.console_dropped,
                 "tool_calls": report.tool_calls,
+                "tool_calls_dropped": report.tool_calls_dropped,
                 "approvals": report.approvals,
                 "progress": report.progress,
                 "progress_dropped": report.progress_dropped,
