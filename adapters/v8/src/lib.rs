@@ -523,6 +523,11 @@ impl Worker {
             if tainted || slot.heap.oom.load(Ordering::SeqCst) {
                 self.warm = None;
                 self.slot = None;
+            } else if slot.buffers.used() > 0 {
+                // Backing stores of the dead context count against the
+                // next run's limit until V8 collects them: collect now,
+                // after the report was sent.
+                slot.isolate.low_memory_notification();
             }
         }
     }
