@@ -162,6 +162,29 @@ async fn a_hundred_runs_with_a_kill_every_tenth_leak_no_process_or_descriptor() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_are_replaced_after_max_runs_per_worker() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    let mut opts = ProcessOptions::new("boa", env!("CARGO_BIN_EXE_harness"));
+    opts.max_workers = 1;
+    opts.max_runs_per_worker = Some(3);
+    let info = harness::EngineKind::Boa.info().expect("boa built in");
+    let a = ProcessAdapter::new(info, opts);
+    for i in 1..=7 {
+        let r = a
+            .execute(request(&format!("return {i}"), 5_000, &tools))
+            .await;
+        assert_eq!(r.value, Some(json!(i)), "run {i}: {r:?}");
+    }
+    // Runs 1-3 on the first worker, 4-6 on the second, 7 on the third (and
+    // none is started early: runs are sequential).
+    assert_eq!(a.workers_started(), 3);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(children().1, 0, "a recycled worker was not reaped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_dies_on_its_own_is_an_internal_error_and_is_replaced() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();

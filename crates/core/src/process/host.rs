@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::io::{self, BufReader, BufWriter};
 use std::path::PathBuf;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -45,6 +45,11 @@ pub struct ProcessOptions {
     pub start_timeout: Duration,
     /// Let workers write to the host's stderr (for debugging engines).
     pub inherit_stderr: bool,
+    /// Runs a worker serves before it is replaced by a fresh one
+    /// (`None`: no limit). Bounds what an engine leaks per run (Boa 0.22
+    /// leaks a few hundred bytes per context) at the cost of one worker
+    /// start every so many runs.
+    pub max_runs_per_worker: Option<u32>,
 }
 
 impl ProcessOptions {
@@ -58,6 +63,7 @@ impl ProcessOptions {
             address_space_bytes: Some(4 << 30),
             start_timeout: Duration::from_secs(10),
             inherit_stderr: false,
+            max_runs_per_worker: Some(10_000),
         }
     }
 
@@ -80,6 +86,8 @@ struct Proc {
     stderr: Option<ChildStderr>,
     /// Set by the host just before it kills the worker.
     killed: Arc<AtomicBool>,
+    /// Runs this worker has served.
+    runs: u32,
 }
 
 impl Proc {
@@ -127,6 +135,7 @@ impl Proc {
             output: BufReader::new(stdout),
             stderr,
             killed: Arc::new(AtomicBool::new(false)),
+            runs: 0,
         };
         // A binary that is not a worker may never answer: kill it then.
         let _watch = crate::watchdog::watch(
@@ -540,20 +549,28 @@ impl Engine for RemoteEngine {
 struct Slot {
     opts: Arc<ProcessOptions>,
     proc: Option<Proc>,
+    /// Workers started by the whole adapter.
+    started: Arc<AtomicU64>,
 }
 
 impl Slot {
+    fn spawn(&self) -> Result<Proc, String> {
+        let p = Proc::spawn(&self.opts)?;
+        self.started.fetch_add(1, Ordering::SeqCst);
+        Ok(p)
+    }
+
     fn take(&mut self) -> Result<Proc, String> {
         match self.proc.take() {
             Some(p) if p.alive() => Ok(p),
-            _ => Proc::spawn(&self.opts),
+            _ => self.spawn(),
         }
     }
 
     /// Starts the next worker while nobody waits for it.
     fn prewarm(&mut self) {
         if self.proc.is_none() {
-            self.proc = Proc::spawn(&self.opts).ok();
+            self.proc = self.spawn().ok();
         }
     }
 
@@ -577,6 +594,17 @@ impl Slot {
         let out = run_script(&mut engine, &self.opts.engine, request, tokio);
         respond(out.report);
         self.proc = engine.into_reusable(self.opts.start_timeout);
+        if let Some(p) = &mut self.proc {
+            p.runs = p.runs.saturating_add(1);
+            if self
+                .opts
+                .max_runs_per_worker
+                .is_some_and(|max| p.runs >= max)
+            {
+                // Dropping it kills and reaps it; a fresh one follows.
+                self.proc = None;
+            }
+        }
         self.prewarm();
     }
 
@@ -619,6 +647,7 @@ pub struct ProcessAdapter {
     info: EngineInfo,
     opts: Arc<ProcessOptions>,
     pool: Arc<WorkerPool<Slot>>,
+    started: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Slot {
@@ -636,6 +665,8 @@ impl ProcessAdapter {
     pub fn new(engine: EngineInfo, opts: ProcessOptions) -> Self {
         let opts = Arc::new(opts);
         let factory_opts = opts.clone();
+        let started = Arc::new(AtomicU64::new(0));
+        let factory_started = started.clone();
         let info = EngineInfo {
             capabilities: Capabilities {
                 interrupt: true,
@@ -658,10 +689,18 @@ impl ProcessAdapter {
                 move || Slot {
                     opts: factory_opts.clone(),
                     proc: None,
+                    started: factory_started.clone(),
                 },
             )),
             opts,
+            started,
         }
+    }
+
+    /// Worker processes started so far (the first ones, replacements after
+    /// kills and deaths, and recycling after `max_runs_per_worker`).
+    pub fn workers_started(&self) -> u64 {
+        self.started.load(Ordering::SeqCst)
     }
 
     /// Starts `n` workers now, so that the first runs find them warm.
