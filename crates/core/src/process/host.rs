@@ -46,9 +46,9 @@ pub struct ProcessOptions {
     /// Let workers write to the host's stderr (for debugging engines).
     pub inherit_stderr: bool,
     /// Runs a worker serves before it is replaced by a fresh one
-    /// (`None`: no limit). Bounds what an engine leaks per run (Boa 0.22
-    /// leaks a few hundred bytes per context) at the cost of one worker
-    /// start every so many runs.
+    /// (`None`: no limit). Bounds what an engine leaks over many runs
+    /// (Boa 0.22 leaks some strings) at the cost of one worker start every
+    /// so many runs.
     pub max_runs_per_worker: Option<u32>,
 }
 
