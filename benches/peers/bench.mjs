@@ -3,7 +3,7 @@
 // replaces run it. Same workloads and the same timing method as
 // `benches/src/bin/compare.rs` (see benches/README.md).
 //
-//   node bench.mjs [--json] [--iters N] [--warmup-ms N] [--only NAME]
+//   node bench.mjs [--json] [--iters N] [--warmup-ms N] [--gap-ms N] [--only NAME]
 //
 // Every run is what a harness does per script: a fresh runtime with a
 // memory limit, a stack limit and an interrupt deadline, a fresh context
@@ -33,6 +33,8 @@ const flag = (name, dflt) => {
 const JSON_OUT = args.includes("--json");
 const ITERS = Number(flag("--iters", "300"));
 const WARMUP_MS = Number(flag("--warmup-ms", "500"));
+// Idle time before each timed run (not timed), as in `compare --gap-ms`.
+const GAP_MS = Number(flag("--gap-ms", "0"));
 const ONLY = flag("--only", null);
 
 // The host tool: returns its arguments, asynchronously, as a real tool would.
@@ -176,6 +178,7 @@ async function measure(w) {
   while (performance.now() < until) await once();
   const samples = [];
   for (let i = 0; i < ITERS; i++) {
+    if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));
     const t = process.hrtime.bigint();
     await once();
     samples.push(Number(process.hrtime.bigint() - t) / 1e3);

@@ -4,14 +4,17 @@
 //! peer first.
 //!
 //! ```text
-//! cargo run --release -p harness-benches --bin compare -- [--iters N] [--warmup-ms N] [--markdown] [--json]
+//! cargo run --release -p harness-benches --bin compare -- [--iters N] [--warmup-ms N] [--gap-ms N] [--markdown] [--json]
 //! ```
 //!
 //! Method, for both sides: each workload is run for `--warmup-ms`, then
 //! `--iters` runs are timed one by one, end to end (ours: `Harness::run`,
 //! i.e. prepare, fresh hardened context, run, report; the peer: fresh
 //! runtime and context with limits, `console` and `tools`, run, dump,
-//! dispose). Medians are compared; p90 is shown for the tail.
+//! dispose). Medians are compared; p90 is shown for the tail. `--gap-ms`
+//! idles that long before each timed run (not timed), as between a
+//! model's turns: engines that prepare work ahead (our hardened contexts)
+//! then find it ready, as in production.
 
 use harness_benches::{engines, harness, parallel_calls, sequential_calls, Config, TRIVIAL};
 use serde_json::Value;
@@ -40,6 +43,7 @@ fn workloads() -> Vec<(String, String, Value)> {
 struct Options {
     iters: usize,
     warmup: Duration,
+    gap: Duration,
     markdown: bool,
     json: bool,
     peer_dir: PathBuf,
@@ -49,6 +53,7 @@ fn parse_args() -> Result<Options, String> {
     let mut o = Options {
         iters: 300,
         warmup: Duration::from_millis(500),
+        gap: Duration::ZERO,
         markdown: false,
         json: false,
         peer_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers"),
@@ -68,13 +73,17 @@ fn parse_args() -> Result<Options, String> {
                     .map_err(|e| format!("--warmup-ms: {e}"))?;
                 o.warmup = Duration::from_millis(ms);
             }
+            "--gap-ms" => {
+                let ms: u64 = value("--gap-ms")?.parse().map_err(|e| format!("--gap-ms: {e}"))?;
+                o.gap = Duration::from_millis(ms);
+            }
             "--peer-dir" => o.peer_dir = PathBuf::from(value("--peer-dir")?),
             "--markdown" => o.markdown = true,
             "--json" => o.json = true,
             // cargo bench passes --bench to every target.
             "--bench" => {}
             "-h" | "--help" => return Err(
-                "usage: compare [--iters N] [--warmup-ms N] [--peer-dir DIR] [--markdown] [--json]"
+                "usage: compare [--iters N] [--warmup-ms N] [--gap-ms N] [--peer-dir DIR] [--markdown] [--json]"
                     .into(),
             ),
             other => return Err(format!("unknown argument {other}")),
@@ -125,6 +134,9 @@ fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Ve
         }
         let samples = (0..o.iters)
             .map(|_| {
+                if !o.gap.is_zero() {
+                    std::thread::sleep(o.gap);
+                }
                 let t = Instant::now();
                 once();
                 t.elapsed().as_secs_f64() * 1e6
@@ -153,6 +165,7 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
         .arg(&script)
         .args(["--json", "--iters", &o.iters.to_string()])
         .args(["--warmup-ms", &o.warmup.as_millis().to_string()])
+        .args(["--gap-ms", &o.gap.as_millis().to_string()])
         .current_dir(&o.peer_dir)
         .output()
         .map_err(|e| {
@@ -291,13 +304,15 @@ fn main() -> ExitCode {
                 })
                 .collect()
         };
-        let doc = serde_json::json!({"cpu": cpu_model(), "iters": o.iters, "peer": about,
+        let doc = serde_json::json!({"cpu": cpu_model(), "iters": o.iters,
+            "gap_ms": o.gap.as_millis() as u64, "peer": about,
             "ours": rows(&ours), "peer_results": rows(&peer_rows)});
         println!("{doc}");
     } else {
         println!(
-            "{} runs per row after {} ms of warm-up; {}; peer: {about}; measured in {:.0} s\n",
+            "{} runs per row, {} ms apart, after {} ms of warm-up; {}; peer: {about}; measured in {:.0} s\n",
             o.iters,
+            o.gap.as_millis(),
             o.warmup.as_millis(),
             cpu_model(),
             started.elapsed().as_secs_f64()
