@@ -11,23 +11,48 @@
 use std::alloc::Layout;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Alignment of every backing store (what `calloc` gives V8 by default).
 const ALIGN: usize = 16;
 
 /// Bytes of backing stores in use, their peak and the limit, shared by
 /// the isolate's allocator and the worker that arms it for each run.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct BufferBudget {
     used: AtomicUsize,
     peak: AtomicUsize,
     /// 0 means "no run armed": nothing is refused (V8's own setup).
     limit: AtomicUsize,
     refused: AtomicBool,
+    /// Called on a refusal: stops the script at once, as the memory limit
+    /// is fatal for the run even if the script catches the RangeError.
+    on_refuse: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for BufferBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferBudget")
+            .field("used", &self.used)
+            .field("limit", &self.limit)
+            .field("refused", &self.refused)
+            .finish_non_exhaustive()
+    }
 }
 
 impl BufferBudget {
+    /// What to do when an allocation is refused (set once, by the isolate).
+    pub(crate) fn on_refuse(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_refuse.set(Box::new(f));
+    }
+
+    fn refuse(&self) {
+        self.refused.store(true, Ordering::SeqCst);
+        if let Some(f) = self.on_refuse.get() {
+            f();
+        }
+    }
+
     /// Sets the limit for a run and clears its peak and refusal.
     pub(crate) fn arm(&self, limit: usize) {
         self.limit.store(limit.max(1), Ordering::SeqCst);
@@ -59,11 +84,11 @@ impl BufferBudget {
         let mut used = self.used.load(Ordering::SeqCst);
         loop {
             let Some(next) = used.checked_add(n) else {
-                self.refused.store(true, Ordering::SeqCst);
+                self.refuse();
                 return false;
             };
             if limit != 0 && next > limit {
-                self.refused.store(true, Ordering::SeqCst);
+                self.refuse();
                 return false;
             }
             match self
@@ -91,7 +116,7 @@ fn layout(n: usize) -> Option<Layout> {
 /// Allocates `n` bytes (zeroed or not) within the budget; null refuses.
 fn allocate_with(budget: &BufferBudget, n: usize, zeroed: bool) -> *mut c_void {
     let Some(layout) = layout(n) else {
-        budget.refused.store(true, Ordering::SeqCst);
+        budget.refuse();
         return std::ptr::null_mut();
     };
     if !budget.reserve(n) {
@@ -157,9 +182,15 @@ mod tests {
     fn the_budget_refuses_past_its_limit_and_keeps_the_peak() {
         let b = BufferBudget::default();
         b.arm(100);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        b.on_refuse(move || {
+            seen.fetch_add(1, Ordering::SeqCst);
+        });
         assert!(b.reserve(60));
         assert!(!b.reserve(60));
         assert!(b.refused());
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "the isolate is told");
         b.release(60);
         assert!(b.reserve(100));
         assert_eq!(b.peak(), 100);

@@ -260,6 +260,11 @@ impl IsolateSlot {
         });
         let data = &*heap as *const HeapGuard as *mut c_void;
         isolate.add_near_heap_limit_callback(near_heap_limit, data);
+        // A refused ArrayBuffer ends the run at once, as the heap limit does.
+        let handle = isolate.thread_safe_handle();
+        buffers.on_refuse(move || {
+            handle.terminate_execution();
+        });
         IsolateSlot {
             isolate,
             key,
@@ -308,7 +313,7 @@ impl IsolateSlot {
     /// Whether the current run hit a limit the engine enforces by
     /// terminating: the heap, or the watchdog.
     fn stop_fault(&self) -> Option<EngineFault> {
-        if self.heap.oom.load(Ordering::SeqCst) {
+        if self.heap.oom.load(Ordering::SeqCst) || self.buffers.refused() {
             Some(out_of_memory())
         } else if self.stop.stopped.load(Ordering::SeqCst) {
             Some(interrupted())
@@ -316,6 +321,16 @@ impl IsolateSlot {
             None
         }
     }
+}
+
+/// Scripts are strict, as on every engine (QuickJS and Boa set a flag; V8
+/// takes the directive). It goes on the wrapper's own first line, so user
+/// line numbers do not move.
+fn strict_source(wrapped_source: &str) -> String {
+    let mut s = String::with_capacity(wrapped_source.len() + 14);
+    s.push_str("'use strict'; ");
+    s.push_str(wrapped_source);
+    s
 }
 
 /// Compiles and runs `source` as `name`; reads a thrown error into a
@@ -549,7 +564,7 @@ impl Worker {
     }
 
     fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        let wrapped = harness_core::event_loop::wrap_source(source);
+        let wrapped = strict_source(&harness_core::event_loop::wrap_source(source));
         let key = self
             .slot
             .as_ref()
@@ -810,7 +825,8 @@ impl Engine for V8Engine<'_> {
             let context = v8::Local::new(hs, &handles.context);
             let cs = &mut v8::ContextScope::new(hs, context);
             v8::tc_scope!(let tc, cs);
-            let script_fn = compile_run!(tc, wrapped_source, harness_core::error::SCRIPT_FILE)?;
+            let source = strict_source(wrapped_source);
+            let script_fn = compile_run!(tc, &source, harness_core::error::SCRIPT_FILE)?;
             let start = v8::Local::new(tc, &handles.start);
             let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
             match start.call(tc, recv, &[script_fn]) {
@@ -1031,6 +1047,14 @@ mod tests {
             classify("TypeError", "x is not a function"),
             FaultKind::Thrown
         );
+    }
+
+    #[test]
+    fn scripts_are_strict_without_moving_lines() {
+        let wrapped = harness_core::event_loop::wrap_source("return 1");
+        let s = strict_source(&wrapped);
+        assert!(s.starts_with("'use strict'; (async function"));
+        assert_eq!(s.lines().count(), wrapped.lines().count());
     }
 
     #[test]
