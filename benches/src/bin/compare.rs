@@ -47,6 +47,8 @@ struct Options {
     markdown: bool,
     json: bool,
     peer_dir: PathBuf,
+    /// Only this workload (`trivial`, `sequential_10`, …).
+    only: Option<String>,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -54,6 +56,7 @@ fn parse_args() -> Result<Options, String> {
         iters: 300,
         warmup: Duration::from_millis(500),
         gap: Duration::ZERO,
+        only: None,
         markdown: false,
         json: false,
         peer_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers"),
@@ -78,12 +81,13 @@ fn parse_args() -> Result<Options, String> {
                 o.gap = Duration::from_millis(ms);
             }
             "--peer-dir" => o.peer_dir = PathBuf::from(value("--peer-dir")?),
+            "--only" => o.only = Some(value("--only")?),
             "--markdown" => o.markdown = true,
             "--json" => o.json = true,
             // cargo bench passes --bench to every target.
             "--bench" => {}
             "-h" | "--help" => return Err(
-                "usage: compare [--iters N] [--warmup-ms N] [--gap-ms N] [--peer-dir DIR] [--markdown] [--json]"
+                "usage: compare [--iters N] [--warmup-ms N] [--gap-ms N] [--only WORKLOAD] [--peer-dir DIR] [--markdown] [--json]"
                     .into(),
             ),
             other => return Err(format!("unknown argument {other}")),
@@ -121,6 +125,9 @@ fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Ve
     let h = harness(config);
     let mut rows = Vec::new();
     for (name, src, expect) in workloads() {
+        if o.only.as_ref().is_some_and(|w| *w != name) {
+            continue;
+        }
         let once = || {
             let r = rt.block_on(h.run(&src));
             assert!(
@@ -166,6 +173,7 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
         .args(["--json", "--iters", &o.iters.to_string()])
         .args(["--warmup-ms", &o.warmup.as_millis().to_string()])
         .args(["--gap-ms", &o.gap.as_millis().to_string()])
+        .args(o.only.iter().flat_map(|w| ["--only", w.as_str()]))
         .current_dir(&o.peer_dir)
         .output()
         .map_err(|e| {
