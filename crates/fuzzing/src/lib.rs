@@ -189,6 +189,11 @@ pub fn fuzz_harness(engine: EngineKind, isolation: Isolation, limits: Limits) ->
 pub struct Execute {
     rt: tokio::runtime::Runtime,
     harness: Harness,
+    /// The same engine and workers with a generous deadline: the health
+    /// check is about the host, not about speed (a worker replaced after a
+    /// kill may take longer than the fuzz deadline to start on a busy
+    /// machine).
+    health: Harness,
     limits: Limits,
     label: String,
 }
@@ -204,9 +209,15 @@ impl std::fmt::Debug for Execute {
 impl Execute {
     pub fn new(engine: EngineKind, isolation: Isolation) -> Self {
         let limits = fuzz_limits();
+        let harness = fuzz_harness(engine, isolation, limits.clone());
+        let health = harness.with_limits(Limits {
+            timeout_ms: 30_000,
+            ..limits.clone()
+        });
         Execute {
             rt: runtime(),
-            harness: fuzz_harness(engine, isolation, limits.clone()),
+            harness,
+            health,
             limits,
             label: format!("{engine} ({isolation:?})"),
         }
@@ -219,7 +230,7 @@ impl Execute {
         let report = self.rt.block_on(self.harness.run_bytes(data));
         let wall = started.elapsed();
         check_report(&self.label, &self.limits, &report, wall);
-        let next = self.rt.block_on(self.harness.run("return 1+1"));
+        let next = self.rt.block_on(self.health.run("return 1+1"));
         assert!(
             next.ok && next.value == Some(json!(2)),
             "{}: unhealthy after the input: {:?}",

@@ -95,6 +95,20 @@ impl Harness {
         &self.limits
     }
 
+    /// The same harness (engine and its workers, tools, mode, context)
+    /// with other limits for its runs. The isolation stays the one the
+    /// harness was built with.
+    pub fn with_limits(&self, limits: Limits) -> Harness {
+        let isolation = self.limits.isolation;
+        Harness {
+            limits: Limits {
+                isolation,
+                ..limits
+            },
+            ..self.clone()
+        }
+    }
+
     /// Runs a script (the body of an async function) and reports.
     ///
     /// # Examples
