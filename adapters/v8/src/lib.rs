@@ -336,29 +336,57 @@ fn strict_source(wrapped_source: &str) -> String {
 /// Compiles and runs `source` as `name`; reads a thrown error into a
 /// fault (with `Syntax` for compile errors).
 macro_rules! compile_run {
-    ($tc:ident, $source:expr, $name:expr) => {{
-        let resource = v8::String::new($tc, $name).ok_or_else(|| internal("resource name"))?;
-        let origin = v8::ScriptOrigin::new(
-            $tc,
-            resource.into(),
-            0,
-            0,
-            false,
-            0,
-            None,
-            false,
-            false,
-            false,
-            None,
-        );
-        let code = v8::String::new($tc, $source).ok_or_else(out_of_memory)?;
-        match v8::Script::compile($tc, code, Some(&origin)) {
-            None => Err(syntax_fault($tc)),
-            Some(script) => match script.run($tc) {
+    ($tc:ident, $source:expr, $name:expr) => {
+        match compile!($tc, $source, $name) {
+            Ok(script) => match script.run($tc) {
                 Some(v) => Ok(v),
                 None => Err(caught_fault($tc)),
             },
+            Err(f) => Err(f),
         }
+    };
+}
+
+/// Compiles `source` as `name` without running it (a `Syntax` fault for
+/// compile errors).
+macro_rules! compile {
+    ($tc:ident, $source:expr, $name:expr) => {
+        match v8::String::new($tc, $name) {
+            None => Err(internal("resource name")),
+            Some(resource) => {
+                let origin = v8::ScriptOrigin::new(
+                    $tc,
+                    resource.into(),
+                    0,
+                    0,
+                    false,
+                    0,
+                    None,
+                    false,
+                    false,
+                    false,
+                    None,
+                );
+                match v8::String::new($tc, $source) {
+                    None => Err(out_of_memory()),
+                    Some(code) => v8::Script::compile($tc, code, Some(&origin))
+                        .ok_or_else(|| syntax_fault($tc)),
+                }
+            }
+        }
+    };
+}
+
+/// Runs `$body` with `$tc`, a TryCatch scope inside `$context` (a
+/// `Global<Context>`) on `$isolate`.
+macro_rules! in_context {
+    ($isolate:expr, $context:expr, |$tc:ident| $body:expr) => {{
+        let isolate = $isolate;
+        v8::scope!(let hs, isolate);
+        let context = v8::Local::new(hs, $context);
+        let cs = &mut v8::ContextScope::new(hs, context);
+        v8::tc_scope!(let $tc, cs);
+        $body
     }};
 }
 
@@ -571,35 +599,16 @@ impl Worker {
             .map(|s| s.key)
             .unwrap_or_else(|| IsolateKey::of(&harness_core::Limits::default()));
         let slot = self.slot_for(key);
-        let result = (|| -> Result<(), EngineFault> {
+        let result: Result<(), EngineFault> = {
             let isolate = &mut slot.isolate;
             v8::scope!(let hs, isolate);
             let context = v8::Context::new(hs, Default::default());
             context.set_allow_generation_from_strings(false);
             let cs = &mut v8::ContextScope::new(hs, context);
             v8::tc_scope!(let tc, cs);
-            let resource = v8::String::new(tc, harness_core::error::SCRIPT_FILE)
-                .ok_or_else(|| internal("resource name"))?;
-            let origin = v8::ScriptOrigin::new(
-                tc,
-                resource.into(),
-                0,
-                0,
-                false,
-                0,
-                None,
-                false,
-                false,
-                false,
-                None,
-            );
-            let code = v8::String::new(tc, &wrapped).ok_or_else(out_of_memory)?;
             // Compiling runs nothing.
-            match v8::Script::compile(tc, code, Some(&origin)) {
-                Some(_) => Ok(()),
-                None => Err(syntax_fault(tc)),
-            }
-        })();
+            compile!(tc, &wrapped, harness_core::error::SCRIPT_FILE).map(|_| ())
+        };
         result.map_err(|f| match f.kind {
             FaultKind::Internal => ScriptError::internal(f.message),
             _ => harness_core::event_loop::parse_error(&f, source),
@@ -665,44 +674,23 @@ const TEST262_HOST: &str = "globalThis.$262 = { global: globalThis, gc() {}, \
 /// Runs test262 global code; `Err((parse, fault))` on failure.
 fn run_global(slot: &mut IsolateSlot, eval: &GlobalEval) -> Result<(), (bool, EngineFault)> {
     let warm = new_context(slot, !eval.hardened).map_err(|f| (false, f))?;
-    let isolate = &mut slot.isolate;
-    v8::scope!(let hs, isolate);
-    let context = v8::Local::new(hs, &warm.context);
-    let cs = &mut v8::ContextScope::new(hs, context);
-    v8::tc_scope!(let tc, cs);
-    let print = v8::Function::new(tc, print_callback).ok_or_else(|| (false, internal("print")))?;
-    let global = context.global(tc);
-    let key = v8::String::new(tc, "print").ok_or_else(|| (false, internal("print")))?;
-    global.set(tc, key.into(), print.into());
-    let setup = (|| compile_run!(tc, TEST262_HOST, "test262-host.js"))();
-    setup.map_err(|f| (false, f))?;
-    let resource = v8::String::new(tc, "test262.js").ok_or_else(|| (false, internal("name")))?;
-    let origin = v8::ScriptOrigin::new(
-        tc,
-        resource.into(),
-        0,
-        0,
-        false,
-        0,
-        None,
-        false,
-        false,
-        false,
-        None,
-    );
-    let code = v8::String::new(tc, &eval.source).ok_or_else(|| (false, out_of_memory()))?;
-    let script = match v8::Script::compile(tc, code, Some(&origin)) {
-        Some(s) => s,
-        None => return Err((true, caught_fault(tc))),
-    };
-    if script.run(tc).is_none() {
-        return Err((false, caught_fault(tc)));
-    }
-    tc.perform_microtask_checkpoint();
-    if tc.has_caught() {
-        return Err((false, caught_fault(tc)));
-    }
-    Ok(())
+    in_context!(&mut slot.isolate, &warm.context, |tc| {
+        let print =
+            v8::Function::new(tc, print_callback).ok_or_else(|| (false, internal("print")))?;
+        let global = tc.get_current_context().global(tc);
+        let key = v8::String::new(tc, "print").ok_or_else(|| (false, internal("print")))?;
+        global.set(tc, key.into(), print.into());
+        compile_run!(tc, TEST262_HOST, "test262-host.js").map_err(|f| (false, f))?;
+        let script = compile!(tc, &eval.source, "test262.js").map_err(|f| (true, f))?;
+        if script.run(tc).is_none() {
+            return Err((false, caught_fault(tc)));
+        }
+        tc.perform_microtask_checkpoint();
+        if tc.has_caught() {
+            return Err((false, caught_fault(tc)));
+        }
+        Ok(())
+    })
 }
 
 /// A stopper for `generation` of `slot`'s runs: terminates the isolate
@@ -744,6 +732,20 @@ impl V8Engine<'_> {
             .ok_or_else(|| internal("no isolate"))
     }
 
+    /// The current run's handles and its isolate.
+    fn run_parts(&mut self) -> Result<(&RunHandles, &mut IsolateSlot), EngineFault> {
+        let handles = self
+            .handles
+            .as_ref()
+            .ok_or_else(|| internal("not loaded"))?;
+        let slot = self
+            .worker
+            .slot
+            .as_mut()
+            .ok_or_else(|| internal("no isolate"))?;
+        Ok((handles, slot))
+    }
+
     /// After an entry into V8: a termination is the heap limit or the
     /// watchdog, whatever V8 reported; and the memory sample.
     fn finish<R>(&mut self, r: Result<R, EngineFault>) -> Result<R, EngineFault> {
@@ -781,12 +783,7 @@ impl Engine for V8Engine<'_> {
             }
         };
         let slot = self.slot()?;
-        let r = (|| {
-            let isolate = &mut slot.isolate;
-            v8::scope!(let hs, isolate);
-            let context = v8::Local::new(hs, &warm.context);
-            let cs = &mut v8::ContextScope::new(hs, context);
-            v8::tc_scope!(let tc, cs);
+        let r = in_context!(&mut slot.isolate, &warm.context, |tc| (|| {
             let install = v8::Local::new(tc, &warm.install);
             let config = v8::String::new(tc, setup.config_json).ok_or_else(out_of_memory)?;
             let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
@@ -803,7 +800,7 @@ impl Engine for V8Engine<'_> {
                 context: warm.context.clone(),
                 generation,
             })
-        })();
+        })());
         let handles = self.finish(r)?;
         self.handles = Some(handles);
         Ok(())
@@ -811,85 +808,52 @@ impl Engine for V8Engine<'_> {
 
     fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
         let r = (|| {
-            let handles = self
-                .handles
-                .as_ref()
-                .ok_or_else(|| internal("not loaded"))?;
-            let slot = self
-                .worker
-                .slot
-                .as_mut()
-                .ok_or_else(|| internal("no isolate"))?;
-            let isolate = &mut slot.isolate;
-            v8::scope!(let hs, isolate);
-            let context = v8::Local::new(hs, &handles.context);
-            let cs = &mut v8::ContextScope::new(hs, context);
-            v8::tc_scope!(let tc, cs);
-            let source = strict_source(wrapped_source);
-            let script_fn = compile_run!(tc, &source, harness_core::error::SCRIPT_FILE)?;
-            let start = v8::Local::new(tc, &handles.start);
-            let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
-            match start.call(tc, recv, &[script_fn]) {
-                Some(_) => Ok(()),
-                None => Err(caught_fault(tc)),
-            }
+            let (handles, slot) = self.run_parts()?;
+            in_context!(&mut slot.isolate, &handles.context, |tc| {
+                let source = strict_source(wrapped_source);
+                let script_fn = compile_run!(tc, &source, harness_core::error::SCRIPT_FILE)?;
+                let start = v8::Local::new(tc, &handles.start);
+                let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
+                match start.call(tc, recv, &[script_fn]) {
+                    Some(_) => Ok(()),
+                    None => Err(caught_fault(tc)),
+                }
+            })
         })();
         self.finish(r)
     }
 
     fn run_jobs(&mut self) -> Result<(), EngineFault> {
         let r = (|| {
-            let handles = self
-                .handles
-                .as_ref()
-                .ok_or_else(|| internal("not loaded"))?;
-            let slot = self
-                .worker
-                .slot
-                .as_mut()
-                .ok_or_else(|| internal("no isolate"))?;
-            let isolate = &mut slot.isolate;
-            v8::scope!(let hs, isolate);
-            let context = v8::Local::new(hs, &handles.context);
-            let cs = &mut v8::ContextScope::new(hs, context);
-            v8::tc_scope!(let tc, cs);
-            tc.perform_microtask_checkpoint();
-            if tc.has_terminated() {
-                Err(interrupted())
-            } else {
-                Ok(())
-            }
+            let (handles, slot) = self.run_parts()?;
+            in_context!(&mut slot.isolate, &handles.context, |tc| {
+                tc.perform_microtask_checkpoint();
+                if tc.has_terminated() {
+                    Err(interrupted())
+                } else {
+                    Ok(())
+                }
+            })
         })();
         self.finish(r)
     }
 
     fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
         let r = (|| {
-            let handles = self
-                .handles
-                .as_ref()
-                .ok_or_else(|| internal("not loaded"))?;
-            let slot = self
-                .worker
-                .slot
-                .as_mut()
-                .ok_or_else(|| internal("no isolate"))?;
-            let isolate = &mut slot.isolate;
-            v8::scope!(let hs, isolate);
-            let context = v8::Local::new(hs, &handles.context);
-            let cs = &mut v8::ContextScope::new(hs, context);
-            v8::tc_scope!(let tc, cs);
-            let settle = v8::Local::new(tc, &handles.settle);
-            let id = v8::Number::new(tc, id as f64);
-            let ok = v8::Boolean::new(tc, ok);
-            // Longer than V8's maximum string: out of memory, as the
-            // script could not have held it either.
-            let payload = v8::String::new(tc, payload).ok_or_else(out_of_memory)?;
-            let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
-            match settle.call(tc, recv, &[id.into(), ok.into(), payload.into()]) {
-                Some(_) => Ok(()),
-                None => Err(caught_fault(tc)),
-            }
+            let (handles, slot) = self.run_parts()?;
+            in_context!(&mut slot.isolate, &handles.context, |tc| {
+                let settle = v8::Local::new(tc, &handles.settle);
+                let id = v8::Number::new(tc, id as f64);
+                let ok = v8::Boolean::new(tc, ok);
+                // Longer than V8's maximum string: out of memory, as the
+                // script could not have held it either.
+                let payload = v8::String::new(tc, payload).ok_or_else(out_of_memory)?;
+                let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
+                match settle.call(tc, recv, &[id.into(), ok.into(), payload.into()]) {
+                    Some(_) => Ok(()),
+                    None => Err(caught_fault(tc)),
+                }
+            })
         })();
         self.finish(r)
     }
