@@ -204,14 +204,10 @@ fn internal(msg: &str) -> EngineFault {
 fn guarded<R>(f: impl FnOnce() -> Result<R, EngineFault>) -> Result<R, EngineFault> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "(no message)".to_owned());
-            Err(internal(&format!("the engine panicked: {msg}")))
-        }
+        Err(payload) => Err(internal(&format!(
+            "the engine panicked: {}",
+            harness_core::error::panic_message(payload.as_ref())
+        ))),
     }
 }
 

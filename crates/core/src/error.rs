@@ -284,6 +284,16 @@ fn frame_name(prefix: &str) -> Option<String> {
     (ok && !p.contains('/')).then(|| p.to_owned())
 }
 
+/// The text of a panic payload (what `catch_unwind` returns), for
+/// reporting a panic caught in an engine or a parser as an error.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -73,14 +73,8 @@ fn inputs(n: usize, seed: u64) -> Vec<Vec<u8>> {
 
 fn trial(name: &str, run: impl FnOnce() + Send + 'static) -> Trial {
     Trial::test(name, move || {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).map_err(|p| {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            Failed::from(msg)
-        })
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
+            .map_err(|p| Failed::from(harness::core::error::panic_message(p.as_ref())))
     })
 }
 

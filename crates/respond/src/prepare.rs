@@ -133,16 +133,10 @@ fn prepare_source(source: String, language: Language) -> Result<Prepared, Script
         prepare_unguarded(source, language)
     })) {
         Ok(r) => r,
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "(no message)".to_owned());
-            Err(ScriptError::internal(format!(
-                "the JavaScript parser failed on this script: {msg}"
-            )))
-        }
+        Err(payload) => Err(ScriptError::internal(format!(
+            "the JavaScript parser failed on this script: {}",
+            harness_core::error::panic_message(payload.as_ref())
+        ))),
     }
 }
 

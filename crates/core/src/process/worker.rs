@@ -9,7 +9,6 @@ use crate::error::ScriptError;
 use crate::event_loop::{Engine, EngineFault, EngineSetup, FaultKind, Host, HostHandle, PRELUDE};
 use crate::limits::Limits;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::any::Any;
 use std::cell::RefCell;
 use std::io::{self, BufReader, BufWriter, StdinLock, StdoutLock};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -295,18 +294,12 @@ fn guarded<R>(f: impl FnOnce() -> Result<R, EngineFault>) -> Result<R, EngineFau
         Err(payload) => Err(EngineFault::new(
             FaultKind::Internal,
             "Error",
-            format!("{PANIC_PREFIX}{}", panic_message(payload.as_ref())),
+            format!(
+                "{PANIC_PREFIX}{}",
+                crate::error::panic_message(payload.as_ref())
+            ),
         )),
     }
-}
-
-/// The text of a panic payload.
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".to_owned())
 }
 
 /// Heap budget of a worker run, counted by [`WorkerAllocator`].
