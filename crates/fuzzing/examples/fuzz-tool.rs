@@ -80,16 +80,9 @@ fn main() {
         ["replay", target, file] => replay(target, &read(file)),
         ["show", file] => show(&read(file)),
         ["sample", n] => {
-            let mut x = 0x2545_f491_4f6c_dd1d_u64;
+            let mut rng = Rng(0x2545_f491_4f6c_dd1d);
             for _ in 0..n.parse::<usize>().unwrap_or(5) {
-                let bytes: Vec<u8> = (0..400)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect();
+                let bytes = rng.fill(400);
                 show(&bytes);
             }
         }

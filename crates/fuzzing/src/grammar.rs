@@ -313,16 +313,9 @@ mod tests {
 
     #[test]
     fn every_script_parses() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut rng = crate::Rng(0x9e37_79b9_7f4a_7c15);
         for _ in 0..500 {
-            let bytes: Vec<u8> = (0..256)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    seed as u8
-                })
-                .collect();
+            let bytes = rng.fill(256);
             let s = program(&mut Unstructured::new(&bytes));
             if let Err(e) = harness::respond::prepare(s.as_bytes()) {
                 panic!("{}: {}\n{s}", e.code, e.message);

@@ -434,6 +434,50 @@ impl Differential {
     }
 }
 
+/// xorshift64: reproducible inputs without a dependency (the smoke test,
+/// `fuzz-tool sample`, the grammar tests).
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Up to `max` bytes (the length is random too).
+    pub fn bytes(&mut self, max: usize) -> Vec<u8> {
+        let n = (self.next_u64() as usize) % (max + 1);
+        self.fill(n)
+    }
+
+    /// Exactly `n` bytes.
+    pub fn fill(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+
+    /// A seed with a few bytes replaced, inserted or removed.
+    pub fn mutate(&mut self, seed: &str) -> Vec<u8> {
+        let mut b = seed.as_bytes().to_vec();
+        for _ in 0..1 + self.next_u64() % 4 {
+            let at = (self.next_u64() as usize) % (b.len() + 1);
+            match self.next_u64() % 3 {
+                0 if at < b.len() => b[at] = self.next_u64() as u8,
+                1 if at < b.len() => {
+                    b.remove(at);
+                }
+                _ => {
+                    const PUNCT: &[u8] = b"{}()[];'`\"\\/*+-.=<>?!0aZ\n";
+                    b.insert(at, PUNCT[(self.next_u64() as usize) % PUNCT.len()])
+                }
+            }
+        }
+        b
+    }
+}
+
 /// Hand-written inputs every target starts from: the hostile scripts of
 /// the security suite in miniature, and ordinary ones. `cargo run -p
 /// harness-fuzzing --example fuzz-tool -- seed fuzz/corpus` writes them
