@@ -146,6 +146,9 @@ pub const CASES: &[Case] = &[
     // CPU and memory bombs.
     case!("security::infinite_loop", "while(true){} times out", Security, Stop,
         [Spec::new("while (true) {}", timeout).limits(short)]),
+    case!("security::catch_all_loop", "a loop that catches every error still stops at the deadline, also when heavy native work makes interrupt checks rare", Security, Stop,
+        [Spec::new("for (;;) { try { for (;;) {} } catch (e) {} }", timeout).limits(short),
+         Spec::new("const big = Array.from({length: 1e5}, (_, i) => i); for (;;) { try { for (;;) JSON.stringify(big) } catch (e) {} }", timeout).limits(short)]),
     case!("security::regex_backtracking", "catastrophic regex backtracking times out", Security, Stop,
         [Spec::new("return /(a+)+b/.test('a'.repeat(40))", timeout).limits(short)]),
     case!("security::native_call_loop", "a loop over heavy native calls stops at the deadline", Security, Stop,

@@ -12,6 +12,15 @@ pub const CASES: &[Case] = &[
             expect_value(o, json!(2))?;
             ensure(o, o.report.tool_calls.len() == 2 && o.report.tool_calls.iter().all(|c| c.status == CallStatus::Ok), "two ok calls")
         })]),
+    case!("tools::attempts_bounded", "past the budget and 64 refused attempts, calls are refused unrecorded and counted in tool_calls_dropped", Tools, Nothing,
+        [Spec::new("let n = 0; for (;;) { try { await tools.echo({}) } catch (e) { if (++n > 500) return e.message } }", |o| {
+            let msg = o.report.value.as_ref().and_then(|v| v.as_str()).unwrap_or_default();
+            ensure(o, o.report.ok && msg.contains("too many tool call attempts"), "the last refusal names the cap")?;
+            let cap = harness_core::Limits::default().max_tool_calls as usize
+                + harness_core::event_loop::REFUSED_CALLS_KEPT;
+            ensure(o, o.report.tool_calls.len() == cap, &format!("{} records, expected {cap}", o.report.tool_calls.len()))?;
+            ensure(o, o.report.tool_calls_dropped > 0, "dropped attempts counted")
+        })]),
     case!("tools::parallel", "calls in Promise.all all complete", Tools, Nothing,
         [Spec::new("const r = await Promise.all([1, 2, 3].map(n => tools.echo({n}))); return r.map(x => x.n)", |o| expect_value(o, json!([1, 2, 3])))]),
     case!("tools::composed", "the output of one call feeds the next", Tools, Nothing,
