@@ -35,12 +35,51 @@ enum Command {
     /// Run the script blocks of a model response and print the resulting
     /// conversation items, in the response's order.
     Respond(RespondArgs),
+    /// Run a program in a session's workspace sandbox (WASI-QuickJS): the
+    /// session directory is /app, `require('fs')` works inside it, and the
+    /// result lists the files the program created or modified.
+    #[cfg(feature = "wasi")]
+    Sandbox(SandboxArgs),
+}
+
+#[cfg(feature = "wasi")]
+#[derive(clap::Args, Debug)]
+struct SandboxArgs {
+    /// Directory holding the sessions' workspaces.
+    #[arg(long, value_name = "DIR")]
+    root: PathBuf,
+    /// Session id: its workspace is ROOT/ID.
+    #[arg(long, value_name = "ID")]
+    session: String,
+    /// Fuel budget (about one unit per wasm instruction); 0 is unlimited.
+    #[arg(long, value_name = "N")]
+    fuel: Option<u64>,
+    /// Memory cap of the whole guest, in MiB.
+    #[arg(long, value_name = "N")]
+    memory_mb: Option<u64>,
+    /// Stdout kept; the rest is dropped and flagged.
+    #[arg(long, value_name = "N")]
+    stdout_max_bytes: Option<usize>,
+    /// Stderr kept; the rest is dropped and flagged.
+    #[arg(long, value_name = "N")]
+    stderr_max_bytes: Option<usize>,
+    /// Wall-clock limit.
+    #[arg(long, value_name = "N")]
+    timeout_ms: Option<u64>,
+    /// The QuickJS WASI binary (default: bin/quickjs.wasm).
+    #[arg(long, value_name = "PATH")]
+    wasm: Option<PathBuf>,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Program file, or - for standard input.
+    file: String,
 }
 
 /// What `run` and `respond` share: the engine, tools, approvals, limits.
 #[derive(clap::Args, Debug)]
 struct EngineArgs {
-    /// Engine to run on (quickjs, boa; v8 in builds with `--features v8`).
+    /// Engine to run on (quickjs, boa, wasi; v8 in builds with `--features v8`).
     #[arg(long, default_value = "quickjs")]
     engine: String,
     /// Where the script runs: in_process, or process (a worker process the
@@ -64,6 +103,9 @@ struct EngineArgs {
     /// Tool calls allowed per script.
     #[arg(long, value_name = "N")]
     max_tool_calls: Option<u32>,
+    /// Fuel budget for engines that count fuel (wasi); others ignore it.
+    #[arg(long, value_name = "N")]
+    fuel: Option<u64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -220,6 +262,7 @@ fn build_harness(args: &EngineArgs, engine: EngineKind, mode: Mode) -> Result<Ha
     if let Some(n) = args.max_tool_calls {
         limits.max_tool_calls = n;
     }
+    limits.fuel = args.fuel;
     let approvals: Arc<dyn ApprovalBridge> = match args.approve {
         Some(Approve::Yes) => Arc::new(AutoApprove),
         Some(Approve::No) => Arc::new(AutoDeny {
@@ -395,8 +438,13 @@ fn print_summary(r: &ExecutionReport) {
         .memory_used_bytes
         .map(|b| format!(", {} KiB heap", b / 1024))
         .unwrap_or_default();
+    let fuel = r
+        .metrics
+        .fuel_consumed
+        .map(|f| format!(", {f} fuel"))
+        .unwrap_or_default();
     println!(
-        "-- {} in {:.2} ms, {} tool call(s){mem}",
+        "-- {} in {:.2} ms, {} tool call(s){mem}{fuel}",
         r.metrics.engine, r.metrics.duration_ms, r.metrics.tool_calls
     );
 }
@@ -455,6 +503,80 @@ async fn check(args: CheckArgs) -> ExitCode {
     }
 }
 
+#[cfg(feature = "wasi")]
+fn sandbox(args: SandboxArgs) -> ExitCode {
+    use harness::wasi::{Sandbox, SandboxPolicy};
+    let mut policy = SandboxPolicy::default();
+    if let Some(f) = args.fuel {
+        policy.fuel = (f > 0).then_some(f);
+    }
+    if let Some(m) = args.memory_mb {
+        policy.memory_bytes = m.saturating_mul(1024 * 1024);
+    }
+    if let Some(n) = args.stdout_max_bytes {
+        policy.stdout_max_bytes = n;
+    }
+    if let Some(n) = args.stderr_max_bytes {
+        policy.stderr_max_bytes = n;
+    }
+    if let Some(t) = args.timeout_ms {
+        policy.timeout_ms = t;
+    }
+    let code = match read_input(&args.file) {
+        Ok(b) => match String::from_utf8(b) {
+            Ok(s) => s,
+            Err(_) => return usage_error(format!("{} is not valid UTF-8", args.file)),
+        },
+        Err(e) => return usage_error(format!("cannot read {}: {e}", args.file)),
+    };
+    let mut sandbox = match Sandbox::new(policy, args.session, args.root) {
+        Ok(s) => s,
+        Err(e) => return usage_error(e),
+    };
+    if let Some(w) = args.wasm {
+        sandbox = sandbox.with_wasm_binary_path(w);
+    }
+    let result = match sandbox.execute(&code) {
+        Ok(r) => r,
+        Err(e) => return usage_error(e),
+    };
+    if args.json {
+        match serde_json::to_string(&result) {
+            Ok(s) => println!("{s}"),
+            Err(e) => return usage_error(format!("cannot encode the result: {e}")),
+        }
+    } else {
+        print!("{}", result.stdout);
+        eprint!("{}", result.stderr);
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "none".to_owned()
+            } else {
+                v.join(", ")
+            }
+        };
+        eprintln!(
+            "-- sandbox {}: exit {} ({:?}) in {:.2} ms, {} fuel, {} KiB memory{}{}; created: {}; modified: {}; deleted: {}",
+            result.metadata.session_id,
+            result.exit_code,
+            result.metadata.termination,
+            result.duration_ms,
+            result.fuel_consumed,
+            result.memory_used_bytes / 1024,
+            if result.metadata.stdout_truncated { "; stdout truncated" } else { "" },
+            if result.metadata.stderr_truncated { "; stderr truncated" } else { "" },
+            list(&result.files_created),
+            list(&result.files_modified),
+            list(&result.files_deleted),
+        );
+    }
+    if result.success {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 /// Counts a worker process's heap so it can enforce memory limits; outside
 /// worker mode it costs one relaxed load per allocation.
 #[global_allocator]
@@ -468,6 +590,8 @@ fn main() -> ExitCode {
             Command::Run(a) => run(a).await,
             Command::Check(a) => check(a).await,
             Command::Respond(a) => respond(a).await,
+            #[cfg(feature = "wasi")]
+            Command::Sandbox(a) => sandbox(a),
         }
     })
 }

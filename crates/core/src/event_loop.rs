@@ -49,6 +49,8 @@ pub fn wrap_source(source: &str) -> String {
 pub enum FaultKind {
     /// The interrupt handler stopped the engine (deadline or cancel).
     Interrupted,
+    /// The run used up its fuel budget (`Limits::fuel`).
+    OutOfFuel,
     OutOfMemory,
     StackOverflow,
     /// The source did not compile.
@@ -126,6 +128,10 @@ pub trait Engine {
     fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault>;
     /// Engine heap in use, where known.
     fn memory_used(&mut self) -> Option<u64>;
+    /// Fuel consumed so far, for engines that count it.
+    fn fuel_consumed(&mut self) -> Option<u64> {
+        None
+    }
     /// Whether the heap is at its limit. Engines that throw a bare value
     /// when they cannot allocate an error object use this to tell such a
     /// throw from a script's own `throw null`.
@@ -386,6 +392,7 @@ pub fn run_script<E: Engine + ?Sized>(
     };
     let end = ctl.drive(&setup, &request.source, &rx);
     let memory_used = ctl.engine.memory_used();
+    let fuel_consumed = ctl.engine.fuel_consumed();
     let memory_exhausted = ctl.engine.memory_exhausted();
 
     // Finalise: cancel what is still pending, give it the grace period,
@@ -456,6 +463,7 @@ pub fn run_script<E: Engine + ?Sized>(
             duration_ms: ms(started.elapsed()),
             tool_calls: tool_calls.len() as u32,
             memory_used_bytes: memory_used,
+            fuel_consumed,
         },
         tool_calls,
     };
@@ -940,6 +948,14 @@ fn fault_error(f: &EngineFault, limits: &Limits) -> ScriptError {
         FaultKind::Interrupted => {
             ScriptError::internal("the engine was interrupted for no known reason")
         }
+        FaultKind::OutOfFuel => ScriptError::new(
+            ErrorCode::ScriptTimeoutError,
+            Phase::Executing,
+            match limits.fuel {
+                Some(n) => format!("script ran out of fuel (its compute budget of {n} units)"),
+                None => "script ran out of fuel".to_owned(),
+            },
+        ),
         FaultKind::Syntax => ScriptError::new(
             ErrorCode::ScriptSyntaxError,
             Phase::Parsing,

@@ -89,6 +89,11 @@ pub struct Limits {
     /// in_process, Boa: process). Read by the `harness` facade when it
     /// picks the adapter; an adapter runs where it is.
     pub isolation: Option<Isolation>,
+    /// Compute budget in fuel units (wasm instructions, roughly), for
+    /// engines that count fuel (WASI-QuickJS); `None` is unlimited. Other
+    /// engines ignore it: the deadline bounds their CPU time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fuel: Option<u64>,
 }
 
 impl Default for Limits {
@@ -111,6 +116,7 @@ impl Default for Limits {
             approval_timeout_ms: 60_000,
             orphan_grace_ms: 250,
             isolation: None,
+            fuel: None,
         }
     }
 }

@@ -140,4 +140,7 @@ pub struct Metrics {
     /// Peak engine heap during the run (context included), where the engine can tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_used_bytes: Option<u64>,
+    /// Fuel the run consumed, for engines that count it (WASI-QuickJS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuel_consumed: Option<u64>,
 }

@@ -20,6 +20,10 @@ pub enum EngineKind {
     /// V8 isolates (the `v8` crate), behind the `v8` feature: needs a
     /// prebuilt V8 to link (see `adapters/v8/README.md`).
     V8,
+    /// QuickJS compiled to WASI, run by wasmtime with fuel, an epoch
+    /// deadline and a linear-memory cap (`bin/quickjs.wasm`, built by
+    /// `scripts/build-quickjs-wasm`).
+    Wasi,
 }
 
 /// An engine name that is unknown, or known but not built in.
@@ -40,6 +44,8 @@ impl EngineKind {
         v.push(EngineKind::QuickJs);
         #[cfg(feature = "boa")]
         v.push(EngineKind::Boa);
+        #[cfg(feature = "wasi")]
+        v.push(EngineKind::Wasi);
         #[cfg(feature = "v8")]
         v.push(EngineKind::V8);
         v
@@ -50,6 +56,7 @@ impl EngineKind {
             EngineKind::QuickJs => "quickjs",
             EngineKind::Boa => "boa",
             EngineKind::V8 => "v8",
+            EngineKind::Wasi => "wasi",
         }
     }
 
@@ -65,7 +72,7 @@ impl EngineKind {
     /// the process boundary for those that cannot (Boa).
     pub fn default_isolation(self) -> Isolation {
         match self {
-            EngineKind::QuickJs | EngineKind::V8 => Isolation::InProcess,
+            EngineKind::QuickJs | EngineKind::V8 | EngineKind::Wasi => Isolation::InProcess,
             EngineKind::Boa => Isolation::Process,
         }
     }
@@ -79,6 +86,8 @@ impl EngineKind {
             EngineKind::Boa => Ok(Arc::new(harness_boa::Boa::new())),
             #[cfg(feature = "v8")]
             EngineKind::V8 => Ok(Arc::new(harness_v8::V8::new())),
+            #[cfg(feature = "wasi")]
+            EngineKind::Wasi => Ok(Arc::new(harness_wasi::Wasi::new())),
             #[allow(unreachable_patterns)]
             other => Err(other.unavailable()),
         }
@@ -94,6 +103,8 @@ impl EngineKind {
             EngineKind::Boa => Ok(harness_boa::engine_info()),
             #[cfg(feature = "v8")]
             EngineKind::V8 => Ok(harness_v8::engine_info()),
+            #[cfg(feature = "wasi")]
+            EngineKind::Wasi => Ok(harness_wasi::engine_info()),
             #[allow(unreachable_patterns)]
             other => Err(other.unavailable()),
         }
@@ -108,6 +119,8 @@ impl EngineKind {
             EngineKind::Boa => Ok(harness_boa::worker_host()),
             #[cfg(feature = "v8")]
             EngineKind::V8 => Ok(harness_v8::worker_host()),
+            #[cfg(feature = "wasi")]
+            EngineKind::Wasi => Ok(harness_wasi::worker_host()),
             #[allow(unreachable_patterns)]
             other => Err(other.unavailable()),
         }
@@ -171,6 +184,7 @@ impl FromStr for EngineKind {
             "quickjs" | "qjs" => Ok(EngineKind::QuickJs),
             "boa" => Ok(EngineKind::Boa),
             "v8" => Ok(EngineKind::V8),
+            "wasi" | "wasi-quickjs" => Ok(EngineKind::Wasi),
             _ => Err(UnknownEngine {
                 name: s.to_owned(),
                 available: available_list(),

@@ -42,6 +42,10 @@ pub use harness_core::{
 };
 /// Model responses to conversation items: detect, prepare, orchestrate, serialise.
 pub use harness_respond as respond;
+/// The WASI engine's crate: the workspace sandbox ([`wasi::Sandbox`]) and
+/// the guest's loading options.
+#[cfg(feature = "wasi")]
+pub use harness_wasi as wasi;
 
 use harness_core::process::ProcessOptions;
 use std::fmt;

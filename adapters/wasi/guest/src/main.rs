@@ -1,0 +1,512 @@
+//! QuickJS for `wasm32-wasip1`: the guest of the `harness-wasi` engine and of
+//! the workspace sandbox. One binary, two ways in:
+//!
+//! - **Harness mode**: the host instantiates the module and calls the
+//!   `harness_*` exports, the same engine primitives every adapter offers
+//!   (load the hardened prelude, start the script, run jobs, settle a tool
+//!   call). The script's one native function, `host(op, a, b)`, is the
+//!   import `harness.host_call`; the host answers it (a tool call starts
+//!   there) and the reply is copied in with `harness.host_reply`. Faults go
+//!   out through `harness.fault` as JSON. `_start` is never called.
+//! - **Sandbox mode**: `quickjs /app/user_code.js` runs a file as a program,
+//!   with `console.log` to stdout, `console.error` to stderr and
+//!   `require('fs')` confined to `/app` (the only preopened directory).
+//!
+//! Time, fuel and memory are enforced by the host (wasmtime); the guest
+//! also sets QuickJS's own memory and stack limits so that a script over
+//! them gets a catchable error where QuickJS can give one.
+
+use rquickjs::context::intrinsic;
+use rquickjs::context::EvalOptions;
+use rquickjs::{Context, Ctx, Function, Object, Persistent, Runtime, Value};
+use std::cell::RefCell;
+
+mod sandbox;
+
+// The native engine's counting allocator: it enforces the memory limit and
+// remembers a refusal, which QuickJS may report only as a thrown `null`.
+#[path = "../../../quickjs/src/alloc.rs"]
+#[allow(dead_code)]
+mod alloc;
+use alloc::{AllocState, CountingAllocator};
+use std::sync::Arc;
+
+/// The hardening prelude shared by every engine, built in so that a
+/// pre-initialised snapshot of the guest holds the hardened context.
+const PRELUDE: &str = include_str!("../../../../crates/core/src/prelude.js");
+const PRELUDE_FILE: &str = "harness:prelude";
+const SCRIPT_FILE: &str = "script.js";
+/// QuickJS's stack limit in sandbox mode, inside the shadow stack the
+/// linker reserves (`build.rs`).
+const SANDBOX_STACK_BYTES: usize = 1024 * 1024;
+
+/// Intrinsics a script gets in harness mode: the same set as the native
+/// QuickJS engine (no `Performance`, no `DOMException`).
+type Intrinsics = (
+    intrinsic::Date,
+    intrinsic::Eval,
+    intrinsic::RegExpCompiler,
+    intrinsic::RegExp,
+    intrinsic::Json,
+    intrinsic::Proxy,
+    intrinsic::MapSet,
+    intrinsic::TypedArrays,
+    intrinsic::Promise,
+    intrinsic::WeakRef,
+);
+
+#[link(wasm_import_module = "harness")]
+extern "C" {
+    /// Answers `host(op, a, b)`; returns the reply's length in bytes.
+    fn host_call(
+        op: *const u8,
+        op_len: usize,
+        a: *const u8,
+        a_len: usize,
+        b: *const u8,
+        b_len: usize,
+    ) -> usize;
+    /// Copies the last reply to `dst` (as long as `host_call` said).
+    fn host_reply(dst: *mut u8);
+    /// Reports the fault of the primitive that is about to return nonzero.
+    fn fault(json: *const u8, len: usize);
+}
+
+/// What the `harness_*` primitives keep between calls. Field order is drop
+/// order: JS handles before the context, the context before the runtime.
+struct State {
+    start: Option<Persistent<Function<'static>>>,
+    settle: Option<Persistent<Function<'static>>>,
+    install: Option<Persistent<Function<'static>>>,
+    ctx: Context,
+    rt: Runtime,
+    alloc: Arc<AllocState>,
+}
+
+thread_local! {
+    /// The allocator's state, for faults reported outside `STATE`'s borrow.
+    static ALLOC: RefCell<Option<Arc<AllocState>>> = const { RefCell::new(None) };
+}
+
+/// Whether the allocator refused an allocation in this run.
+fn memory_refused() -> bool {
+    ALLOC.with(|a| a.borrow().as_ref().is_some_and(|a| a.refused()))
+}
+
+thread_local! {
+    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+    /// Where the host writes a primitive's input (config, source, payload).
+    static INPUT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Fault kinds, as the host's `FaultKind` names them.
+#[derive(Clone, Copy)]
+enum Kind {
+    Interrupted,
+    OutOfMemory,
+    StackOverflow,
+    Syntax,
+    Thrown,
+    Internal,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Interrupted => "Interrupted",
+            Kind::OutOfMemory => "OutOfMemory",
+            Kind::StackOverflow => "StackOverflow",
+            Kind::Syntax => "Syntax",
+            Kind::Thrown => "Thrown",
+            Kind::Internal => "Internal",
+        }
+    }
+}
+
+struct Fault {
+    kind: Kind,
+    name: String,
+    message: String,
+    stack: Option<String>,
+}
+
+impl Fault {
+    fn internal(message: impl Into<String>) -> Self {
+        Fault {
+            kind: Kind::Internal,
+            name: "Error".into(),
+            message: message.into(),
+            stack: None,
+        }
+    }
+
+    /// Hands the fault to the host and returns the status that says so.
+    /// Past a refused allocation, an interrupt, a bare thrown value or an
+    /// engine failure is the memory limit at work.
+    fn report(mut self) -> i32 {
+        let bare = matches!(self.kind, Kind::Thrown) && self.name.is_empty();
+        if memory_refused() && (bare || matches!(self.kind, Kind::Interrupted | Kind::Internal)) {
+            self.kind = Kind::OutOfMemory;
+            self.name = "InternalError".into();
+            self.message = "out of memory".into();
+        }
+        let json = serde_json::json!({
+            "kind": self.kind.name(),
+            "name": self.name,
+            "message": self.message,
+            "stack": self.stack,
+        })
+        .to_string();
+        // SAFETY: the import reads `len` bytes at `ptr`, which stay alive
+        // for the call.
+        unsafe { fault(json.as_ptr(), json.len()) };
+        1
+    }
+}
+
+/// Maps QuickJS's own error messages to fault kinds (as the native engine).
+fn classify(name: &str, message: &str) -> Kind {
+    match (name, message) {
+        ("InternalError", "interrupted") => Kind::Interrupted,
+        (_, "out of memory") => Kind::OutOfMemory,
+        ("RangeError", m) if m.starts_with("Maximum call stack size exceeded") => {
+            Kind::StackOverflow
+        }
+        ("InternalError", m) if m.starts_with("stack overflow") => Kind::StackOverflow,
+        _ => Kind::Thrown,
+    }
+}
+
+/// Reads a caught exception. A non-object (QuickJS throws `null` when it
+/// cannot allocate an error) is reported with an empty name.
+fn exception_fault(v: Value<'_>) -> Fault {
+    let Some(obj) = v.as_object() else {
+        return Fault {
+            kind: Kind::Thrown,
+            name: String::new(),
+            message: "a non-error value was thrown by the engine".into(),
+            stack: None,
+        };
+    };
+    let get = |k: &str| {
+        obj.get::<_, Option<String>>(k)
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    };
+    let (mut name, message, stack) = (get("name"), get("message"), get("stack"));
+    if name.is_empty() {
+        name = obj
+            .get::<_, Option<Object>>("constructor")
+            .ok()
+            .flatten()
+            .and_then(|c| c.get::<_, Option<String>>("name").ok().flatten())
+            .unwrap_or_default();
+    }
+    Fault {
+        kind: classify(&name, &message),
+        name,
+        message,
+        stack: Some(stack),
+    }
+}
+
+fn js_fault(ctx: &Ctx<'_>, e: rquickjs::Error) -> Fault {
+    match e {
+        rquickjs::Error::Exception => exception_fault(ctx.catch()),
+        rquickjs::Error::Allocation => Fault {
+            kind: Kind::OutOfMemory,
+            name: "InternalError".into(),
+            message: "out of memory".into(),
+            stack: None,
+        },
+        other => Fault::internal(other.to_string()),
+    }
+}
+
+/// The script's native `host(op, a, b)`: forwards to the host import.
+fn call_host(op: &str, a: &str, b: &str) -> String {
+    // SAFETY: the import reads the three buffers during the call and
+    // writes exactly the length it returned into `reply`.
+    unsafe {
+        let len = host_call(op.as_ptr(), op.len(), a.as_ptr(), a.len(), b.as_ptr(), b.len());
+        let mut reply = vec![0u8; len];
+        if len > 0 {
+            host_reply(reply.as_mut_ptr());
+        }
+        String::from_utf8(reply).unwrap_or_default()
+    }
+}
+
+/// Builds the runtime and a context with the prelude's hardening done.
+fn init_state() -> Result<State, Fault> {
+    let alloc = Arc::new(AllocState::default());
+    let rt = Runtime::new_with_alloc(CountingAllocator::new(alloc.clone()))
+        .map_err(|e| Fault::internal(e.to_string()))?;
+    // Deadlines and cancellation are the host's (epoch interruption); the
+    // guest stops a script only once the memory limit was hit, so that a
+    // script catching the error cannot grind on at the cap.
+    let memory = alloc.clone();
+    rt.set_interrupt_handler(Some(Box::new(move || {
+        let stop = memory.refused();
+        if stop {
+            // Room for the uncatchable error QuickJS throws next.
+            memory.grant_grace();
+        }
+        stop
+    })));
+    ALLOC.with(|a| *a.borrow_mut() = Some(alloc.clone()));
+    let ctx = Context::custom::<Intrinsics>(&rt).map_err(|e| Fault::internal(e.to_string()))?;
+    let install = ctx.with(|ctx| {
+        let run = || -> rquickjs::Result<Function<'_>> {
+            let mut opts = EvalOptions::default();
+            opts.strict = true;
+            opts.filename = Some(PRELUDE_FILE.to_owned());
+            let prelude: Function = ctx.eval_with_options(PRELUDE, opts)?;
+            let host = Function::new(ctx.clone(), |op: String, a: String, b: String| {
+                call_host(&op, &a, &b)
+            })?;
+            prelude.call((host,))
+        };
+        run()
+            .map(|f| Persistent::save(&ctx, f))
+            .map_err(|e| js_fault(&ctx, e))
+    })?;
+    Ok(State {
+        start: None,
+        settle: None,
+        install: Some(install),
+        ctx,
+        rt,
+        alloc,
+    })
+}
+
+fn take_input() -> String {
+    INPUT.with(|i| String::from_utf8_lossy(&std::mem::take(&mut *i.borrow_mut())).into_owned())
+}
+
+/// Runs `f` on the state, turning a fault into the nonzero status.
+fn with_state(f: impl FnOnce(&mut State) -> Result<(), Fault>) -> i32 {
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        match s.as_mut() {
+            Some(state) => match f(state) {
+                Ok(()) => 0,
+                Err(fault) => fault.report(),
+            },
+            None => Fault::internal("the guest was not loaded").report(),
+        }
+    })
+}
+
+/// A buffer of `len` bytes for the next primitive's input.
+#[no_mangle]
+pub extern "C" fn harness_input(len: usize) -> *mut u8 {
+    INPUT.with(|i| {
+        let mut i = i.borrow_mut();
+        i.clear();
+        i.resize(len, 0);
+        i.as_mut_ptr()
+    })
+}
+
+/// Builds the runtime and hardens a context (idempotent). This is also the
+/// pre-initialisation entry point: a snapshot taken after it holds the
+/// hardened context, so a run does not pay for it.
+#[no_mangle]
+pub extern "C" fn harness_init() -> i32 {
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.is_some() {
+            return 0;
+        }
+        match init_state() {
+            Ok(state) => {
+                state.rt.run_gc();
+                *s = Some(state);
+                0
+            }
+            Err(f) => f.report(),
+        }
+    })
+}
+
+/// Installs the run's config (the input) and sets QuickJS's memory and
+/// stack limits; hardens a context first unless a snapshot already did.
+#[no_mangle]
+pub extern "C" fn harness_load(memory_limit: u64, stack_limit: u64) -> i32 {
+    let status = harness_init();
+    if status != 0 {
+        return status;
+    }
+    let config = take_input();
+    with_state(|state| {
+        // The allocator enforces the limit (not QuickJS's malloc limit,
+        // which would refuse without leaving a trace).
+        state
+            .alloc
+            .arm(usize::try_from(memory_limit).unwrap_or(usize::MAX));
+        state
+            .rt
+            .set_max_stack_size(usize::try_from(stack_limit).unwrap_or(usize::MAX));
+        let install = state
+            .install
+            .take()
+            .ok_or_else(|| Fault::internal("a context is installed at most once"))?;
+        let (start, settle) = state.ctx.with(|ctx| {
+            let run = || -> rquickjs::Result<(Function<'_>, Function<'_>)> {
+                let install = install.restore(&ctx)?;
+                let controller: Object = install.call((config.as_str(),))?;
+                Ok((controller.get("start")?, controller.get("settle")?))
+            };
+            match run() {
+                Ok((s, t)) => Ok((Persistent::save(&ctx, s), Persistent::save(&ctx, t))),
+                Err(e) => Err(js_fault(&ctx, e)),
+            }
+        })?;
+        state.start = Some(start);
+        state.settle = Some(settle);
+        Ok(())
+    })
+}
+
+/// Compiles the wrapped source (the input) as `script.js` and starts it.
+#[no_mangle]
+pub extern "C" fn harness_start() -> i32 {
+    let source = take_input();
+    with_state(|state| {
+        let start = state
+            .start
+            .clone()
+            .ok_or_else(|| Fault::internal("not loaded"))?;
+        state.ctx.with(|ctx| {
+            let mut opts = EvalOptions::default();
+            opts.strict = true;
+            opts.filename = Some(SCRIPT_FILE.to_owned());
+            let script: Function = ctx.eval_with_options(source, opts).map_err(|e| {
+                let mut f = js_fault(&ctx, e);
+                if matches!(f.kind, Kind::Thrown) && f.name == "SyntaxError" {
+                    f.kind = Kind::Syntax;
+                }
+                f
+            })?;
+            let start = start.restore(&ctx).map_err(|e| js_fault(&ctx, e))?;
+            start
+                .call::<_, ()>((script,))
+                .map_err(|e| js_fault(&ctx, e))
+        })
+    })
+}
+
+/// Runs pending jobs until none is left.
+#[no_mangle]
+pub extern "C" fn harness_run_jobs() -> i32 {
+    with_state(|state| loop {
+        match state.rt.execute_pending_job() {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(job) => return Err(job.0.with(|ctx| exception_fault(ctx.catch()))),
+        }
+    })
+}
+
+/// Calls the prelude's `settle(id, ok, payload)`; the payload is the input.
+#[no_mangle]
+pub extern "C" fn harness_settle(id: f64, ok: i32) -> i32 {
+    let payload = take_input();
+    with_state(|state| {
+        let settle = state
+            .settle
+            .clone()
+            .ok_or_else(|| Fault::internal("not loaded"))?;
+        state.ctx.with(|ctx| {
+            let f = settle.restore(&ctx).map_err(|e| js_fault(&ctx, e))?;
+            f.call::<_, ()>((id, ok != 0, payload.as_str()))
+                .map_err(|e| js_fault(&ctx, e))
+        })
+    })
+}
+
+/// Peak QuickJS heap since `harness_load`, as the allocator counted it.
+#[no_mangle]
+pub extern "C" fn harness_heap_peak() -> u64 {
+    ALLOC.with(|a| a.borrow().as_ref().map_or(0, |a| a.peak() as u64))
+}
+
+/// Whether the memory limit refused an allocation in this run.
+#[no_mangle]
+pub extern "C" fn harness_memory_refused() -> i32 {
+    i32::from(memory_refused())
+}
+
+/// Parses the input without running it: `kind` 0 is a wrapped harness
+/// script (checked as a module, as the native engine does), 1 a sandbox
+/// program (global code, compiled only). A syntax error is a fault.
+#[no_mangle]
+pub extern "C" fn harness_check(kind: i32) -> i32 {
+    let source = take_input();
+    let run = || -> Result<(), Fault> {
+        let rt = Runtime::new().map_err(|e| Fault::internal(e.to_string()))?;
+        rt.set_max_stack_size(256 * 1024);
+        let ctx =
+            Context::custom::<Intrinsics>(&rt).map_err(|e| Fault::internal(e.to_string()))?;
+        ctx.with(|ctx| {
+            let parsed = if kind == 0 {
+                rquickjs::Module::declare(ctx.clone(), SCRIPT_FILE, source).map(|_| ())
+            } else {
+                compile_global(&ctx, &source)
+            };
+            parsed.map_err(|e| {
+                let mut f = js_fault(&ctx, e);
+                if matches!(f.kind, Kind::Thrown) {
+                    f.kind = Kind::Syntax;
+                }
+                f
+            })
+        })
+    };
+    match run() {
+        Ok(()) => 0,
+        Err(f) => f.report(),
+    }
+}
+
+/// Compiles global code without running it (rquickjs has no safe call
+/// for this; wrapping the code in a function would let it escape).
+#[allow(unsafe_code)]
+fn compile_global(ctx: &Ctx<'_>, source: &str) -> rquickjs::Result<()> {
+    use rquickjs::qjs;
+    let mut code = source.as_bytes().to_vec();
+    code.push(0);
+    let file = c"user_code.js";
+    // SAFETY: `code` is NUL-terminated and outlives the call (QuickJS reads
+    // `len` bytes and wants the terminator); the result is freed once.
+    unsafe {
+        let raw = ctx.as_raw().as_ptr();
+        let v = qjs::JS_Eval(
+            raw,
+            code.as_ptr().cast(),
+            source.len() as _,
+            file.as_ptr(),
+            (qjs::JS_EVAL_TYPE_GLOBAL | qjs::JS_EVAL_FLAG_COMPILE_ONLY) as _,
+        );
+        if qjs::JS_IsException(v) {
+            return Err(rquickjs::Error::Exception);
+        }
+        qjs::JS_FreeValue(raw, v);
+    }
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let code = match args.get(1) {
+        Some(path) => sandbox::run_file(path),
+        None => {
+            eprintln!("usage: quickjs FILE.js");
+            2
+        }
+    };
+    std::process::exit(code);
+}

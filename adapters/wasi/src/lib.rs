@@ -1,0 +1,528 @@
+//! QuickJS compiled to WASI (`bin/quickjs.wasm`, built from
+//! `adapters/wasi/guest` by `scripts/build-quickjs-wasm`), run by wasmtime.
+//!
+//! Two products share the guest:
+//! - [`Wasi`], a harness engine: the module is compiled once per process
+//!   (and cached on disk next to the guest), each run gets a fresh instance
+//!   from an `InstancePre` with fuel ([`Limits::fuel`]), an epoch deadline
+//!   for wall-clock time and cancellation, and `StoreLimits` for memory. No
+//!   file system, no environment beyond `NODE_ENV=production`, no
+//!   arguments. The shared event loop drives it through the same engine
+//!   primitives as every engine; the guest's `host(op, a, b)` is a wasm
+//!   import.
+//! - [`Sandbox`], the workspace sandbox: a session directory mounted as
+//!   `/app`, the script run as `quickjs /app/user_code.js`, and a report of
+//!   what it printed and changed.
+//!
+//! [`Limits::fuel`]: harness_core::Limits::fuel
+//!
+//! # Examples
+//! ```no_run
+//! use harness_core::{ExecutionRequest, ScriptRuntimeAdapter};
+//! use harness_wasi::Wasi;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let engine = Wasi::new();
+//! let report = engine.execute(ExecutionRequest::new("return 1 + 1")).await;
+//! assert_eq!(report.value, Some(serde_json::json!(2)));
+//! # });
+//! ```
+
+use async_trait::async_trait;
+use harness_core::event_loop::{run_lent, Engine, EngineFault, EngineSetup, FaultKind, HostHandle};
+use harness_core::pool::WorkerPool;
+use harness_core::process::EngineHost;
+use harness_core::{
+    Capabilities, EngineInfo, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
+    ScriptError, ScriptRuntimeAdapter,
+};
+use std::sync::Arc;
+use wasmtime::{Memory, Store, Trap, TypedFunc};
+
+mod module;
+pub mod sandbox;
+
+pub use module::{
+    default_wasm_path, load, load_uncached, LoadError, Loaded, ModuleOptions, BUILD_SCRIPT,
+    DEFAULT_WASM_PATH, WASM_PATH_ENV,
+};
+pub use sandbox::{Sandbox, SandboxError, SandboxPolicy, SandboxResult};
+
+use module::{answer_with, fuel_used, new_store, RunState, StopWhen};
+
+/// Engine name, as in `--engine`.
+pub const ENGINE_NAME: &str = "wasi";
+
+/// What runs inside: QuickJS as the native engine has it, built for WASI.
+pub const QUICKJS_VERSION: &str = "quickjs-ng 0.16.2 (rquickjs 0.14) on wasm32-wasip1, wasmtime 48";
+
+/// Stack of each worker thread; wasm uses at most [`module::MAX_WASM_STACK`] of it.
+const THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
+
+/// Linear memory beyond the script's heap limit: the guest's data, its
+/// 4 MiB shadow stack (adapters/wasi/guest/build.rs) and allocator slack.
+const GUEST_OVERHEAD_BYTES: u64 = 16 << 20;
+
+/// QuickJS's stack limit stays this far inside the 4 MiB shadow stack.
+const SHADOW_STACK_BYTES: u64 = 4 << 20;
+const SHADOW_STACK_MARGIN: u64 = 512 << 10;
+
+/// `harness_check` kinds: a wrapped harness script, a sandbox program.
+const CHECK_HARNESS_SCRIPT: i32 = 0;
+const CHECK_PROGRAM: i32 = 1;
+
+/// The guest's exports, typed.
+struct Guest {
+    store: Store<RunState>,
+    memory: Memory,
+    input: TypedFunc<u32, u32>,
+    load: TypedFunc<(u64, u64), i32>,
+    start: TypedFunc<(), i32>,
+    run_jobs: TypedFunc<(), i32>,
+    settle: TypedFunc<(f64, i32), i32>,
+    check: TypedFunc<i32, i32>,
+    memory_refused: TypedFunc<(), i32>,
+}
+
+fn internal(msg: impl Into<String>) -> EngineFault {
+    EngineFault::new(FaultKind::Internal, "Error", msg)
+}
+
+impl Guest {
+    /// A fresh instance with its own store and limits.
+    fn new(
+        loaded: &module::Loaded,
+        memory_bytes: u64,
+        fuel: Option<u64>,
+        stop: StopWhen,
+    ) -> Result<Guest, EngineFault> {
+        let mut wasi = wasmtime_wasi::WasiCtxBuilder::new();
+        wasi.env("NODE_ENV", "production");
+        let linear = usize::try_from(memory_bytes.saturating_add(GUEST_OVERHEAD_BYTES))
+            .unwrap_or(usize::MAX);
+        let mut store = new_store(loaded, wasi.build_p1(), linear, fuel, stop);
+        let instance = loaded
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| internal(format!("the guest did not instantiate: {e}")))?;
+        let missing = |what: &str, e: wasmtime::Error| {
+            internal(format!(
+                "the guest lacks {what} (rebuild it with {}): {e}",
+                module::BUILD_SCRIPT
+            ))
+        };
+        macro_rules! func {
+            ($name:literal) => {
+                instance
+                    .get_typed_func(&mut store, $name)
+                    .map_err(|e| missing($name, e))?
+            };
+        }
+        let memory = instance
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| internal("the guest exports no memory"))?;
+        Ok(Guest {
+            input: func!("harness_input"),
+            load: func!("harness_load"),
+            start: func!("harness_start"),
+            run_jobs: func!("harness_run_jobs"),
+            settle: func!("harness_settle"),
+            check: func!("harness_check"),
+            memory_refused: func!("harness_memory_refused"),
+            memory,
+            store,
+        })
+    }
+
+    /// Copies `bytes` into the guest's input buffer.
+    fn put(&mut self, bytes: &[u8]) -> Result<(), EngineFault> {
+        let len = u32::try_from(bytes.len()).map_err(|_| internal("input too large"))?;
+        let ptr = self
+            .input
+            .call(&mut self.store, len)
+            .map_err(|e| self.trap_fault(e))?;
+        self.memory
+            .write(&mut self.store, ptr as usize, bytes)
+            .map_err(|e| internal(e.to_string()))
+    }
+
+    /// Reads a primitive's status: 0 is done, anything else carries the
+    /// fault the guest reported; a trap is the host stopping the guest.
+    fn status(&mut self, r: wasmtime::Result<i32>) -> Result<(), EngineFault> {
+        match r {
+            Ok(0) => Ok(()),
+            Ok(_) => Err(self.reported_fault()),
+            Err(e) => Err(self.trap_fault(e)),
+        }
+    }
+
+    fn reported_fault(&mut self) -> EngineFault {
+        let Some(bytes) = self.store.data_mut().fault.take() else {
+            return internal("the guest failed without saying why");
+        };
+        #[derive(serde::Deserialize)]
+        struct Reported {
+            kind: FaultKind,
+            name: String,
+            message: String,
+            stack: Option<String>,
+        }
+        match serde_json::from_slice::<Reported>(&bytes) {
+            Ok(r) => EngineFault {
+                kind: r.kind,
+                name: r.name,
+                message: r.message,
+                stack: r.stack,
+            },
+            Err(e) => internal(format!("the guest reported an unreadable fault: {e}")),
+        }
+    }
+
+    /// Maps a trap to a fault: fuel, the epoch deadline, the wasm stack, or
+    /// a memory growth the limiter refused (the guest aborts when Rust
+    /// cannot allocate).
+    fn trap_fault(&self, e: wasmtime::Error) -> EngineFault {
+        let refused = self.store.data().limiter.refused;
+        let oom = || EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory");
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::OutOfFuel) => {
+                EngineFault::new(FaultKind::OutOfFuel, "InternalError", "out of fuel")
+            }
+            Some(Trap::Interrupt) => {
+                EngineFault::new(FaultKind::Interrupted, "InternalError", "interrupted")
+            }
+            Some(Trap::StackOverflow) => EngineFault::new(
+                FaultKind::StackOverflow,
+                "RangeError",
+                "Maximum call stack size exceeded",
+            ),
+            _ if refused => oom(),
+            Some(t) => internal(format!("the guest trapped: {t}")),
+            None => internal(format!("the guest failed: {e:#}")),
+        }
+    }
+}
+
+/// Parses `source` in a fresh instance without running it (`kind`: one of
+/// the `CHECK_*` constants); a syntax error is a [`FaultKind::Syntax`] fault.
+pub(crate) fn check_source(
+    loaded: &module::Loaded,
+    source: &str,
+    kind: i32,
+) -> Result<(), EngineFault> {
+    // Parsing is linear in the source, which the caller has capped.
+    let mut guest = Guest::new(loaded, 64 << 20, None, StopWhen::default())?;
+    guest.put(source.as_bytes())?;
+    let r = guest.check.call(&mut guest.store, kind);
+    guest.status(r)
+}
+
+/// One run's engine: a fresh instance, made in `load`.
+struct WasiEngine {
+    loaded: Result<Arc<module::Loaded>, EngineFault>,
+    guest: Option<Guest>,
+    host: Option<HostHandle>,
+    fuel: Option<u64>,
+    /// The first trap: the instance is dead after it.
+    dead: Option<EngineFault>,
+}
+
+impl WasiEngine {
+    /// Calls into the guest with this run's host answering its host calls.
+    fn call(
+        &mut self,
+        input: Option<&[u8]>,
+        f: impl FnOnce(&mut Guest) -> wasmtime::Result<i32>,
+    ) -> Result<(), EngineFault> {
+        if let Some(dead) = &self.dead {
+            return Err(dead.clone());
+        }
+        let guest = self.guest.as_mut().ok_or_else(|| internal("not loaded"))?;
+        let _host = answer_with(self.host.clone());
+        let r = match input {
+            Some(bytes) => guest.put(bytes).and_then(|()| {
+                let r = f(guest);
+                guest.status(r)
+            }),
+            None => {
+                let r = f(guest);
+                guest.status(r)
+            }
+        };
+        if let Err(fault) = &r {
+            if matches!(
+                fault.kind,
+                FaultKind::Interrupted | FaultKind::OutOfFuel | FaultKind::StackOverflow
+            ) || fault.message.starts_with("the guest trapped")
+            {
+                self.dead = Some(fault.clone());
+            }
+        }
+        r
+    }
+}
+
+/// Maps QuickJS's own error messages to fault kinds (as the native engine).
+fn classify(name: &str, message: &str) -> FaultKind {
+    match (name, message) {
+        ("InternalError", "interrupted") => FaultKind::Interrupted,
+        ("InternalError", "out of fuel") => FaultKind::OutOfFuel,
+        (_, "out of memory") => FaultKind::OutOfMemory,
+        ("RangeError", m) if m.starts_with("Maximum call stack size exceeded") => {
+            FaultKind::StackOverflow
+        }
+        ("InternalError", m) if m.starts_with("stack overflow") => FaultKind::StackOverflow,
+        _ => FaultKind::Thrown,
+    }
+}
+
+impl Engine for WasiEngine {
+    fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
+        let loaded = self.loaded.clone()?;
+        let limits = setup.limits;
+        let stop = StopWhen {
+            deadline: Some(setup.deadline),
+            cancel: Some(setup.cancel.clone()),
+        };
+        self.fuel = limits.fuel;
+        self.guest = Some(Guest::new(&loaded, limits.memory_bytes, limits.fuel, stop)?);
+        self.host = Some(host);
+        let stack = limits
+            .stack_bytes
+            .min(SHADOW_STACK_BYTES - SHADOW_STACK_MARGIN);
+        let memory = limits.memory_bytes;
+        self.call(Some(setup.config_json.as_bytes()), |g| {
+            g.load.call(&mut g.store, (memory, stack))
+        })
+    }
+
+    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
+        self.call(Some(wrapped_source.as_bytes()), |g| {
+            g.start.call(&mut g.store, ())
+        })
+        .map_err(|mut f| {
+            if f.kind == FaultKind::Thrown && f.name == "SyntaxError" {
+                f.kind = FaultKind::Syntax;
+            }
+            f
+        })
+    }
+
+    fn run_jobs(&mut self) -> Result<(), EngineFault> {
+        self.call(None, |g| g.run_jobs.call(&mut g.store, ()))
+    }
+
+    fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
+        self.call(Some(payload.as_bytes()), |g| {
+            g.settle.call(&mut g.store, (id as f64, i32::from(ok)))
+        })
+    }
+
+    /// Peak linear memory of the instance: the guest's whole footprint.
+    fn memory_used(&mut self) -> Option<u64> {
+        self.guest
+            .as_ref()
+            .map(|g| g.store.data().limiter.peak as u64)
+    }
+
+    fn fuel_consumed(&mut self) -> Option<u64> {
+        let fuel = self.fuel;
+        self.guest.as_ref().map(|g| fuel_used(&g.store, fuel))
+    }
+
+    /// The linear-memory cap refused a growth, or the guest's allocator
+    /// refused an allocation (QuickJS then may throw only a bare `null`).
+    fn memory_exhausted(&mut self) -> bool {
+        let Some(g) = self.guest.as_mut() else {
+            return false;
+        };
+        if g.store.data().limiter.refused {
+            return true;
+        }
+        self.dead.is_none()
+            && g.memory_refused
+                .call(&mut g.store, ())
+                .is_ok_and(|v| v != 0)
+    }
+
+    /// Moves the engine's epoch: every running store checks whether its
+    /// run is the one to stop.
+    fn stopper(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        let engine = self.loaded.as_ref().ok()?.engine.clone();
+        Some(Box::new(move || engine.increment_epoch()))
+    }
+
+    fn classify(&self, name: &str, message: &str) -> FaultKind {
+        classify(name, message)
+    }
+}
+
+/// Per-thread state: the guest, once loaded.
+struct Worker {
+    opts: ModuleOptions,
+    loaded: Option<Result<Arc<module::Loaded>, EngineFault>>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").field("opts", &self.opts).finish()
+    }
+}
+
+impl Worker {
+    fn new(opts: ModuleOptions) -> Self {
+        Worker { opts, loaded: None }
+    }
+
+    fn loaded(&mut self) -> Result<Arc<module::Loaded>, EngineFault> {
+        let opts = &self.opts;
+        self.loaded
+            .get_or_insert_with(|| module::load(opts).map_err(|e| internal(e.to_string())))
+            .clone()
+    }
+
+    fn lend_engine(&mut self, run: impl FnOnce(Result<&mut WasiEngine, EngineFault>) -> bool) {
+        let mut engine = WasiEngine {
+            loaded: self.loaded(),
+            guest: None,
+            host: None,
+            fuel: None,
+            dead: None,
+        };
+        // Every run has its own instance: nothing to recycle.
+        let _tainted = run(Ok(&mut engine));
+    }
+
+    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
+        let loaded = self
+            .loaded()
+            .map_err(|f| ScriptError::internal(f.message))?;
+        let wrapped = harness_core::event_loop::wrap_source(source);
+        check_source(&loaded, &wrapped, CHECK_HARNESS_SCRIPT)
+            .map_err(|f| harness_core::event_loop::parse_error(&f, source))
+    }
+}
+
+/// The WASI-QuickJS engine: a pool of worker threads, an instance per run.
+#[derive(Debug, Clone)]
+pub struct Wasi {
+    pool: Arc<WorkerPool<Worker>>,
+    opts: ModuleOptions,
+}
+
+impl Default for Wasi {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Wasi {
+    /// The default guest ([`default_wasm_path`]), cached on disk next to
+    /// it, with up to 64 runs in flight.
+    pub fn new() -> Self {
+        Self::with_options(ModuleOptions::cached(), 64)
+    }
+
+    /// A given guest and cache, with at most `max_workers` runs in flight.
+    pub fn with_options(opts: ModuleOptions, max_workers: usize) -> Self {
+        let factory_opts = opts.clone();
+        Wasi {
+            pool: Arc::new(WorkerPool::new(
+                "harness-wasi",
+                max_workers,
+                THREAD_STACK_BYTES,
+                move || Worker::new(factory_opts.clone()),
+            )),
+            opts,
+        }
+    }
+
+    /// Loads (compiles or reads back) the guest now instead of on the first
+    /// run, so that a missing or broken binary is reported up front.
+    pub fn preload(&self) -> Result<Arc<Loaded>, LoadError> {
+        module::load(&self.opts)
+    }
+}
+
+/// WASI-QuickJS: fuel, an epoch deadline and a linear-memory cap, all
+/// enforced by wasmtime outside the engine; a trap ends only the instance.
+pub fn engine_info() -> EngineInfo {
+    EngineInfo {
+        name: ENGINE_NAME.to_owned(),
+        engine_version: QUICKJS_VERSION.to_owned(),
+        capabilities: Capabilities {
+            interrupt: true,
+            memory_limit: true,
+            fuel: true,
+            hard_kill: true,
+            filesystem: false,
+            stack_guard: true,
+        },
+        isolation: harness_core::Isolation::InProcess,
+    }
+}
+
+/// What a worker process serves for `--harness-worker wasi`.
+pub fn worker_host() -> Box<dyn EngineHost> {
+    Box::new(Worker::new(ModuleOptions::cached()))
+}
+
+impl EngineHost for Worker {
+    fn name(&self) -> String {
+        ENGINE_NAME.to_owned()
+    }
+
+    fn version(&self) -> String {
+        QUICKJS_VERSION.to_owned()
+    }
+
+    fn enforces_memory(&self) -> bool {
+        true
+    }
+
+    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        self.lend_engine(|e| run(e.map(|e| e as &mut dyn Engine)));
+    }
+
+    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
+        Worker::check(self, source)
+    }
+
+    fn eval_global(&mut self, _eval: GlobalEval) -> GlobalEvalOutcome {
+        unsupported_global()
+    }
+}
+
+fn unsupported_global() -> GlobalEvalOutcome {
+    GlobalEvalOutcome::Unsupported(
+        "test262 runs on the native QuickJS engine (the same QuickJS); the WASI guest only runs harness scripts and sandbox programs".to_owned(),
+    )
+}
+
+#[async_trait]
+impl ScriptRuntimeAdapter for Wasi {
+    fn info(&self) -> EngineInfo {
+        engine_info()
+    }
+
+    async fn eval_global(&self, _eval: GlobalEval) -> GlobalEvalOutcome {
+        unsupported_global()
+    }
+
+    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+        let source = source.to_owned();
+        self.pool.ask(move |w| w.check(&source)).await?
+    }
+
+    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+        self.pool
+            .execute(ENGINE_NAME, request, |w, request, tokio, reply| {
+                w.lend_engine(|engine| {
+                    run_lent(engine, ENGINE_NAME, request, tokio, |report| {
+                        reply.send(report)
+                    })
+                })
+            })
+            .await
+    }
+}

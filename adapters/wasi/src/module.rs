@@ -1,0 +1,452 @@
+//! The guest module: found, compiled once per process (or read back from
+//! the on-disk cache), linked, and instantiated per run from an
+//! [`InstancePre`]. Stores get fuel, an epoch deadline and memory limits.
+
+use harness_core::event_loop::{host_call, HostHandle};
+use harness_core::CancellationToken;
+use sha2::{Digest, Sha256};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+use wasmtime::{
+    Caller, Config, Engine, InstancePre, Linker, Module, ResourceLimiter, Store, StoreLimits,
+    StoreLimitsBuilder, UpdateDeadline,
+};
+use wasmtime_wasi::p1::WasiP1Ctx;
+
+/// The script that builds the guest; named in every missing-binary error.
+pub const BUILD_SCRIPT: &str = "scripts/build-quickjs-wasm";
+
+/// The guest's default path, relative to the working directory.
+pub const DEFAULT_WASM_PATH: &str = "bin/quickjs.wasm";
+
+/// Environment variable that overrides the default guest path.
+pub const WASM_PATH_ENV: &str = "HARNESS_QUICKJS_WASM";
+
+/// Native stack wasm may use. Worker threads have 16 MiB.
+pub(crate) const MAX_WASM_STACK: usize = 4 << 20;
+
+/// Why the guest could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    #[error("the QuickJS WASI binary {path} does not exist; build it with {BUILD_SCRIPT}")]
+    Missing { path: PathBuf },
+    #[error("the QuickJS WASI binary {path} cannot be used: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Where the guest is: `HARNESS_QUICKJS_WASM`, else `bin/quickjs.wasm`
+/// under the working directory, else the one in this source tree (for
+/// tests and benches run by cargo from a crate directory).
+pub fn default_wasm_path() -> PathBuf {
+    if let Some(p) = std::env::var_os(WASM_PATH_ENV) {
+        return PathBuf::from(p);
+    }
+    let local = PathBuf::from(DEFAULT_WASM_PATH);
+    if local.exists() {
+        return local;
+    }
+    let tree = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(DEFAULT_WASM_PATH);
+    if tree.exists() {
+        return tree;
+    }
+    local
+}
+
+/// How to load the guest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ModuleOptions {
+    /// The guest; `None` is [`default_wasm_path`].
+    pub wasm_path: Option<PathBuf>,
+    /// Directory for compiled modules (`*.cwasm`); `None` compiles in
+    /// memory only. The default options cache next to the guest.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl ModuleOptions {
+    /// The default guest, cached next to it.
+    pub fn cached() -> Self {
+        let wasm = default_wasm_path();
+        let dir = wasm.parent().map(Path::to_path_buf);
+        ModuleOptions {
+            wasm_path: Some(wasm),
+            cache_dir: dir,
+        }
+    }
+
+    pub(crate) fn path(&self) -> PathBuf {
+        self.wasm_path.clone().unwrap_or_else(default_wasm_path)
+    }
+}
+
+/// A compiled guest, ready to instantiate.
+pub struct Loaded {
+    pub(crate) engine: Engine,
+    pub(crate) pre: InstancePre<RunState>,
+    /// SHA-256 of the guest file, hex.
+    pub sha256: String,
+    pub path: PathBuf,
+    /// Whether the compiled code came from the on-disk cache.
+    pub from_cache: bool,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("path", &self.path)
+            .field("sha256", &self.sha256)
+            .field("from_cache", &self.from_cache)
+            .finish()
+    }
+}
+
+fn loaded_modules() -> &'static Mutex<HashMap<ModuleOptions, Arc<Loaded>>> {
+    static MODULES: OnceLock<Mutex<HashMap<ModuleOptions, Arc<Loaded>>>> = OnceLock::new();
+    MODULES.get_or_init(Mutex::default)
+}
+
+/// The guest for `opts`, compiled at most once per process.
+pub fn load(opts: &ModuleOptions) -> Result<Arc<Loaded>, LoadError> {
+    let mut map = loaded_modules().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(l) = map.get(opts) {
+        return Ok(l.clone());
+    }
+    let loaded = Arc::new(load_uncached(opts)?);
+    map.insert(opts.clone(), loaded.clone());
+    Ok(loaded)
+}
+
+/// Whether this process has a finite address-space cap (a process worker
+/// does): then linear memories are not given their usual multi-GiB
+/// virtual reservation.
+#[allow(unsafe_code)]
+fn address_space_capped() -> bool {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we pass and nothing else.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0;
+    ok && lim.rlim_cur != libc::RLIM_INFINITY
+}
+
+/// The engine configuration, and a tag that tells its compiled code apart
+/// in the cache (code for bounds-checked memories differs).
+pub(crate) fn engine_config() -> (Config, &'static str) {
+    let mut c = Config::new();
+    c.consume_fuel(true);
+    c.epoch_interruption(true);
+    c.max_wasm_stack(MAX_WASM_STACK);
+    // Unused (no async calls), but must not be smaller than the above.
+    c.async_stack_size(MAX_WASM_STACK + (1 << 20));
+    c.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    if address_space_capped() {
+        // Bounds-checked memories that grow in place: slower, but they fit
+        // under RLIMIT_AS.
+        c.memory_reservation(0);
+        c.memory_guard_size(64 << 10);
+        return (c, "bounded");
+    }
+    (c, "reserved")
+}
+
+/// Compiles (or reads back) and links the guest; not memoised.
+pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
+    let path = opts.path();
+    let invalid = |message: String| LoadError::Invalid {
+        path: path.clone(),
+        message,
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(LoadError::Missing { path });
+        }
+        Err(e) => return Err(invalid(e.to_string())),
+    };
+    let sha256 = hex(&Sha256::digest(&bytes));
+    let (config, tag) = engine_config();
+    let engine = Engine::new(&config).map_err(|e| invalid(e.to_string()))?;
+    let cache_file = opts.cache_dir.as_ref().map(|d| {
+        d.join(format!(
+            ".quickjs-{}-wasmtime{}-{tag}.cwasm",
+            &sha256[..16],
+            wasmtime_version()
+        ))
+    });
+    let mut from_cache = false;
+    let mut module = None;
+    if let Some(file) = cache_file.as_ref().filter(|f| f.exists()) {
+        // A file that does not match this wasmtime and configuration is
+        // refused by `deserialize_file`; then the guest is compiled anew.
+        module = read_cached(&engine, file);
+        from_cache = module.is_some();
+    }
+    let module = match module {
+        Some(m) => m,
+        None => {
+            let m = Module::from_binary(&engine, &bytes).map_err(|e| invalid(e.to_string()))?;
+            if let Some(file) = &cache_file {
+                write_cached(&m, file);
+            }
+            m
+        }
+    };
+    let linker = linker(&engine).map_err(|e| invalid(e.to_string()))?;
+    let pre = linker
+        .instantiate_pre(&module)
+        .map_err(|e| invalid(e.to_string()))?;
+    Ok(Loaded {
+        engine,
+        pre,
+        sha256,
+        path,
+        from_cache,
+    })
+}
+
+#[allow(unsafe_code)]
+fn read_cached(engine: &Engine, file: &Path) -> Option<Module> {
+    // SAFETY: the file is one this function's sibling wrote with
+    // `Module::serialize` for a guest with the same SHA-256, next to the
+    // guest itself: whoever can replace it can replace the guest. wasmtime
+    // checks its version and the engine configuration before using it.
+    unsafe { Module::deserialize_file(engine, file) }.ok()
+}
+
+/// Best effort: a cache that cannot be written only costs a compile.
+fn write_cached(module: &Module, file: &Path) {
+    let Ok(bytes) = module.serialize() else {
+        return;
+    };
+    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+fn wasmtime_version() -> &'static str {
+    // The crate version pins the compiled-code format.
+    "48"
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What stops a store: its run's deadline or cancel token. The epoch is
+/// bumped (engine-wide) when some run must stop; each store's callback
+/// decides whether that run is its own.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct StopWhen {
+    pub deadline: Option<Instant>,
+    pub cancel: Option<CancellationToken>,
+}
+
+impl StopWhen {
+    pub(crate) fn now(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+            || self.cancel.as_ref().is_some_and(|c| c.is_cancelled())
+    }
+}
+
+/// [`StoreLimits`], plus what the report needs: the peak linear memory and
+/// whether a growth was refused.
+pub(crate) struct Limiter {
+    inner: StoreLimits,
+    pub peak: usize,
+    pub refused: bool,
+}
+
+impl Limiter {
+    pub(crate) fn new(memory_bytes: usize) -> Self {
+        Limiter {
+            inner: StoreLimitsBuilder::new()
+                .memory_size(memory_bytes)
+                .instances(1)
+                .memories(1)
+                .tables(4)
+                .build(),
+            peak: 0,
+            refused: false,
+        }
+    }
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let ok = self.inner.memory_growing(current, desired, maximum)?;
+        if ok {
+            self.peak = self.peak.max(desired);
+        } else {
+            self.refused = true;
+        }
+        Ok(ok)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
+}
+
+/// A store's data: WASI, the limiter, and the guest's last host reply and
+/// fault.
+pub(crate) struct RunState {
+    pub wasi: WasiP1Ctx,
+    pub limiter: Limiter,
+    pub stop: StopWhen,
+    pub reply: Vec<u8>,
+    pub fault: Option<Vec<u8>>,
+}
+
+thread_local! {
+    /// The run whose guest is executing on this thread answers the guest's
+    /// `host(op, a, b)` (harness mode; the handle is not `Send`, so it
+    /// cannot live in the store). Set around each call into the guest.
+    static CURRENT_HOST: RefCell<Option<HostHandle>> = const { RefCell::new(None) };
+}
+
+/// Makes `host` answer the guest's host calls on this thread until the
+/// guard is dropped.
+pub(crate) fn answer_with(host: Option<HostHandle>) -> impl Drop {
+    struct Restore(Option<HostHandle>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take();
+            CURRENT_HOST.with(|h| *h.borrow_mut() = prev);
+        }
+    }
+    Restore(CURRENT_HOST.with(|h| std::mem::replace(&mut *h.borrow_mut(), host)))
+}
+
+/// A store with the run's limits: linear memory at most `memory_bytes`,
+/// `fuel` units (unlimited when `None`), and a trap once `stop` says so
+/// after the engine's epoch moves.
+pub(crate) fn new_store(
+    loaded: &Loaded,
+    wasi: WasiP1Ctx,
+    memory_bytes: usize,
+    fuel: Option<u64>,
+    stop: StopWhen,
+) -> Store<RunState> {
+    let state = RunState {
+        wasi,
+        limiter: Limiter::new(memory_bytes),
+        stop,
+        reply: Vec::new(),
+        fault: None,
+    };
+    let mut store = Store::new(&loaded.engine, state);
+    store.limiter(|s| &mut s.limiter);
+    // Fuel is always on in this engine's configuration; unlimited is the
+    // most the store can hold.
+    let _ = store.set_fuel(fuel.unwrap_or(u64::MAX));
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|ctx| {
+        if ctx.data().stop.now() {
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            Ok(UpdateDeadline::Continue(1))
+        }
+    });
+    store
+}
+
+/// Fuel a store has burned since it was given `fuel`.
+pub(crate) fn fuel_used(store: &Store<RunState>, fuel: Option<u64>) -> u64 {
+    let left = store.get_fuel().unwrap_or(0);
+    fuel.unwrap_or(u64::MAX).saturating_sub(left)
+}
+
+/// Reads `len` bytes at `ptr` from the guest's memory.
+fn guest_bytes(caller: &mut Caller<'_, RunState>, ptr: u32, len: u32) -> wasmtime::Result<Vec<u8>> {
+    let memory = caller
+        .get_export("memory")
+        .and_then(|e| e.into_memory())
+        .ok_or_else(|| wasmtime::format_err!("the guest exports no memory"))?;
+    let data = memory.data(&caller);
+    let (start, len) = (ptr as usize, len as usize);
+    data.get(start..start.saturating_add(len))
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| wasmtime::format_err!("the guest passed a buffer outside its memory"))
+}
+
+/// WASI preview 1 and the guest's `harness` imports.
+fn linker(engine: &Engine) -> wasmtime::Result<Linker<RunState>> {
+    let mut linker: Linker<RunState> = Linker::new(engine);
+    wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |s: &mut RunState| &mut s.wasi)?;
+    linker.func_wrap(
+        "harness",
+        "host_call",
+        |mut caller: Caller<'_, RunState>,
+         op: u32,
+         op_len: u32,
+         a: u32,
+         a_len: u32,
+         b: u32,
+         b_len: u32|
+         -> wasmtime::Result<u32> {
+            let text = |v: Vec<u8>| String::from_utf8_lossy(&v).into_owned();
+            let op = text(guest_bytes(&mut caller, op, op_len)?);
+            let a = text(guest_bytes(&mut caller, a, a_len)?);
+            let b = text(guest_bytes(&mut caller, b, b_len)?);
+            // Bind the handle first: the borrow must end before the call.
+            let host = CURRENT_HOST.with(|h| h.borrow().clone());
+            let reply = match host {
+                Some(h) => host_call(&h, &op, &a, &b),
+                None => String::new(),
+            };
+            let len = u32::try_from(reply.len())
+                .map_err(|_| wasmtime::format_err!("host reply too large"))?;
+            caller.data_mut().reply = reply.into_bytes();
+            Ok(len)
+        },
+    )?;
+    linker.func_wrap(
+        "harness",
+        "host_reply",
+        |mut caller: Caller<'_, RunState>, dst: u32| -> wasmtime::Result<()> {
+            let reply = std::mem::take(&mut caller.data_mut().reply);
+            let memory = caller
+                .get_export("memory")
+                .and_then(|e| e.into_memory())
+                .ok_or_else(|| wasmtime::format_err!("the guest exports no memory"))?;
+            memory.write(&mut caller, dst as usize, &reply)?;
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        "harness",
+        "fault",
+        |mut caller: Caller<'_, RunState>, ptr: u32, len: u32| -> wasmtime::Result<()> {
+            let bytes = guest_bytes(&mut caller, ptr, len)?;
+            caller.data_mut().fault = Some(bytes);
+            Ok(())
+        },
+    )?;
+    Ok(linker)
+}

@@ -1,0 +1,324 @@
+//! The workspace sandbox: DESIGN.md's scenarios, confinement to /app, and
+//! every limit. Needs `bin/quickjs.wasm` (`scripts/build-quickjs-wasm`).
+
+use harness_wasi::sandbox::Termination;
+use harness_wasi::{Sandbox, SandboxError, SandboxPolicy, SandboxResult};
+use std::path::Path;
+
+fn sandbox(root: &Path, session: &str, policy: SandboxPolicy) -> Sandbox {
+    Sandbox::new(policy, session, root).expect("valid session")
+}
+
+fn run(sb: &Sandbox, code: &str) -> SandboxResult {
+    sb.execute(code).expect("the sandbox runs")
+}
+
+#[test]
+fn a_program_writes_reads_and_reports_its_files() {
+    let root = tempfile::tempdir().unwrap();
+    let sb = sandbox(root.path(), "s1", SandboxPolicy::default());
+    let r = run(
+        &sb,
+        "const fs = require('fs');\n\
+         fs.writeFileSync('notes.txt', 'hello');\n\
+         fs.mkdirSync('data/deep', { recursive: true });\n\
+         fs.writeFileSync('/app/data/deep/n.json', JSON.stringify({ n: 1 }));\n\
+         console.log(fs.readFileSync('notes.txt', 'utf8'));\n\
+         console.error('to stderr');",
+    );
+    assert!(r.success, "{r:?}");
+    assert_eq!(r.exit_code, 0);
+    assert_eq!(r.stdout, "hello\n");
+    assert_eq!(r.stderr, "to stderr\n");
+    assert_eq!(r.files_created, vec!["data/deep/n.json", "notes.txt"]);
+    assert!(r.files_modified.is_empty());
+    assert_eq!(r.metadata.runtime, "javascript");
+    assert_eq!(r.metadata.termination, Termination::Exited);
+    assert!(r.fuel_consumed > 0 && r.memory_used_bytes > 0 && r.duration_ms > 0.0);
+    assert_eq!(
+        r.workspace_path,
+        root.path().join("s1").canonicalize().unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("s1/notes.txt")).unwrap(),
+        "hello"
+    );
+
+    // A later run sees the files, and reports what it changed.
+    let r = run(
+        &sb,
+        "const fs = require('fs');\n\
+         fs.appendFileSync('notes.txt', ' again');\n\
+         fs.writeFileSync('data/deep/n.json', JSON.stringify({ n: 1 }));\n\
+         fs.unlinkSync('data/deep/n.json');\n\
+         fs.writeFileSync('data/deep/n.json', JSON.stringify({ n: 1 }));\n\
+         const st = fs.statSync('notes.txt');\n\
+         console.log(fs.readFileSync('notes.txt', 'utf8'), st.size, st.isFile(), st.isDirectory());\n\
+         console.log(JSON.stringify(fs.readdirSync('.')), fs.existsSync('nope'));",
+    );
+    assert!(r.success, "{r:?}");
+    assert_eq!(
+        r.stdout,
+        "hello again 11 true false\n[\".metadata.json\",\"data\",\"notes.txt\",\"user_code.js\"] false\n"
+    );
+    assert!(r.files_created.is_empty(), "{r:?}");
+    // Rewritten with the same bytes: not modified.
+    assert_eq!(r.files_modified, vec!["notes.txt"]);
+
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.path().join("s1/.metadata.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["runs"], 2);
+    assert!(meta["updated_at"]
+        .as_str()
+        .is_some_and(|s| s.ends_with('Z')));
+    assert!(meta["created_at"].as_str().is_some());
+    assert_eq!(meta["last_run"]["files_modified"][0], "notes.txt");
+}
+
+#[test]
+fn deleted_files_and_uncaught_errors_are_reported() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("s")).unwrap();
+    std::fs::write(root.path().join("s/old.txt"), "x").unwrap();
+    let sb = sandbox(root.path(), "s", SandboxPolicy::default());
+    let r = run(
+        &sb,
+        "require('fs').unlinkSync('old.txt');\nfunction f() { throw new TypeError('bad thing'); }\nf();",
+    );
+    assert!(!r.success);
+    assert_eq!(r.exit_code, 1);
+    assert_eq!(r.files_deleted, vec!["old.txt"]);
+    assert!(r.stderr.contains("TypeError: bad thing"), "{}", r.stderr);
+    assert!(r.stderr.contains("user_code.js:2"), "{}", r.stderr);
+    assert_eq!(r.metadata.termination, Termination::Exited);
+}
+
+/// What a file operation threw, as `code message`.
+fn fs_error(sb: &Sandbox, call: &str) -> String {
+    let r = run(
+        sb,
+        &format!(
+            "const fs = require('fs');\ntry {{ {call}; console.log('NO ERROR'); }} catch (e) {{ console.log(e.code + ' ' + e.message); }}"
+        ),
+    );
+    assert!(r.success, "{r:?}");
+    r.stdout
+}
+
+#[test]
+fn nothing_outside_app_can_be_reached() {
+    let root = tempfile::tempdir().unwrap();
+    let sb = sandbox(root.path(), "s", SandboxPolicy::default());
+    std::fs::create_dir_all(sb.workspace_path()).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", sb.workspace_path().join("passwd")).unwrap();
+    std::os::unix::fs::symlink("/etc", sb.workspace_path().join("etc")).unwrap();
+    for call in [
+        "fs.readFileSync('/etc/passwd', 'utf8')",
+        "fs.readFileSync('/app/../etc/passwd', 'utf8')",
+        "fs.readFileSync('../../../../etc/passwd', 'utf8')",
+        "fs.writeFileSync('/tmp/escape.txt', 'x')",
+        "fs.readdirSync('/')",
+        "fs.readFileSync('passwd', 'utf8')",
+        "fs.readFileSync('etc/passwd', 'utf8')",
+        "fs.readdirSync('etc')",
+        "fs.writeFileSync('etc/escape.txt', 'x')",
+    ] {
+        let out = fs_error(&sb, call);
+        assert!(out.starts_with("EACCES "), "{call}: {out}");
+    }
+    assert!(!Path::new("/tmp/escape.txt").exists());
+    assert!(!Path::new("/etc/escape.txt").exists());
+}
+
+#[test]
+fn sessions_never_see_each_other() {
+    let root = tempfile::tempdir().unwrap();
+    let a = sandbox(root.path(), "alice", SandboxPolicy::default());
+    let b = sandbox(root.path(), "bob", SandboxPolicy::default());
+    let r = run(
+        &a,
+        "require('fs').writeFileSync('secret.txt', 'alice only')",
+    );
+    assert!(r.success, "{r:?}");
+    let r = run(
+        &b,
+        "const fs = require('fs');\n\
+         console.log(fs.existsSync('secret.txt'), fs.existsSync('/app/../alice/secret.txt'), JSON.stringify(fs.readdirSync('/app')));\n\
+         try { fs.readFileSync('../alice/secret.txt', 'utf8'); } catch (e) { console.log(e.code); }",
+    );
+    assert!(r.success, "{r:?}");
+    assert_eq!(r.stdout, "false false [\"user_code.js\"]\nEACCES\n");
+}
+
+#[test]
+fn an_endless_loop_runs_out_of_fuel() {
+    let root = tempfile::tempdir().unwrap();
+    let policy = SandboxPolicy {
+        fuel: Some(50_000_000),
+        ..SandboxPolicy::default()
+    };
+    let r = run(&sandbox(root.path(), "s", policy), "while (true) {}");
+    assert!(!r.success);
+    assert_eq!(r.metadata.termination, Termination::FuelExhausted);
+    assert!(r.stderr.contains("out of fuel"), "{}", r.stderr);
+    assert_eq!(r.fuel_consumed, 50_000_000);
+}
+
+#[test]
+fn a_runaway_is_stopped_by_the_deadline_even_with_unlimited_fuel() {
+    let root = tempfile::tempdir().unwrap();
+    let policy = SandboxPolicy {
+        fuel: None,
+        timeout_ms: 300,
+        ..SandboxPolicy::default()
+    };
+    let started = std::time::Instant::now();
+    let r = run(
+        &sandbox(root.path(), "s", policy),
+        "for (;;) { try { for (;;) {} } catch (e) {} }",
+    );
+    assert!(!r.success);
+    assert_eq!(r.metadata.termination, Termination::Timeout);
+    assert!(r.stderr.contains("timeout"), "{}", r.stderr);
+    assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_memory_bomb_fails_safely_under_64_mb() {
+    let root = tempfile::tempdir().unwrap();
+    let policy = SandboxPolicy {
+        memory_bytes: 64 << 20,
+        ..SandboxPolicy::default()
+    };
+    let sb = sandbox(root.path(), "s", policy);
+    let r = run(
+        &sb,
+        "const keep = []; for (let i = 0; ; i++) keep.push('x'.repeat(1 << 20) + i);",
+    );
+    assert!(!r.success);
+    assert!(r.memory_used_bytes <= 64 << 20, "{}", r.memory_used_bytes);
+    assert!(
+        r.stderr.contains("out of memory"),
+        "{:?}: {}",
+        r.metadata.termination,
+        r.stderr
+    );
+    // The host is fine, and so is the next run.
+    let r = run(&sb, "console.log(1 + 1)");
+    assert!(r.success && r.stdout == "2\n", "{r:?}");
+}
+
+#[test]
+fn output_over_the_cap_is_truncated_and_flagged() {
+    let root = tempfile::tempdir().unwrap();
+    let policy = SandboxPolicy {
+        stdout_max_bytes: 1_000,
+        stderr_max_bytes: 100,
+        ..SandboxPolicy::default()
+    };
+    let r = run(
+        &sandbox(root.path(), "s", policy),
+        "for (let i = 0; i < 100; i++) console.log('x'.repeat(99));\nconsole.error('e'.repeat(500));",
+    );
+    assert!(r.success, "{r:?}");
+    assert_eq!(r.stdout.len(), 1_000);
+    assert!(r.metadata.stdout_truncated);
+    assert_eq!(r.stderr.len(), 100);
+    assert!(r.metadata.stderr_truncated);
+
+    let r = run(
+        &sandbox(root.path(), "t", SandboxPolicy::default()),
+        "console.log('short')",
+    );
+    assert!(!r.metadata.stdout_truncated && !r.metadata.stderr_truncated);
+}
+
+#[test]
+fn validate_code_parses_without_running() {
+    let root = tempfile::tempdir().unwrap();
+    let sb = sandbox(root.path(), "s", SandboxPolicy::default());
+    assert!(sb.validate_code("require('fs').writeFileSync('ran.txt', 'x')"));
+    assert!(
+        sb.validate_code("with (Math) { console.log(PI) }"),
+        "sloppy global code is a program"
+    );
+    assert!(!sb.validate_code("let x = ;"));
+    assert!(!sb.validate_code("}); require('fs').writeFileSync('ran.txt', 'x'); (function () {"));
+    assert!(!sb.workspace_path().join("ran.txt").exists());
+}
+
+#[test]
+fn bad_sessions_and_missing_binaries_are_clear_errors() {
+    let root = tempfile::tempdir().unwrap();
+    for bad in ["", "..", "../x", "a/b", ".hidden", "a b"] {
+        assert!(
+            matches!(
+                Sandbox::new(SandboxPolicy::default(), bad, root.path()),
+                Err(SandboxError::InvalidSession(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    let sb = sandbox(root.path(), "s", SandboxPolicy::default())
+        .with_wasm_binary_path(root.path().join("nowhere/quickjs.wasm"));
+    let err = sb.execute("1").unwrap_err().to_string();
+    assert!(err.contains("nowhere/quickjs.wasm"), "{err}");
+    assert!(err.contains("scripts/build-quickjs-wasm"), "{err}");
+    assert!(!sb.validate_code("1"));
+}
+
+/// Collects the `event` field of every tracing event.
+#[derive(Default)]
+struct Events(std::sync::Mutex<Vec<String>>);
+
+struct EventField<'a>(&'a mut Option<String>);
+
+impl tracing::field::Visit for EventField<'_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "event" {
+            *self.0 = Some(value.to_owned());
+        }
+    }
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "event" {
+            *self.0 = Some(format!("{value:?}").trim_matches('"').to_owned());
+        }
+    }
+}
+
+impl tracing::Subscriber for Events {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut name = None;
+        event.record(&mut EventField(&mut name));
+        if let Some(n) = name {
+            self.0.lock().unwrap().push(n);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn runs_log_start_completion_and_fuel_exhaustion() {
+    let root = tempfile::tempdir().unwrap();
+    let events = std::sync::Arc::new(Events::default());
+    let policy = SandboxPolicy {
+        fuel: Some(20_000_000),
+        ..SandboxPolicy::default()
+    };
+    let sb = sandbox(root.path(), "s", policy);
+    tracing::subscriber::with_default(events.clone(), || {
+        run(&sb, "while (true) {}");
+    });
+    let seen = events.0.lock().unwrap().clone();
+    assert_eq!(seen, vec!["start", "fuel_exhaustion", "completion"]);
+}
