@@ -437,6 +437,26 @@ impl Wasi {
         }
     }
 
+    /// An engine over a guest loaded already (see [`load_uncached`]).
+    pub fn with_loaded(loaded: Arc<Loaded>, max_workers: usize) -> Self {
+        let opts = ModuleOptions {
+            wasm_path: Some(loaded.path.clone()),
+            ..ModuleOptions::default()
+        };
+        Wasi {
+            pool: Arc::new(WorkerPool::new(
+                "harness-wasi",
+                max_workers,
+                THREAD_STACK_BYTES,
+                move || Worker {
+                    opts: opts.clone(),
+                    loaded: Some(Ok(loaded.clone())),
+                },
+            )),
+            opts: ModuleOptions::default(),
+        }
+    }
+
     /// Loads (compiles or reads back) the guest now instead of on the first
     /// run, so that a missing or broken binary is reported up front.
     pub fn preload(&self) -> Result<Arc<Loaded>, LoadError> {
@@ -464,7 +484,20 @@ pub fn engine_info() -> EngineInfo {
 
 /// What a worker process serves for `--harness-worker wasi`.
 pub fn worker_host() -> Box<dyn EngineHost> {
-    Box::new(Worker::new(ModuleOptions::cached()))
+    let opts = ModuleOptions {
+        bounded_memory: true,
+        ..ModuleOptions::cached()
+    };
+    let mut worker = Worker::new(opts);
+    // Load and instantiate once before the worker caps itself: runs arm
+    // the worker's heap budget and forbid file writes (RLIMIT_FSIZE 0),
+    // while compiling the guest needs far more heap than a script, writes
+    // the cache, and the first instance writes the module's memory image
+    // into a memfd. A failure is kept and reported by each run.
+    if let Ok(loaded) = worker.loaded() {
+        let _ = Guest::new(&loaded, 0, None, StopWhen::default());
+    }
+    Box::new(worker)
 }
 
 impl EngineHost for Worker {

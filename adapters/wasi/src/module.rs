@@ -65,6 +65,10 @@ pub struct ModuleOptions {
     /// Directory for compiled modules (`*.cwasm`); `None` compiles in
     /// memory only. The default options cache next to the guest.
     pub cache_dir: Option<PathBuf>,
+    /// Bounds-checked linear memories without the usual multi-GiB virtual
+    /// reservation, for processes with an address-space cap (the process
+    /// workers, RLIMIT_AS 4 GiB); a little slower.
+    pub bounded_memory: bool,
 }
 
 impl ModuleOptions {
@@ -75,6 +79,7 @@ impl ModuleOptions {
         ModuleOptions {
             wasm_path: Some(wasm),
             cache_dir: dir,
+            bounded_memory: false,
         }
     }
 
@@ -120,23 +125,9 @@ pub fn load(opts: &ModuleOptions) -> Result<Arc<Loaded>, LoadError> {
     Ok(loaded)
 }
 
-/// Whether this process has a finite address-space cap (a process worker
-/// does): then linear memories are not given their usual multi-GiB
-/// virtual reservation.
-#[allow(unsafe_code)]
-fn address_space_capped() -> bool {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct we pass and nothing else.
-    let ok = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0;
-    ok && lim.rlim_cur != libc::RLIM_INFINITY
-}
-
 /// The engine configuration, and a tag that tells its compiled code apart
 /// in the cache (code for bounds-checked memories differs).
-pub(crate) fn engine_config() -> (Config, &'static str) {
+pub(crate) fn engine_config(bounded_memory: bool) -> (Config, &'static str) {
     let mut c = Config::new();
     c.consume_fuel(true);
     c.epoch_interruption(true);
@@ -144,7 +135,7 @@ pub(crate) fn engine_config() -> (Config, &'static str) {
     // Unused (no async calls), but must not be smaller than the above.
     c.async_stack_size(MAX_WASM_STACK + (1 << 20));
     c.cranelift_opt_level(wasmtime::OptLevel::Speed);
-    if address_space_capped() {
+    if bounded_memory {
         // Bounds-checked memories that grow in place: slower, but they fit
         // under RLIMIT_AS.
         c.memory_reservation(0);
@@ -169,7 +160,7 @@ pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
         Err(e) => return Err(invalid(e.to_string())),
     };
     let sha256 = hex(&Sha256::digest(&bytes));
-    let (config, tag) = engine_config();
+    let (config, tag) = engine_config(opts.bounded_memory);
     let engine = Engine::new(&config).map_err(|e| invalid(e.to_string()))?;
     let cache_file = opts.cache_dir.as_ref().map(|d| {
         d.join(format!(

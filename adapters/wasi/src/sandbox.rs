@@ -188,6 +188,7 @@ impl Sandbox {
         self.module = ModuleOptions {
             cache_dir: path.parent().map(Path::to_path_buf),
             wasm_path: Some(path),
+            bounded_memory: false,
         };
         self
     }

@@ -229,7 +229,14 @@ fn call_host(op: &str, a: &str, b: &str) -> String {
     // SAFETY: the import reads the three buffers during the call and
     // writes exactly the length it returned into `reply`.
     unsafe {
-        let len = host_call(op.as_ptr(), op.len(), a.as_ptr(), a.len(), b.as_ptr(), b.len());
+        let len = host_call(
+            op.as_ptr(),
+            op.len(),
+            a.as_ptr(),
+            a.len(),
+            b.as_ptr(),
+            b.len(),
+        );
         let mut reply = vec![0u8; len];
         if len > 0 {
             host_reply(reply.as_mut_ptr());
@@ -449,8 +456,7 @@ pub extern "C" fn harness_check(kind: i32) -> i32 {
     let run = || -> Result<(), Fault> {
         let rt = Runtime::new().map_err(|e| Fault::internal(e.to_string()))?;
         rt.set_max_stack_size(256 * 1024);
-        let ctx =
-            Context::custom::<Intrinsics>(&rt).map_err(|e| Fault::internal(e.to_string()))?;
+        let ctx = Context::custom::<Intrinsics>(&rt).map_err(|e| Fault::internal(e.to_string()))?;
         ctx.with(|ctx| {
             let parsed = if kind == 0 {
                 rquickjs::Module::declare(ctx.clone(), SCRIPT_FILE, source).map(|_| ())

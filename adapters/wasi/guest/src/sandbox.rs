@@ -406,7 +406,8 @@ pub fn run_file(path: &str) -> i32 {
             Ok(true) => {}
             Ok(false) => break,
             Err(job) => {
-                job.0.with(|ctx| eprintln!("Uncaught {}", describe(ctx.catch())));
+                job.0
+                    .with(|ctx| eprintln!("Uncaught {}", describe(ctx.catch())));
                 return 1;
             }
         }
