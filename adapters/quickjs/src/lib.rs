@@ -229,8 +229,9 @@ fn internal(msg: &str) -> EngineFault {
     EngineFault::new(FaultKind::Internal, "Error", msg)
 }
 
-/// Maps QuickJS's own error messages to fault kinds.
-fn classify(name: &str, message: &str) -> FaultKind {
+/// Maps QuickJS's own error messages to fault kinds. Shared with the WASI
+/// engine, which runs the same QuickJS.
+pub fn classify(name: &str, message: &str) -> FaultKind {
     match (name, message) {
         ("InternalError", "interrupted") => FaultKind::Interrupted,
         (_, "out of memory") => FaultKind::OutOfMemory,

@@ -36,6 +36,7 @@ fn first_run(c: &mut Criterion) {
         wasm_path: Some(wasm.clone()),
         cache_dir: Some(cache.path().to_path_buf()),
         bounded_memory: false,
+        preinit: true,
     };
     // Fill the cache once.
     load_uncached(&cached).expect("bin/quickjs.wasm (scripts/build-quickjs-wasm)");
@@ -43,6 +44,7 @@ fn first_run(c: &mut Criterion) {
         wasm_path: Some(wasm),
         cache_dir: None,
         bounded_memory: false,
+        preinit: true,
     };
     let mut g = c.benchmark_group("wasi/first_run");
     g.sample_size(10).measurement_time(Duration::from_secs(20));

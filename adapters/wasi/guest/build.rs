@@ -5,6 +5,7 @@
 const EXPORTS: &[&str] = &[
     "harness_input",
     "harness_init",
+    "wizer_initialize",
     "harness_load",
     "harness_start",
     "harness_run_jobs",

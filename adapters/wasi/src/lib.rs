@@ -100,7 +100,7 @@ impl Guest {
         wasi.env("NODE_ENV", "production");
         let linear = usize::try_from(memory_bytes.saturating_add(GUEST_OVERHEAD_BYTES))
             .unwrap_or(usize::MAX);
-        let mut store = new_store(loaded, wasi.build_p1(), linear, fuel, stop);
+        let mut store = new_store(&loaded.engine, wasi.build_p1(), linear, fuel, stop);
         let instance = loaded
             .pre
             .instantiate(&mut store)
@@ -262,20 +262,6 @@ impl WasiEngine {
     }
 }
 
-/// Maps QuickJS's own error messages to fault kinds (as the native engine).
-fn classify(name: &str, message: &str) -> FaultKind {
-    match (name, message) {
-        ("InternalError", "interrupted") => FaultKind::Interrupted,
-        ("InternalError", "out of fuel") => FaultKind::OutOfFuel,
-        (_, "out of memory") => FaultKind::OutOfMemory,
-        ("RangeError", m) if m.starts_with("Maximum call stack size exceeded") => {
-            FaultKind::StackOverflow
-        }
-        ("InternalError", m) if m.starts_with("stack overflow") => FaultKind::StackOverflow,
-        _ => FaultKind::Thrown,
-    }
-}
-
 impl Engine for WasiEngine {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         let loaded = self.loaded.clone()?;
@@ -352,8 +338,10 @@ impl Engine for WasiEngine {
         Some(Box::new(move || engine.increment_epoch()))
     }
 
+    /// The same QuickJS runs inside: its messages map as the native
+    /// engine's do.
     fn classify(&self, name: &str, message: &str) -> FaultKind {
-        classify(name, message)
+        harness_quickjs::classify(name, message)
     }
 }
 

@@ -69,6 +69,11 @@ pub struct ModuleOptions {
     /// reservation, for processes with an address-space cap (the process
     /// workers, RLIMIT_AS 4 GiB); a little slower.
     pub bounded_memory: bool,
+    /// Pre-initialise the guest (wizer): run its QuickJS start-up and the
+    /// prelude's hardening once, and start every instance from a snapshot
+    /// of that state. For the harness engine; the sandbox runs the guest
+    /// as a program and does not want it.
+    pub preinit: bool,
 }
 
 impl ModuleOptions {
@@ -80,6 +85,7 @@ impl ModuleOptions {
             wasm_path: Some(wasm),
             cache_dir: dir,
             bounded_memory: false,
+            preinit: true,
         }
     }
 
@@ -162,9 +168,10 @@ pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
     let sha256 = hex(&Sha256::digest(&bytes));
     let (config, tag) = engine_config(opts.bounded_memory);
     let engine = Engine::new(&config).map_err(|e| invalid(e.to_string()))?;
+    let init = if opts.preinit { "-preinit" } else { "" };
     let cache_file = opts.cache_dir.as_ref().map(|d| {
         d.join(format!(
-            ".quickjs-{}-wasmtime{}-{tag}.cwasm",
+            ".quickjs-{}-wasmtime{}-{tag}{init}.cwasm",
             &sha256[..16],
             wasmtime_version()
         ))
@@ -180,9 +187,15 @@ pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
     let module = match module {
         Some(m) => m,
         None => {
-            let m = Module::from_binary(&engine, &bytes).map_err(|e| invalid(e.to_string()))?;
+            let wasm = if opts.preinit {
+                preinitialise(&engine, &bytes)
+                    .map_err(|e| invalid(format!("pre-initialising: {e:#}")))?
+            } else {
+                bytes
+            };
+            let m = Module::from_binary(&engine, &wasm).map_err(|e| invalid(e.to_string()))?;
             if let Some(file) = &cache_file {
-                write_cached(&m, file);
+                write_cached(&m, file, &sha256);
             }
             m
         }
@@ -200,6 +213,79 @@ pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
     })
 }
 
+/// The export wizer calls; `harness_init` with the `[] -> []` type.
+const PREINIT_FUNC: &str = "wizer_initialize";
+
+/// Runs the guest's start-up (runtime, context, hardening) once and
+/// returns a module whose memory and globals start where it ended.
+fn preinitialise(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    let mut wizer = wasmtime_wizer::Wizer::new();
+    wizer.init_func(PREINIT_FUNC);
+    let (cx, instrumented) = wizer.instrument(wasm)?;
+    let module = Module::from_binary(engine, &instrumented)?;
+    let wasi = wasmtime_wasi::WasiCtxBuilder::new().build_p1();
+    let mut store = new_store(engine, wasi, 1 << 30, None, StopWhen::default());
+    let instance = linker(engine)?.instantiate(&mut store, &module)?;
+    instance
+        .get_typed_func::<(), ()>(&mut store, PREINIT_FUNC)?
+        .call(&mut store, ())?;
+    let mut state = Snapshot {
+        store: &mut store,
+        instance,
+    };
+    block_on(wizer.snapshot(&cx, &mut state))
+}
+
+/// The instance wizer reads the initialised state from.
+struct Snapshot<'a> {
+    store: &'a mut Store<RunState>,
+    instance: wasmtime::Instance,
+}
+
+impl wasmtime_wizer::InstanceState for Snapshot<'_> {
+    async fn global_get(
+        &mut self,
+        name: &str,
+        _: wasmtime_wizer::ValType,
+    ) -> wasmtime_wizer::SnapshotVal {
+        use wasmtime_wizer::SnapshotVal;
+        let value = self
+            .instance
+            .get_global(&mut *self.store, name)
+            .map(|g| g.get(&mut *self.store));
+        match value {
+            Some(wasmtime::Val::I32(x)) => SnapshotVal::I32(x),
+            Some(wasmtime::Val::I64(x)) => SnapshotVal::I64(x),
+            Some(wasmtime::Val::F32(x)) => SnapshotVal::F32(x),
+            Some(wasmtime::Val::F64(x)) => SnapshotVal::F64(x),
+            Some(wasmtime::Val::V128(x)) => SnapshotVal::V128(x.as_u128()),
+            // Wizer asks only for the globals it exported itself, all of
+            // number types.
+            _ => SnapshotVal::I32(0),
+        }
+    }
+
+    async fn memory_contents(&mut self, name: &str, contents: impl FnOnce(&[u8]) + Send) {
+        match self.instance.get_memory(&mut *self.store, name) {
+            Some(m) => contents(m.data(&*self.store)),
+            None => contents(&[]),
+        }
+    }
+}
+
+/// Drives a future that never waits (the snapshot reads a finished
+/// instance) to its end.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+}
+
 #[allow(unsafe_code)]
 fn read_cached(engine: &Engine, file: &Path) -> Option<Module> {
     // SAFETY: the file is one this function's sibling wrote with
@@ -210,10 +296,21 @@ fn read_cached(engine: &Engine, file: &Path) -> Option<Module> {
 }
 
 /// Best effort: a cache that cannot be written only costs a compile.
-fn write_cached(module: &Module, file: &Path) {
+/// Compiled code of other guest builds in the same directory is removed.
+fn write_cached(module: &Module, file: &Path, sha256: &str) {
     let Ok(bytes) = module.serialize() else {
         return;
     };
+    if let Some(dir) = file.parent() {
+        let current = format!(".quickjs-{}-", &sha256[..16]);
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let stale = name.starts_with(".quickjs-") && !name.starts_with(&current);
+            if stale && name.ends_with(".cwasm") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
     let tmp = file.with_extension(format!("tmp{}", std::process::id()));
     if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -338,7 +435,7 @@ pub(crate) fn answer_with(host: Option<HostHandle>) -> impl Drop {
 /// `fuel` units (unlimited when `None`), and a trap once `stop` says so
 /// after the engine's epoch moves.
 pub(crate) fn new_store(
-    loaded: &Loaded,
+    engine: &Engine,
     wasi: WasiP1Ctx,
     memory_bytes: usize,
     fuel: Option<u64>,
@@ -351,7 +448,7 @@ pub(crate) fn new_store(
         reply: Vec::new(),
         fault: None,
     };
-    let mut store = Store::new(&loaded.engine, state);
+    let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limiter);
     // Fuel is always on in this engine's configuration; unlimited is the
     // most the store can hold.

@@ -178,7 +178,11 @@ impl Sandbox {
             policy,
             session_id,
             workspace_root: workspace_root.into(),
-            module: ModuleOptions::cached(),
+            // A program, not the harness: no pre-initialised harness state.
+            module: ModuleOptions {
+                preinit: false,
+                ..ModuleOptions::cached()
+            },
         })
     }
 
@@ -189,6 +193,7 @@ impl Sandbox {
             cache_dir: path.parent().map(Path::to_path_buf),
             wasm_path: Some(path),
             bounded_memory: false,
+            preinit: false,
         };
         self
     }
@@ -387,7 +392,7 @@ fn run_guest(
         .name("harness-sandbox".into())
         .stack_size(RUN_THREAD_STACK)
         .spawn(move || {
-            let mut store = new_store(&loaded, wasi, memory, fuel, stop);
+            let mut store = new_store(&loaded.engine, wasi, memory, fuel, stop);
             let result = loaded.pre.instantiate(&mut store).and_then(|instance| {
                 let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
                 start.call(&mut store, ())

@@ -88,6 +88,40 @@ thread_local! {
     static ALLOC: RefCell<Option<Arc<AllocState>>> = const { RefCell::new(None) };
 }
 
+thread_local! {
+    /// `Math.random`'s state (xorshift64*, as QuickJS's own), seeded per
+    /// run in `harness_load`: QuickJS seeds its generator when the context
+    /// is made, which a pre-initialised snapshot would freeze for every run.
+    static RANDOM: std::cell::Cell<u64> = const { std::cell::Cell::new(0x9E37_79B9_7F4A_7C15) };
+}
+
+extern "C" {
+    /// wasi-libc: fills `buf` from WASI `random_get`.
+    fn getentropy(buf: *mut u8, len: usize) -> i32;
+}
+
+/// Seeds `Math.random` from the host's entropy.
+fn seed_random() {
+    let mut seed = [0u8; 8];
+    // SAFETY: getentropy writes at most 8 bytes into the 8-byte buffer.
+    let ok = unsafe { getentropy(seed.as_mut_ptr(), seed.len()) } == 0;
+    let s = if ok { u64::from_le_bytes(seed) } else { 0 };
+    RANDOM.with(|r| r.set(if s == 0 { 0x9E37_79B9_7F4A_7C15 } else { s }));
+}
+
+/// A double in [0, 1), as QuickJS makes one.
+fn next_random() -> f64 {
+    RANDOM.with(|r| {
+        let mut x = r.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        r.set(x);
+        let bits = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        f64::from_bits((0x3FF << 52) | (bits >> 12)) - 1.0
+    })
+}
+
 /// Whether the allocator refused an allocation in this run.
 fn memory_refused() -> bool {
     ALLOC.with(|a| a.borrow().as_ref().is_some_and(|a| a.refused()))
@@ -269,6 +303,9 @@ fn init_state() -> Result<State, Fault> {
             let mut opts = EvalOptions::default();
             opts.strict = true;
             opts.filename = Some(PRELUDE_FILE.to_owned());
+            // Before the prelude freezes `Math`: a generator the run seeds.
+            let random = Function::new(ctx.clone(), next_random)?.with_name("random")?;
+            ctx.globals().get::<_, Object>("Math")?.set("random", random)?;
             let prelude: Function = ctx.eval_with_options(PRELUDE, opts)?;
             let host = Function::new(ctx.clone(), |op: String, a: String, b: String| {
                 call_host(&op, &a, &b)
@@ -339,6 +376,14 @@ pub extern "C" fn harness_init() -> i32 {
     })
 }
 
+/// The pre-initialisation entry point (`[] -> []`, as wizer wants): builds
+/// the runtime and hardens a context, so that a snapshot taken after it
+/// starts every run there. A failure is left for `harness_load` to report.
+#[no_mangle]
+pub extern "C" fn wizer_initialize() {
+    let _ = harness_init();
+}
+
 /// Installs the run's config (the input) and sets QuickJS's memory and
 /// stack limits; hardens a context first unless a snapshot already did.
 #[no_mangle]
@@ -348,6 +393,7 @@ pub extern "C" fn harness_load(memory_limit: u64, stack_limit: u64) -> i32 {
         return status;
     }
     let config = take_input();
+    seed_random();
     with_state(|state| {
         // The allocator enforces the limit (not QuickJS's malloc limit,
         // which would refuse without leaving a trace).
