@@ -82,6 +82,9 @@ struct Guest {
     settle: TypedFunc<(f64, i32), i32>,
     check: TypedFunc<i32, i32>,
     memory_refused: TypedFunc<(), i32>,
+    /// The first trap: the instance is dead after it, and every later call
+    /// reports the same fault.
+    trapped: Option<EngineFault>,
 }
 
 fn internal(msg: impl Into<String>) -> EngineFault {
@@ -129,30 +132,53 @@ impl Guest {
             settle: func!("harness_settle"),
             check: func!("harness_check"),
             memory_refused: func!("harness_memory_refused"),
+            trapped: None,
             memory,
             store,
+        })
+    }
+
+    /// Calls one export, unless the instance trapped before; a trap is
+    /// remembered.
+    fn call<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> &TypedFunc<P, R>,
+        params: P,
+    ) -> Result<R, EngineFault> {
+        if let Some(t) = &self.trapped {
+            return Err(t.clone());
+        }
+        let func = f(self).clone();
+        func.call(&mut self.store, params).map_err(|e| {
+            let fault = self.trap_fault(e);
+            self.trapped = Some(fault.clone());
+            fault
         })
     }
 
     /// Copies `bytes` into the guest's input buffer.
     fn put(&mut self, bytes: &[u8]) -> Result<(), EngineFault> {
         let len = u32::try_from(bytes.len()).map_err(|_| internal("input too large"))?;
-        let ptr = self
-            .input
-            .call(&mut self.store, len)
-            .map_err(|e| self.trap_fault(e))?;
+        let ptr = self.call(|g| &g.input, len)?;
         self.memory
             .write(&mut self.store, ptr as usize, bytes)
             .map_err(|e| internal(e.to_string()))
     }
 
-    /// Reads a primitive's status: 0 is done, anything else carries the
-    /// fault the guest reported; a trap is the host stopping the guest.
-    fn status(&mut self, r: wasmtime::Result<i32>) -> Result<(), EngineFault> {
-        match r {
-            Ok(0) => Ok(()),
-            Ok(_) => Err(self.reported_fault()),
-            Err(e) => Err(self.trap_fault(e)),
+    /// Runs a primitive: status 0 is done, anything else carries the fault
+    /// the guest reported; a trap is the host stopping the guest.
+    fn primitive<P: wasmtime::WasmParams>(
+        &mut self,
+        input: Option<&[u8]>,
+        f: impl FnOnce(&mut Self) -> &TypedFunc<P, i32>,
+        params: P,
+    ) -> Result<(), EngineFault> {
+        if let Some(bytes) = input {
+            self.put(bytes)?;
+        }
+        match self.call(f, params)? {
+            0 => Ok(()),
+            _ => Err(self.reported_fault()),
         }
     }
 
@@ -212,9 +238,7 @@ pub(crate) fn check_source(
 ) -> Result<(), EngineFault> {
     // Parsing is linear in the source, which the caller has capped.
     let mut guest = Guest::new(loaded, 64 << 20, None, StopWhen::default())?;
-    guest.put(source.as_bytes())?;
-    let r = guest.check.call(&mut guest.store, kind);
-    guest.status(r)
+    guest.primitive(Some(source.as_bytes()), |g| &g.check, kind)
 }
 
 /// One run's engine: a fresh instance, made in `load`.
@@ -223,42 +247,20 @@ struct WasiEngine {
     guest: Option<Guest>,
     host: Option<HostHandle>,
     fuel: Option<u64>,
-    /// The first trap: the instance is dead after it.
-    dead: Option<EngineFault>,
 }
 
 impl WasiEngine {
-    /// Calls into the guest with this run's host answering its host calls.
-    fn call(
+    /// Runs a primitive with this run's host answering the guest's host
+    /// calls.
+    fn primitive<P: wasmtime::WasmParams>(
         &mut self,
         input: Option<&[u8]>,
-        f: impl FnOnce(&mut Guest) -> wasmtime::Result<i32>,
+        f: impl FnOnce(&mut Guest) -> &TypedFunc<P, i32>,
+        params: P,
     ) -> Result<(), EngineFault> {
-        if let Some(dead) = &self.dead {
-            return Err(dead.clone());
-        }
         let guest = self.guest.as_mut().ok_or_else(|| internal("not loaded"))?;
         let _host = answer_with(self.host.clone());
-        let r = match input {
-            Some(bytes) => guest.put(bytes).and_then(|()| {
-                let r = f(guest);
-                guest.status(r)
-            }),
-            None => {
-                let r = f(guest);
-                guest.status(r)
-            }
-        };
-        if let Err(fault) = &r {
-            if matches!(
-                fault.kind,
-                FaultKind::Interrupted | FaultKind::OutOfFuel | FaultKind::StackOverflow
-            ) || fault.message.starts_with("the guest trapped")
-            {
-                self.dead = Some(fault.clone());
-            }
-        }
-        r
+        guest.primitive(input, f, params)
     }
 }
 
@@ -277,31 +279,33 @@ impl Engine for WasiEngine {
             .stack_bytes
             .min(SHADOW_STACK_BYTES - SHADOW_STACK_MARGIN);
         let memory = limits.memory_bytes;
-        self.call(Some(setup.config_json.as_bytes()), |g| {
-            g.load.call(&mut g.store, (memory, stack))
-        })
+        self.primitive(
+            Some(setup.config_json.as_bytes()),
+            |g| &g.load,
+            (memory, stack),
+        )
     }
 
     fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
-        self.call(Some(wrapped_source.as_bytes()), |g| {
-            g.start.call(&mut g.store, ())
-        })
-        .map_err(|mut f| {
-            if f.kind == FaultKind::Thrown && f.name == "SyntaxError" {
-                f.kind = FaultKind::Syntax;
-            }
-            f
-        })
+        self.primitive(Some(wrapped_source.as_bytes()), |g| &g.start, ())
+            .map_err(|mut f| {
+                if f.kind == FaultKind::Thrown && f.name == "SyntaxError" {
+                    f.kind = FaultKind::Syntax;
+                }
+                f
+            })
     }
 
     fn run_jobs(&mut self) -> Result<(), EngineFault> {
-        self.call(None, |g| g.run_jobs.call(&mut g.store, ()))
+        self.primitive(None, |g| &g.run_jobs, ())
     }
 
     fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
-        self.call(Some(payload.as_bytes()), |g| {
-            g.settle.call(&mut g.store, (id as f64, i32::from(ok)))
-        })
+        self.primitive(
+            Some(payload.as_bytes()),
+            |g| &g.settle,
+            (id as f64, i32::from(ok)),
+        )
     }
 
     /// Peak linear memory of the instance: the guest's whole footprint.
@@ -325,10 +329,7 @@ impl Engine for WasiEngine {
         if g.store.data().limiter.refused {
             return true;
         }
-        self.dead.is_none()
-            && g.memory_refused
-                .call(&mut g.store, ())
-                .is_ok_and(|v| v != 0)
+        g.trapped.is_none() && g.call(|g| &g.memory_refused, ()).is_ok_and(|v| v != 0)
     }
 
     /// Moves the engine's epoch: every running store checks whether its
@@ -375,7 +376,6 @@ impl Worker {
             guest: None,
             host: None,
             fuel: None,
-            dead: None,
         };
         // Every run has its own instance: nothing to recycle.
         let _tainted = run(Ok(&mut engine));

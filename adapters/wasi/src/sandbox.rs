@@ -243,7 +243,7 @@ impl Sandbox {
             "sandbox run starting"
         );
         let before = snapshot(&dir);
-        std::fs::write(dir.join(USER_CODE_FILE), code).map_err(io)?;
+        write_fresh(&dir.join(USER_CODE_FILE), code.as_bytes()).map_err(io)?;
 
         let started = Instant::now();
         let run = run_guest(&loaded, &dir, &self.policy)?;
@@ -534,10 +534,13 @@ fn snapshot(dir: &Path) -> BTreeMap<String, FileState> {
         if rel == USER_CODE_FILE || rel == METADATA_FILE {
             continue;
         }
-        let Ok(bytes) = std::fs::read(entry.path()) else {
+        let mut hash = Sha256::new();
+        let Ok(mut file) = std::fs::File::open(entry.path()) else {
             continue;
         };
-        out.insert(rel, Sha256::digest(&bytes).into());
+        if std::io::copy(&mut file, &mut hash).is_ok() {
+            out.insert(rel, hash.finalize().into());
+        }
     }
     out
 }
@@ -600,8 +603,24 @@ fn write_metadata(dir: &Path, session_id: &str, result: &SandboxResult) -> std::
     });
     let text = serde_json::to_string_pretty(&meta).map_err(std::io::Error::other)?;
     let tmp = dir.join(".metadata.json.tmp");
-    std::fs::write(&tmp, text)?;
+    write_fresh(&tmp, text.as_bytes())?;
     std::fs::rename(&tmp, &path)
+}
+
+/// Writes a new file at `path`, replacing whatever was there without
+/// following it: a symlink a program left in its workspace (say
+/// `user_code.js` -> a host file) is removed, not written through.
+fn write_fresh(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    use std::io::Write as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?
+        .write_all(bytes)
 }
 
 fn now_rfc3339() -> String {

@@ -128,6 +128,17 @@ fn nothing_outside_app_can_be_reached() {
         assert!(out.starts_with("EACCES "), "{call}: {out}");
     }
     assert!(!Path::new("/tmp/escape.txt").exists());
+
+    // The host writes the program and its bookkeeping without following
+    // links left in the workspace.
+    let outside = root.path().join("outside.txt");
+    std::fs::write(&outside, "keep").unwrap();
+    std::fs::remove_file(sb.workspace_path().join("user_code.js")).unwrap();
+    std::os::unix::fs::symlink(&outside, sb.workspace_path().join("user_code.js")).unwrap();
+    std::os::unix::fs::symlink(&outside, sb.workspace_path().join(".metadata.json.tmp")).unwrap();
+    let r = run(&sb, "console.log('ran')");
+    assert_eq!(r.stdout, "ran\n");
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");
     assert!(!Path::new("/etc/escape.txt").exists());
 }
 
