@@ -305,7 +305,9 @@ fn init_state() -> Result<State, Fault> {
             opts.filename = Some(PRELUDE_FILE.to_owned());
             // Before the prelude freezes `Math`: a generator the run seeds.
             let random = Function::new(ctx.clone(), next_random)?.with_name("random")?;
-            ctx.globals().get::<_, Object>("Math")?.set("random", random)?;
+            ctx.globals()
+                .get::<_, Object>("Math")?
+                .set("random", random)?;
             let prelude: Function = ctx.eval_with_options(PRELUDE, opts)?;
             let host = Function::new(ctx.clone(), |op: String, a: String, b: String| {
                 call_host(&op, &a, &b)
