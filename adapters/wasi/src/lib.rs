@@ -82,6 +82,7 @@ struct Guest {
     settle: TypedFunc<(f64, i32), i32>,
     check: TypedFunc<i32, i32>,
     memory_refused: TypedFunc<(), i32>,
+    heap_peak: TypedFunc<(), u64>,
     /// The first trap: the instance is dead after it, and every later call
     /// reports the same fault.
     trapped: Option<EngineFault>,
@@ -132,6 +133,7 @@ impl Guest {
             settle: func!("harness_settle"),
             check: func!("harness_check"),
             memory_refused: func!("harness_memory_refused"),
+            heap_peak: func!("harness_heap_peak"),
             trapped: None,
             memory,
             store,
@@ -308,11 +310,12 @@ impl Engine for WasiEngine {
         )
     }
 
-    /// Peak linear memory of the instance: the guest's whole footprint.
+    /// Peak QuickJS heap of the run, context included, as the guest's
+    /// allocator counted it (what `memory_bytes` limits, as on the native
+    /// engine); unknown once the instance trapped.
     fn memory_used(&mut self) -> Option<u64> {
-        self.guest
-            .as_ref()
-            .map(|g| g.store.data().limiter.peak as u64)
+        let g = self.guest.as_mut()?;
+        g.call(|g| &g.heap_peak, ()).ok()
     }
 
     fn fuel_consumed(&mut self) -> Option<u64> {
@@ -470,13 +473,24 @@ pub fn engine_info() -> EngineInfo {
     }
 }
 
-/// What a worker process serves for `--harness-worker wasi`.
-pub fn worker_host() -> Box<dyn EngineHost> {
-    let opts = ModuleOptions {
+/// Compiles (or reads back) the guest as process workers load it, so that
+/// the compiled module is in the disk cache before the first worker
+/// starts: a worker then reads it back in milliseconds instead of
+/// compiling it inside its start-up (and the first run's time).
+pub fn prepare_process_workers() -> Result<(), LoadError> {
+    module::load(&worker_module_options()).map(|_| ())
+}
+
+fn worker_module_options() -> ModuleOptions {
+    ModuleOptions {
         bounded_memory: true,
         ..ModuleOptions::cached()
-    };
-    let mut worker = Worker::new(opts);
+    }
+}
+
+/// What a worker process serves for `--harness-worker wasi`.
+pub fn worker_host() -> Box<dyn EngineHost> {
+    let mut worker = Worker::new(worker_module_options());
     // Load and instantiate once before the worker caps itself: runs arm
     // the worker's heap budget and forbid file writes (RLIMIT_FSIZE 0),
     // while compiling the guest needs far more heap than a script, writes

@@ -87,7 +87,14 @@ impl EngineKind {
             #[cfg(feature = "v8")]
             EngineKind::V8 => Ok(Arc::new(harness_v8::V8::new())),
             #[cfg(feature = "wasi")]
-            EngineKind::Wasi => Ok(Arc::new(harness_wasi::Wasi::new())),
+            EngineKind::Wasi => {
+                // Compile (or read back) the guest now, once per process,
+                // rather than inside the first run. A failure (no guest) is
+                // reported by each run.
+                let engine = harness_wasi::Wasi::new();
+                let _ = engine.preload();
+                Ok(Arc::new(engine))
+            }
             #[allow(unreachable_patterns)]
             other => Err(other.unavailable()),
         }
@@ -137,6 +144,13 @@ impl EngineKind {
             Isolation::InProcess => Ok(self.adapter()?),
             Isolation::Process => {
                 let info = self.info()?;
+                // Workers read the compiled guest from the disk cache; fill
+                // it here, once, rather than in each worker's start-up. A
+                // failure (no guest) is reported by the runs.
+                #[cfg(feature = "wasi")]
+                if self == EngineKind::Wasi {
+                    let _ = harness_wasi::prepare_process_workers();
+                }
                 let opts = opts(self.name()).map_err(crate::BuildError::Worker)?;
                 let adapter = ProcessAdapter::new(info, opts);
                 adapter.prewarm(1);
