@@ -481,6 +481,15 @@ pub fn prepare_process_workers() -> Result<(), LoadError> {
     module::load(&worker_module_options()).map(|_| ())
 }
 
+/// The variable that tells a worker process (started in `/` with an empty
+/// environment) where this process finds the guest: `HARNESS_QUICKJS_WASM`
+/// with [`default_wasm_path`] made absolute.
+pub fn worker_env() -> (std::ffi::OsString, std::ffi::OsString) {
+    let path = default_wasm_path();
+    let path = std::path::absolute(&path).unwrap_or(path);
+    (WASM_PATH_ENV.into(), path.into_os_string())
+}
+
 fn worker_module_options() -> ModuleOptions {
     ModuleOptions {
         bounded_memory: true,

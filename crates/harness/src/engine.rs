@@ -151,7 +151,14 @@ impl EngineKind {
                 if self == EngineKind::Wasi {
                     let _ = harness_wasi::prepare_process_workers();
                 }
-                let opts = opts(self.name()).map_err(crate::BuildError::Worker)?;
+                #[allow(unused_mut)] // used by the wasi arm
+                let mut opts = opts(self.name()).map_err(crate::BuildError::Worker)?;
+                // Workers start in `/` with an empty environment: tell them
+                // where this process found the guest.
+                #[cfg(feature = "wasi")]
+                if self == EngineKind::Wasi {
+                    opts.env.push(harness_wasi::worker_env());
+                }
                 let adapter = ProcessAdapter::new(info, opts);
                 adapter.prewarm(1);
                 Ok(Arc::new(adapter))

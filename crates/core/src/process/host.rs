@@ -45,6 +45,9 @@ pub struct ProcessOptions {
     pub start_timeout: Duration,
     /// Let workers write to the host's stderr (for debugging engines).
     pub inherit_stderr: bool,
+    /// Environment variables a worker gets; it starts with an empty
+    /// environment otherwise (WASI-QuickJS passes its guest's path here).
+    pub env: Vec<(OsString, OsString)>,
     /// Runs a worker serves before it is replaced by a fresh one
     /// (`None`: no limit). Bounds what an engine leaks over many runs
     /// (Boa 0.22 leaks some strings) at the cost of one worker start every
@@ -64,6 +67,7 @@ impl ProcessOptions {
             start_timeout: Duration::from_secs(10),
             inherit_stderr: false,
             max_runs_per_worker: Some(10_000),
+            env: Vec::new(),
         }
     }
 
@@ -106,6 +110,7 @@ impl Proc {
             .arg(&opts.engine)
             // The engine needs nothing from the host's environment.
             .env_clear()
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -314,6 +319,7 @@ pub struct RemoteEngine {
     /// The result of the jobs that ran right after `start`.
     jobs_after_start: Option<Result<(), EngineFault>>,
     memory_used: Option<u64>,
+    fuel_consumed: Option<u64>,
     exhausted: bool,
     /// The worker died, broke the protocol or reported an internal fault.
     broken: bool,
@@ -336,6 +342,7 @@ impl RemoteEngine {
             settles: Vec::new(),
             jobs_after_start: None,
             memory_used: None,
+            fuel_consumed: None,
             exhausted: false,
             broken: false,
         }
@@ -369,8 +376,10 @@ impl RemoteEngine {
                     fault,
                     memory_used,
                     exhausted,
+                    fuel_consumed,
                 }) => {
                     self.memory_used = memory_used.or(self.memory_used);
+                    self.fuel_consumed = fuel_consumed.or(self.fuel_consumed);
                     self.exhausted |= exhausted;
                     return match fault {
                         None => Ok(phase),
@@ -514,6 +523,10 @@ impl Engine for RemoteEngine {
 
     fn memory_used(&mut self) -> Option<u64> {
         self.memory_used
+    }
+
+    fn fuel_consumed(&mut self) -> Option<u64> {
+        self.fuel_consumed
     }
 
     fn memory_exhausted(&mut self) -> bool {

@@ -119,6 +119,9 @@ pub enum FromWorker {
         fault: Option<EngineFault>,
         memory_used: Option<u64>,
         exhausted: bool,
+        /// Fuel the engine consumed so far, for engines that count it.
+        #[serde(default)]
+        fuel_consumed: Option<u64>,
     },
     Kind {
         kind: FaultKind,

@@ -203,6 +203,7 @@ fn answer_failed_run(pipe: &Pipe, f: EngineFault) {
         fault: Some(f),
         memory_used: None,
         exhausted: false,
+        fuel_consumed: None,
     });
     loop {
         match pipe.recv() {
@@ -215,6 +216,7 @@ fn answer_failed_run(pipe: &Pipe, f: EngineFault) {
                 fault: Some(EngineFault::new(FaultKind::Internal, "Error", "no engine")),
                 memory_used: None,
                 exhausted: false,
+                fuel_consumed: None,
             }),
         }
     }
@@ -246,11 +248,13 @@ fn serve_run(
         }
         let memory_used = engine.memory_used().or_else(|| Some(budget::peak()));
         let exhausted = engine.memory_exhausted();
+        let fuel_consumed = engine.fuel_consumed();
         pipe.send(&FromWorker::Step {
             phase,
             fault: r.err(),
             memory_used,
             exhausted,
+            fuel_consumed,
         });
     };
     let (phase, r) = match guarded(|| engine.load(&setup, host)) {
