@@ -349,28 +349,33 @@ impl Engine for WasiEngine {
     }
 }
 
-/// Per-thread state: the guest, once loaded.
-struct Worker {
-    opts: ModuleOptions,
-    loaded: Option<Result<Arc<module::Loaded>, EngineFault>>,
+/// Where an engine's guest comes from.
+#[derive(Debug, Clone)]
+enum Source {
+    /// Loaded on demand, once per process ([`module::load`]).
+    Options(ModuleOptions),
+    /// Loaded already by the caller.
+    Loaded(Arc<Loaded>),
 }
 
-impl std::fmt::Debug for Worker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker").field("opts", &self.opts).finish()
+impl Source {
+    fn load(&self) -> Result<Arc<Loaded>, LoadError> {
+        match self {
+            Source::Options(opts) => module::load(opts),
+            Source::Loaded(l) => Ok(l.clone()),
+        }
     }
+}
+
+/// Per-thread state: where the guest comes from.
+#[derive(Debug)]
+struct Worker {
+    source: Source,
 }
 
 impl Worker {
-    fn new(opts: ModuleOptions) -> Self {
-        Worker { opts, loaded: None }
-    }
-
-    fn loaded(&mut self) -> Result<Arc<module::Loaded>, EngineFault> {
-        let opts = &self.opts;
-        self.loaded
-            .get_or_insert_with(|| module::load(opts).map_err(|e| internal(e.to_string())))
-            .clone()
+    fn loaded(&self) -> Result<Arc<module::Loaded>, EngineFault> {
+        self.source.load().map_err(|e| internal(e.to_string()))
     }
 
     fn lend_engine(&mut self, run: impl FnOnce(Result<&mut WasiEngine, EngineFault>) -> bool) {
@@ -398,7 +403,7 @@ impl Worker {
 #[derive(Debug, Clone)]
 pub struct Wasi {
     pool: Arc<WorkerPool<Worker>>,
-    opts: ModuleOptions,
+    source: Source,
 }
 
 impl Default for Wasi {
@@ -416,42 +421,33 @@ impl Wasi {
 
     /// A given guest and cache, with at most `max_workers` runs in flight.
     pub fn with_options(opts: ModuleOptions, max_workers: usize) -> Self {
-        let factory_opts = opts.clone();
-        Wasi {
-            pool: Arc::new(WorkerPool::new(
-                "harness-wasi",
-                max_workers,
-                THREAD_STACK_BYTES,
-                move || Worker::new(factory_opts.clone()),
-            )),
-            opts,
-        }
+        Self::with_source(Source::Options(opts), max_workers)
     }
 
     /// An engine over a guest loaded already (see [`load_uncached`]).
     pub fn with_loaded(loaded: Arc<Loaded>, max_workers: usize) -> Self {
-        let opts = ModuleOptions {
-            wasm_path: Some(loaded.path.clone()),
-            ..ModuleOptions::default()
-        };
+        Self::with_source(Source::Loaded(loaded), max_workers)
+    }
+
+    fn with_source(source: Source, max_workers: usize) -> Self {
+        let for_workers = source.clone();
         Wasi {
             pool: Arc::new(WorkerPool::new(
                 "harness-wasi",
                 max_workers,
                 THREAD_STACK_BYTES,
                 move || Worker {
-                    opts: opts.clone(),
-                    loaded: Some(Ok(loaded.clone())),
+                    source: for_workers.clone(),
                 },
             )),
-            opts: ModuleOptions::default(),
+            source,
         }
     }
 
     /// Loads (compiles or reads back) the guest now instead of on the first
     /// run, so that a missing or broken binary is reported up front.
     pub fn preload(&self) -> Result<Arc<Loaded>, LoadError> {
-        module::load(&self.opts)
+        self.source.load()
     }
 }
 
@@ -499,7 +495,9 @@ fn worker_module_options() -> ModuleOptions {
 
 /// What a worker process serves for `--harness-worker wasi`.
 pub fn worker_host() -> Box<dyn EngineHost> {
-    let mut worker = Worker::new(worker_module_options());
+    let worker = Worker {
+        source: Source::Options(worker_module_options()),
+    };
     // Load and instantiate once before the worker caps itself: runs arm
     // the worker's heap budget and forbid file writes (RLIMIT_FSIZE 0),
     // while compiling the guest needs far more heap than a script, writes
