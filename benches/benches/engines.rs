@@ -161,14 +161,10 @@ async fn run_in_flight(h: &harness::Harness, total: u64, in_flight: usize) {
 
 criterion_group!(benches, trivial, tool_calls, workloads, throughput);
 
-/// Lets the process-isolated configurations' workers (this binary) enforce
-/// memory limits.
-#[global_allocator]
-static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;
-
-fn main() {
-    // The process configurations start this binary as their worker.
-    harness::serve_worker_if_requested();
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+// Also this binary's own worker processes (the process boundary).
+harness::main! {
+    fn main() {
+        benches();
+        Criterion::default().configure_from_args().final_summary();
+    }
 }

@@ -22,11 +22,14 @@ pub mod cases;
 pub mod format;
 pub mod test262;
 pub mod tools;
+#[cfg(feature = "trials")]
+pub mod trials;
+pub mod unsupported;
 
 use harness_core::approval::{ApprovalBridge, AutoApprove, AutoDeny, NeverAnswer};
 use harness_core::{
-    Capabilities, ErrorCode, ExecutionReport, ExecutionRequest, Limits, Mode, ScriptRuntimeAdapter,
-    ToolSet,
+    Capabilities, EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, Limits, Mode,
+    ScriptRuntimeAdapter, ToolSet,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -297,10 +300,40 @@ pub async fn run_step(adapter: &dyn ScriptRuntimeAdapter, spec: &Spec) -> Observ
     }
 }
 
-async fn run_case(adapter: &dyn ScriptRuntimeAdapter, caps: &Capabilities, case: &Case) -> Status {
-    if let Some(reason) = case.needs.missing(caps) {
-        return Status::Unsupported { reason };
+/// Runs one case under the one policy for unsupported cases (see
+/// [`unsupported`]).
+async fn run_case(adapter: &dyn ScriptRuntimeAdapter, info: &EngineInfo, case: &Case) -> Status {
+    let listed = unsupported::listed(case.name, info);
+    if let Some(missing) = case.needs.missing(&info.capabilities) {
+        return match listed {
+            Some(u) => Status::Unsupported {
+                reason: u.reason.to_owned(),
+            },
+            None => Status::Failed {
+                reason: format!(
+                    "the engine cannot run this case ({missing}), and it is not on the list of \
+                     unsupported cases (conformance/src/unsupported.rs)"
+                ),
+            },
+        };
     }
+    let status = run_case_steps(adapter, case).await;
+    match (listed, status) {
+        (Some(u), Status::Passed { .. }) => Status::Failed {
+            reason: format!(
+                "surprise: the case passes, but conformance/src/unsupported.rs lists it as \
+                 unsupported ({}); remove the entry",
+                u.reason
+            ),
+        },
+        (Some(u), Status::Failed { .. }) => Status::Unsupported {
+            reason: u.reason.to_owned(),
+        },
+        (_, status) => status,
+    }
+}
+
+async fn run_case_steps(adapter: &dyn ScriptRuntimeAdapter, case: &Case) -> Status {
     let mut notes = Vec::new();
     for (i, step) in case.steps.iter().enumerate() {
         let observed = run_step(adapter, step).await;
@@ -348,7 +381,7 @@ pub async fn run_suite(
         let t = Instant::now();
         let status = match filter {
             Some(f) if !case.name.contains(f) => Status::Untested,
-            _ => run_case(adapter.as_ref(), &info.capabilities, case).await,
+            _ => run_case(adapter.as_ref(), &info, case).await,
         };
         results.push(CaseResult {
             name: case.name,

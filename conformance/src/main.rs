@@ -179,12 +179,9 @@ async fn run(cli: Cli) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Lets this binary's worker processes enforce memory limits.
-#[global_allocator]
-static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;
-
-fn main() -> ExitCode {
-    // The process adapters start this very binary as their worker.
-    harness::serve_worker_if_requested();
-    harness::cli_support::main("conformance", run)
+// Also this binary's own worker processes (the process boundary).
+harness::main! {
+    fn main() -> ExitCode {
+        harness::cli_support::main("conformance", run)
+    }
 }

@@ -28,7 +28,6 @@
 //! # });
 //! ```
 
-use async_trait::async_trait;
 use boa_engine::context::HostHooks;
 use boa_engine::error::{EngineError, RuntimeLimitError, TryNativeError};
 use boa_engine::job::SimpleJobExecutor;
@@ -40,19 +39,14 @@ use boa_engine::{
     js_string, Context, JsError, JsNativeError, JsNativeErrorKind, JsObject, JsResult, JsString,
     JsValue, NativeFunction, Source,
 };
-use harness_core::event_loop::{
-    run_lent, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE,
+use harness_core::engine::{
+    parse_error, wrap_source, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, TEST262_HOST,
 };
-use harness_core::pool::WorkerPool;
-use harness_core::process::EngineHost;
-use harness_core::{
-    Capabilities, EngineInfo, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
-    Isolation, ScriptError, ScriptRuntimeAdapter,
-};
+use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, Isolation, ScriptError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::rc::Rc;
-use std::sync::Arc;
 
 /// Engine name, as in `--engine`.
 pub const ENGINE_NAME: &str = "boa";
@@ -434,28 +428,20 @@ impl Engine for BoaEngine {
     }
 }
 
-/// Per-thread state: a context hardened ahead of time.
+/// One engine thread's state: a context hardened ahead of time.
 #[derive(Default)]
-struct Worker {
+struct BoaThread {
     warm: Option<Warm>,
 }
 
-impl std::fmt::Debug for Worker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker")
-            .field("warm", &self.warm.is_some())
-            .finish()
-    }
-}
-
-impl Worker {
+impl EngineThread for BoaThread {
     /// Lends a fresh engine to `run` (which says whether it is tainted),
     /// then drops the used context, collects garbage and hardens the next
     /// context: after `run` has answered, off the critical path. Building
     /// a Boa context allocates a few thousand objects, and Boa's collector
     /// runs when allocation crosses its threshold: doing both here keeps
     /// that pause out of the next run.
-    fn lend_engine(&mut self, run: impl FnOnce(Result<&mut BoaEngine, EngineFault>) -> bool) {
+    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
         let mut engine = BoaEngine {
             ctx: None,
             start_fn: None,
@@ -473,18 +459,9 @@ impl Worker {
         }
     }
 
-    fn execute(
-        &mut self,
-        request: ExecutionRequest,
-        tokio: &tokio::runtime::Handle,
-        respond: impl FnOnce(ExecutionReport),
-    ) {
-        self.lend_engine(|engine| run_lent(engine, ENGINE_NAME, request, tokio, respond));
-    }
-
     fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        let wrapped = harness_core::event_loop::wrap_source(source);
-        let fault = |f: EngineFault| harness_core::event_loop::parse_error(&f, source);
+        let wrapped = wrap_source(source);
+        let fault = |f: EngineFault| parse_error(&f, source);
         guard_nesting(&wrapped).map_err(fault)?;
         let mut ctx = new_context(false).map_err(|f| ScriptError::internal(f.message))?;
         guarded(|| {
@@ -573,11 +550,6 @@ fn print_native(_this: &JsValue, args: &[JsValue], ctx: &mut Context) -> JsResul
     Ok(JsValue::undefined())
 }
 
-/// `$262` for test262's harness files.
-const TEST262_HOST: &str = "globalThis.$262 = { global: globalThis, gc() {}, \
-    evalScript(src) { return (0, eval)(src); }, \
-    detachArrayBuffer() { throw new TypeError('detachArrayBuffer is not supported'); }, agent: {} };";
-
 /// Prints where a fresh, hardened Boa context's time goes, averaged over
 /// `n` contexts (the `harden_cost` example): building the context, parsing
 /// the prelude, evaluating it, running the hardening, dropping the
@@ -628,14 +600,23 @@ pub fn print_harden_cost(n: u32) {
     }
 }
 
-/// Boa in this process: no way to stop a running script, no memory limit,
-/// and native stack exhaustion ends the process. Use it for trusted
-/// scripts only; [`worker_host`] behind a process boundary is the default.
-pub fn engine_info() -> EngineInfo {
-    EngineInfo {
-        name: ENGINE_NAME.to_owned(),
-        engine_version: BOA_VERSION.to_owned(),
-        capabilities: Capabilities {
+/// Boa on the shared event loop: its descriptor and thread state for
+/// [`Pooled`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BoaAdapter;
+
+/// Boa in this process: a pool of engine threads, each with its own
+/// contexts. See the crate docs for what it cannot enforce.
+pub type Boa = Pooled<BoaAdapter>;
+
+/// Boa: in this process no way to stop a running script, no memory limit,
+/// and native stack exhaustion ends the process; so it runs behind the
+/// process boundary by default. Use it in process for trusted scripts only.
+pub fn descriptor() -> EngineDescriptor {
+    EngineDescriptor::new(
+        ENGINE_NAME,
+        BOA_VERSION,
+        Capabilities {
             interrupt: false,
             memory_limit: false,
             fuel: false,
@@ -643,98 +624,20 @@ pub fn engine_info() -> EngineInfo {
             filesystem: false,
             stack_guard: false,
         },
-        isolation: Isolation::InProcess,
-    }
+        || std::sync::Arc::new(Boa::new()),
+        || Box::<BoaThread>::default(),
+    )
+    .with_default_isolation(Isolation::Process)
+    .with_thread_stack_bytes(THREAD_STACK_BYTES)
 }
 
-/// What a worker process serves for `--harness-worker boa`.
-pub fn worker_host() -> Box<dyn EngineHost> {
-    Box::new(Worker::default())
-}
-
-impl EngineHost for Worker {
-    fn name(&self) -> String {
-        ENGINE_NAME.to_owned()
+impl EngineAdapter for BoaAdapter {
+    fn descriptor() -> EngineDescriptor {
+        descriptor()
     }
 
-    fn version(&self) -> String {
-        BOA_VERSION.to_owned()
-    }
-
-    fn enforces_memory(&self) -> bool {
-        false
-    }
-
-    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
-        self.lend_engine(|e| run(e.map(|e| e as &mut dyn Engine)));
-    }
-
-    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        Worker::check(self, source)
-    }
-
-    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
-        Worker::eval_global(self, eval)
-    }
-}
-
-/// Boa in this process: a pool of worker threads, each with its own
-/// contexts. See the crate docs for what it cannot enforce.
-#[derive(Debug, Clone)]
-pub struct Boa {
-    pool: Arc<WorkerPool<Worker>>,
-}
-
-impl Default for Boa {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Boa {
-    /// An engine with up to 64 worker threads.
-    pub fn new() -> Self {
-        Self::with_max_workers(64)
-    }
-
-    /// An engine with at most `max_workers` runs in flight; more queue.
-    pub fn with_max_workers(max_workers: usize) -> Self {
-        Boa {
-            pool: Arc::new(WorkerPool::new(
-                "harness-boa",
-                max_workers,
-                THREAD_STACK_BYTES,
-                Worker::default,
-            )),
-        }
-    }
-}
-
-#[async_trait]
-impl ScriptRuntimeAdapter for Boa {
-    fn info(&self) -> EngineInfo {
-        engine_info()
-    }
-
-    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
-        let source = source.to_owned();
-        self.pool.ask(move |w| w.check(&source)).await?
-    }
-
-    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
-        self.pool
-            .execute(ENGINE_NAME, request, |w, request, tokio, reply| {
-                w.execute(request, tokio, |report| reply.send(report))
-            })
-            .await
-    }
-
-    async fn eval_global(&self, _eval: GlobalEval) -> GlobalEvalOutcome {
-        GlobalEvalOutcome::Unsupported(
-            "Boa cannot interrupt global code in this process; run test262 on Boa with \
-             isolation=process"
-                .to_owned(),
-        )
+    fn new_thread(&self) -> Box<dyn EngineThread> {
+        Box::<BoaThread>::default()
     }
 }
 

@@ -21,17 +21,12 @@
 //! # });
 //! ```
 
-use async_trait::async_trait;
-use harness_core::event_loop::{
-    host_call, run_lent, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE_FILE,
+use harness_core::engine::{
+    parse_error, wrap_source, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, PRELUDE_FILE, TEST262_HOST,
 };
-use harness_core::pool::WorkerPool;
-use harness_core::process::EngineHost;
 use harness_core::CancellationToken;
-use harness_core::{
-    Capabilities, EngineInfo, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
-    ScriptError, ScriptRuntimeAdapter,
-};
+use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
 use rquickjs::context::intrinsic;
 use rquickjs::context::EvalOptions;
 use rquickjs::module::WriteOptions;
@@ -82,7 +77,7 @@ fn prelude_bytecode() -> Result<&'static [u8], EngineFault> {
             let rt = Runtime::new().map_err(|e| e.to_string())?;
             let ctx = Context::custom::<Intrinsics>(&rt).map_err(|e| e.to_string())?;
             ctx.with(|ctx| {
-                let source = format!("export default {};", harness_core::event_loop::PRELUDE);
+                let source = format!("export default {PRELUDE};");
                 let module = Module::declare(ctx.clone(), PRELUDE_FILE, source).map_err(|e| {
                     let f = exception_fault(ctx.catch());
                     format!("prelude does not compile: {e}: {} {}", f.name, f.message)
@@ -142,7 +137,7 @@ fn harden(rt: &Runtime) -> Result<Warm, EngineFault> {
                 // Bind the handle first: the borrow must end before the call.
                 let current = slot.borrow().clone();
                 match current {
-                    Some(h) => host_call(&h, &op, &a, &b),
+                    Some(h) => h.call(&op, &a, &b),
                     None => String::new(),
                 }
             })?;
@@ -205,9 +200,10 @@ impl RuntimeSlot {
     }
 }
 
-/// Per-thread state: the reusable runtime, if healthy.
+/// One engine thread's state: the reusable runtime, if healthy, and a
+/// context hardened ahead of time.
 #[derive(Default)]
-struct Worker {
+struct QuickJsThread {
     // Dropped before the runtime it lives in.
     warm: Option<Warm>,
     slot: Option<RuntimeSlot>,
@@ -371,7 +367,7 @@ impl Engine for QjsEngine<'_> {
             .min(THREAD_STACK_BYTES as u64 - STACK_MARGIN_BYTES);
         rt.set_max_stack_size(stack as usize);
         // `setup.prelude` is the same core PRELUDE the bytecode was built from.
-        debug_assert_eq!(setup.prelude, harness_core::event_loop::PRELUDE);
+        debug_assert_eq!(setup.prelude, PRELUDE);
         let warm = match self.pre.take() {
             Some(w) => w,
             None => harden(rt).map_err(|f| self.finish_fault(f))?,
@@ -490,7 +486,7 @@ impl Engine for QjsEngine<'_> {
     }
 }
 
-impl Worker {
+impl QuickJsThread {
     fn slot(&mut self) -> Result<&RuntimeSlot, EngineFault> {
         if self.slot.is_none() {
             self.slot = Some(RuntimeSlot::new()?);
@@ -498,10 +494,39 @@ impl Worker {
         Ok(self.slot.as_ref().expect("just set"))
     }
 
+    /// Hardens a fresh context for the next run, while the worker is idle.
+    fn prewarm(&mut self) {
+        if self.warm.is_some() {
+            return;
+        }
+        if let Ok(slot) = self.slot() {
+            // A failure here is not fatal: `load` hardens on demand.
+            self.warm = harden(&slot.rt).ok();
+        }
+    }
+
+    /// After a run: drop the runtime if it may be unhealthy (a fault, or
+    /// jobs left from the dead context), otherwise collect its garbage.
+    fn recycle(&mut self, tainted: bool) {
+        let Some(slot) = &self.slot else { return };
+        if let Ok(mut i) = slot.interrupt.lock() {
+            *i = InterruptState::default();
+        }
+        slot.alloc.disarm();
+        if tainted || slot.rt.is_job_pending() {
+            self.warm = None;
+            self.slot = None;
+        } else {
+            slot.rt.run_gc();
+        }
+    }
+}
+
+impl EngineThread for QuickJsThread {
     /// Lends a fresh engine to `run` (which says whether it is tainted),
     /// then tears it down and hardens the next context: after `run` has
     /// answered its caller, off the critical path.
-    fn lend_engine(&mut self, run: impl FnOnce(Result<&mut QjsEngine<'_>, EngineFault>) -> bool) {
+    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
         let pre = self.warm.take();
         let slot = match self.slot() {
             Ok(s) => s,
@@ -521,28 +546,6 @@ impl Worker {
         drop(engine);
         self.recycle(tainted);
         self.prewarm();
-    }
-
-    /// Runs one request and hands the report to `respond` as soon as it is
-    /// ready.
-    fn execute(
-        &mut self,
-        request: ExecutionRequest,
-        tokio: &tokio::runtime::Handle,
-        respond: impl FnOnce(ExecutionReport),
-    ) {
-        self.lend_engine(|engine| run_lent(engine, ENGINE_NAME, request, tokio, respond));
-    }
-
-    /// Hardens a fresh context for the next run, while the worker is idle.
-    fn prewarm(&mut self) {
-        if self.warm.is_some() {
-            return;
-        }
-        if let Ok(slot) = self.slot() {
-            // A failure here is not fatal: `load` hardens on demand.
-            self.warm = harden(&slot.rt).ok();
-        }
     }
 
     /// Runs standalone global code (test262): optional hardening, a
@@ -568,7 +571,7 @@ impl Worker {
     }
 
     fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        let wrapped = harness_core::event_loop::wrap_source(source);
+        let wrapped = wrap_source(source);
         let slot = self.slot().map_err(|f| ScriptError::internal(f.message))?;
         let ctx = Context::custom::<Intrinsics>(&slot.rt)
             .map_err(|e| ScriptError::internal(e.to_string()))?;
@@ -581,7 +584,7 @@ impl Worker {
                 Ok(_) => Ok(()),
                 Err(rquickjs::Error::Exception) => {
                     let f = exception_fault(ctx.catch());
-                    Err(harness_core::event_loop::parse_error(&f, source))
+                    Err(parse_error(&f, source))
                 }
                 Err(e) => Err(ScriptError::internal(e.to_string())),
             }
@@ -590,33 +593,11 @@ impl Worker {
         self.recycle(false);
         result
     }
-
-    /// After a run: drop the runtime if it may be unhealthy (a fault, or
-    /// jobs left from the dead context), otherwise collect its garbage.
-    fn recycle(&mut self, tainted: bool) {
-        let Some(slot) = &self.slot else { return };
-        if let Ok(mut i) = slot.interrupt.lock() {
-            *i = InterruptState::default();
-        }
-        slot.alloc.disarm();
-        if tainted || slot.rt.is_job_pending() {
-            self.warm = None;
-            self.slot = None;
-        } else {
-            slot.rt.run_gc();
-        }
-    }
 }
 
 fn slot_refused(slot: &Option<RuntimeSlot>) -> bool {
     slot.as_ref().is_some_and(|s| s.alloc.refused())
 }
-
-/// Sets up `$262` for test262's harness files; `evalScript` uses indirect
-/// eval, which the hardened prelude blocks (that is the point of `--raw`).
-const TEST262_HOST: &str = "globalThis.$262 = { global: globalThis, gc() {}, \
-    evalScript(src) { return (0, eval)(src); }, \
-    detachArrayBuffer() { throw new TypeError('detachArrayBuffer is not supported'); }, agent: {} };";
 
 fn run_global(
     slot: &RuntimeSlot,
@@ -698,52 +679,32 @@ fn run_global(
     }
 }
 
-/// The QuickJS engine: a pool of worker threads, each with its own runtime.
-#[derive(Debug, Clone)]
-pub struct QuickJs {
-    pool: Arc<WorkerPool<Worker>>,
-}
-
-impl Default for QuickJs {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl QuickJs {
-    /// An engine with up to 64 worker threads.
-    pub fn new() -> Self {
-        Self::with_max_workers(64)
-    }
-
-    /// An engine with at most `max_workers` runs in flight; more queue.
-    pub fn with_max_workers(max_workers: usize) -> Self {
-        QuickJs {
-            pool: Arc::new(WorkerPool::new(
-                "harness-quickjs",
-                max_workers,
-                THREAD_STACK_BYTES,
-                Worker::default,
-            )),
-        }
-    }
-}
-
-impl std::fmt::Debug for Worker {
+impl std::fmt::Debug for QuickJsThread {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker")
-            .field("warm", &self.slot.is_some())
+        f.debug_struct("QuickJsThread")
+            .field("runtime", &self.slot.is_some())
+            .field("prepared", &self.warm.is_some())
             .finish()
     }
 }
 
-/// QuickJS in this process: it stops scripts with its interrupt handler
-/// and enforces the memory limit with its own allocator.
-pub fn engine_info() -> EngineInfo {
-    EngineInfo {
-        name: ENGINE_NAME.to_owned(),
-        engine_version: QUICKJS_VERSION.to_owned(),
-        capabilities: Capabilities {
+/// QuickJS on the shared event loop: its descriptor and thread state for
+/// [`Pooled`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuickJsAdapter;
+
+/// The QuickJS engine in this process: a pool of engine threads, each with
+/// its own runtime.
+pub type QuickJs = Pooled<QuickJsAdapter>;
+
+/// QuickJS: it stops scripts with its interrupt handler and enforces the
+/// memory limit with its own allocator, so it runs in this process by
+/// default.
+pub fn descriptor() -> EngineDescriptor {
+    EngineDescriptor::new(
+        ENGINE_NAME,
+        QUICKJS_VERSION,
+        Capabilities {
             interrupt: true,
             memory_limit: true,
             fuel: false,
@@ -751,65 +712,19 @@ pub fn engine_info() -> EngineInfo {
             filesystem: false,
             stack_guard: true,
         },
-        isolation: harness_core::Isolation::InProcess,
-    }
+        || std::sync::Arc::new(QuickJs::new()),
+        || Box::<QuickJsThread>::default(),
+    )
+    .with_aliases(&["qjs"])
+    .with_thread_stack_bytes(THREAD_STACK_BYTES)
 }
 
-/// What a worker process serves for `--harness-worker quickjs`
-/// (see [`harness_core::process`]).
-pub fn worker_host() -> Box<dyn EngineHost> {
-    Box::new(Worker::default())
-}
-
-impl EngineHost for Worker {
-    fn name(&self) -> String {
-        ENGINE_NAME.to_owned()
+impl EngineAdapter for QuickJsAdapter {
+    fn descriptor() -> EngineDescriptor {
+        descriptor()
     }
 
-    fn version(&self) -> String {
-        QUICKJS_VERSION.to_owned()
-    }
-
-    fn enforces_memory(&self) -> bool {
-        true
-    }
-
-    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
-        self.lend_engine(|e| run(e.map(|e| e as &mut dyn Engine)));
-    }
-
-    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        Worker::check(self, source)
-    }
-
-    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
-        Worker::eval_global(self, eval)
-    }
-}
-
-#[async_trait]
-impl ScriptRuntimeAdapter for QuickJs {
-    fn info(&self) -> EngineInfo {
-        engine_info()
-    }
-
-    async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
-        self.pool
-            .ask(move |w| w.eval_global(eval))
-            .await
-            .unwrap_or_else(|e| GlobalEvalOutcome::Unsupported(e.message))
-    }
-
-    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
-        let source = source.to_owned();
-        self.pool.ask(move |w| w.check(&source)).await?
-    }
-
-    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
-        self.pool
-            .execute(ENGINE_NAME, request, |w, request, tokio, reply| {
-                w.execute(request, tokio, |report| reply.send(report))
-            })
-            .await
+    fn new_thread(&self) -> Box<dyn EngineThread> {
+        Box::<QuickJsThread>::default()
     }
 }

@@ -34,16 +34,11 @@
 //!   `Error.stackTraceLimit`, so a script cannot see call sites; reported
 //!   stacks keep only `script.js` frames.
 
-use async_trait::async_trait;
-use harness_core::event_loop::{
-    run_lent, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, PRELUDE, PRELUDE_FILE,
+use harness_core::engine::{
+    parse_error, wrap_source, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, PRELUDE_FILE, TEST262_HOST,
 };
-use harness_core::pool::WorkerPool;
-use harness_core::process::EngineHost;
-use harness_core::{
-    Capabilities, EngineInfo, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
-    Isolation, ScriptError, ScriptRuntimeAdapter,
-};
+use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -505,21 +500,21 @@ fn new_context(slot: &mut IsolateSlot, raw: bool) -> Result<Warm, EngineFault> {
 /// Per-thread state: the isolate and a context hardened ahead of time.
 /// Field order is drop order: handles before the isolate.
 #[derive(Default)]
-struct Worker {
+struct V8Thread {
     warm: Option<Warm>,
     slot: Option<IsolateSlot>,
 }
 
-impl std::fmt::Debug for Worker {
+impl std::fmt::Debug for V8Thread {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker")
+        f.debug_struct("V8Thread")
             .field("isolate", &self.slot.as_ref().map(|s| s.key))
             .field("warm", &self.warm.is_some())
             .finish()
     }
 }
 
-impl Worker {
+impl V8Thread {
     /// The isolate for `key`, rebuilt if it was made for other limits.
     fn slot_for(&mut self, key: IsolateKey) -> &mut IsolateSlot {
         if self.slot.as_ref().is_some_and(|s| s.key != key) {
@@ -528,33 +523,6 @@ impl Worker {
             self.slot = None;
         }
         self.slot.get_or_insert_with(|| IsolateSlot::new(key))
-    }
-
-    /// Lends a fresh engine to `run` (which says whether it is tainted),
-    /// then closes the run and hardens the next context: after `run` has
-    /// answered its caller, off the critical path.
-    fn lend_engine(&mut self, run: impl FnOnce(Result<&mut V8Engine<'_>, EngineFault>) -> bool) {
-        let tainted = {
-            let mut engine = V8Engine {
-                worker: self,
-                handles: None,
-                peak: 0,
-            };
-            let tainted = run(Ok(&mut engine));
-            engine.handles = None;
-            tainted
-        };
-        self.recycle(tainted);
-        self.prewarm();
-    }
-
-    fn execute(
-        &mut self,
-        request: ExecutionRequest,
-        tokio: &tokio::runtime::Handle,
-        respond: impl FnOnce(ExecutionReport),
-    ) {
-        self.lend_engine(|engine| run_lent(engine, ENGINE_NAME, request, tokio, respond));
     }
 
     /// After a run: close it; drop the isolate if it may be unhealthy (a
@@ -590,9 +558,29 @@ impl Worker {
             }
         }
     }
+}
+
+impl EngineThread for V8Thread {
+    /// Lends a fresh engine to `run` (which says whether it is tainted),
+    /// then closes the run and hardens the next context: after `run` has
+    /// answered its caller, off the critical path.
+    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        let tainted = {
+            let mut engine = V8Engine {
+                worker: self,
+                handles: None,
+                peak: 0,
+            };
+            let tainted = run(Ok(&mut engine));
+            engine.handles = None;
+            tainted
+        };
+        self.recycle(tainted);
+        self.prewarm();
+    }
 
     fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        let wrapped = strict_source(&harness_core::event_loop::wrap_source(source));
+        let wrapped = strict_source(&wrap_source(source));
         let key = self
             .slot
             .as_ref()
@@ -611,7 +599,7 @@ impl Worker {
         };
         result.map_err(|f| match f.kind {
             FaultKind::Internal => ScriptError::internal(f.message),
-            _ => harness_core::event_loop::parse_error(&f, source),
+            _ => parse_error(&f, source),
         })
     }
 
@@ -666,11 +654,6 @@ impl Worker {
     }
 }
 
-/// `$262` for test262's harness files.
-const TEST262_HOST: &str = "globalThis.$262 = { global: globalThis, gc() {}, \
-    evalScript(src) { return (0, eval)(src); }, \
-    detachArrayBuffer() { throw new TypeError('detachArrayBuffer is not supported'); }, agent: {} };";
-
 /// Runs test262 global code; `Err((parse, fault))` on failure.
 fn run_global(slot: &mut IsolateSlot, eval: &GlobalEval) -> Result<(), (bool, EngineFault)> {
     let warm = new_context(slot, !eval.hardened).map_err(|f| (false, f))?;
@@ -717,7 +700,7 @@ struct RunHandles {
 
 /// One run's engine: a fresh, hardened context on the worker's isolate.
 struct V8Engine<'w> {
-    worker: &'w mut Worker,
+    worker: &'w mut V8Thread,
     handles: Option<RunHandles>,
     /// Peak of heap in use plus ArrayBuffer bytes, sampled after each
     /// entry into V8.
@@ -890,13 +873,22 @@ impl Engine for V8Engine<'_> {
     }
 }
 
-/// V8 in this process: it stops scripts by terminating the isolate and
-/// enforces the memory limit with its heap limit and buffer allocator.
-pub fn engine_info() -> EngineInfo {
-    EngineInfo {
-        name: ENGINE_NAME.to_owned(),
-        engine_version: engine_version(),
-        capabilities: Capabilities {
+/// V8 isolates on the shared event loop: its descriptor and thread state
+/// for [`Pooled`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct V8Adapter;
+
+/// The V8 engine in this process: a pool of engine threads, each with its
+/// own isolate (64 at most by default).
+pub type V8 = Pooled<V8Adapter>;
+
+/// V8: it stops scripts by terminating the isolate and enforces the memory
+/// limit with its heap limit and buffer allocator.
+pub fn descriptor() -> EngineDescriptor {
+    EngineDescriptor::new(
+        ENGINE_NAME,
+        engine_version(),
+        Capabilities {
             interrupt: true,
             memory_limit: true,
             fuel: false,
@@ -904,102 +896,26 @@ pub fn engine_info() -> EngineInfo {
             filesystem: false,
             stack_guard: true,
         },
-        isolation: Isolation::InProcess,
-    }
+        || std::sync::Arc::new(V8::new()),
+        || Box::<V8Thread>::default(),
+    )
+    .with_thread_stack_bytes(THREAD_STACK_BYTES)
 }
 
-/// What a worker process serves for `--harness-worker v8`.
-pub fn worker_host() -> Box<dyn EngineHost> {
-    Box::new(Worker::default())
-}
-
-impl EngineHost for Worker {
-    fn name(&self) -> String {
-        ENGINE_NAME.to_owned()
+impl EngineAdapter for V8Adapter {
+    fn descriptor() -> EngineDescriptor {
+        descriptor()
     }
 
-    fn version(&self) -> String {
-        engine_version()
-    }
-
-    fn enforces_memory(&self) -> bool {
-        true
-    }
-
-    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
-        self.lend_engine(|e| run(e.map(|e| e as &mut dyn Engine)));
-    }
-
-    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        Worker::check(self, source)
-    }
-
-    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
-        Worker::eval_global(self, eval)
-    }
-}
-
-/// The V8 engine: a pool of worker threads, each with its own isolate.
-#[derive(Debug, Clone)]
-pub struct V8 {
-    pool: Arc<WorkerPool<Worker>>,
-}
-
-impl Default for V8 {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl V8 {
-    /// An engine with up to 64 worker threads (64 isolates at most).
-    pub fn new() -> Self {
-        Self::with_max_workers(64)
-    }
-
-    /// An engine with at most `max_workers` runs in flight; more queue.
-    pub fn with_max_workers(max_workers: usize) -> Self {
-        V8 {
-            pool: Arc::new(WorkerPool::new(
-                "harness-v8",
-                max_workers,
-                THREAD_STACK_BYTES,
-                Worker::default,
-            )),
-        }
-    }
-}
-
-#[async_trait]
-impl ScriptRuntimeAdapter for V8 {
-    fn info(&self) -> EngineInfo {
-        engine_info()
-    }
-
-    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
-        let source = source.to_owned();
-        self.pool.ask(move |w| w.check(&source)).await?
-    }
-
-    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
-        self.pool
-            .execute(ENGINE_NAME, request, |w, request, tokio, reply| {
-                w.execute(request, tokio, |report| reply.send(report))
-            })
-            .await
-    }
-
-    async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
-        self.pool
-            .ask(move |w| w.eval_global(eval))
-            .await
-            .unwrap_or_else(|e| GlobalEvalOutcome::Unsupported(e.message))
+    fn new_thread(&self) -> Box<dyn EngineThread> {
+        Box::<V8Thread>::default()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use harness_core::{ExecutionRequest, ScriptRuntimeAdapter};
 
     #[test]
     fn v8_errors_are_classified() {
@@ -1015,7 +931,7 @@ mod tests {
 
     #[test]
     fn scripts_are_strict_without_moving_lines() {
-        let wrapped = harness_core::event_loop::wrap_source("return 1");
+        let wrapped = wrap_source("return 1");
         let s = strict_source(&wrapped);
         assert!(s.starts_with("'use strict'; (async function"));
         assert_eq!(s.lines().count(), wrapped.lines().count());

@@ -28,14 +28,12 @@
 //! # });
 //! ```
 
-use async_trait::async_trait;
-use harness_core::event_loop::{run_lent, Engine, EngineFault, EngineSetup, FaultKind, HostHandle};
-use harness_core::pool::WorkerPool;
-use harness_core::process::EngineHost;
-use harness_core::{
-    Capabilities, EngineInfo, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome,
-    ScriptError, ScriptRuntimeAdapter,
+use harness_core::engine::{
+    parse_error, wrap_source, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    EngineThread, FaultKind, HostHandle, Pooled,
 };
+use harness_core::process::ProcessOptions;
+use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
 use std::sync::Arc;
 use wasmtime::{Memory, Store, Trap, TypedFunc};
 
@@ -367,18 +365,20 @@ impl Source {
     }
 }
 
-/// Per-thread state: where the guest comes from.
+/// One engine thread's state: where the guest comes from.
 #[derive(Debug)]
-struct Worker {
+struct WasiThread {
     source: Source,
 }
 
-impl Worker {
+impl WasiThread {
     fn loaded(&self) -> Result<Arc<module::Loaded>, EngineFault> {
         self.source.load().map_err(|e| internal(e.to_string()))
     }
+}
 
-    fn lend_engine(&mut self, run: impl FnOnce(Result<&mut WasiEngine, EngineFault>) -> bool) {
+impl EngineThread for WasiThread {
+    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
         let mut engine = WasiEngine {
             loaded: self.loaded(),
             guest: None,
@@ -393,54 +393,44 @@ impl Worker {
         let loaded = self
             .loaded()
             .map_err(|f| ScriptError::internal(f.message))?;
-        let wrapped = harness_core::event_loop::wrap_source(source);
-        check_source(&loaded, &wrapped, CHECK_HARNESS_SCRIPT)
-            .map_err(|f| harness_core::event_loop::parse_error(&f, source))
+        let wrapped = wrap_source(source);
+        check_source(&loaded, &wrapped, CHECK_HARNESS_SCRIPT).map_err(|f| parse_error(&f, source))
+    }
+
+    fn eval_global(&mut self, _eval: GlobalEval) -> GlobalEvalOutcome {
+        GlobalEvalOutcome::Unsupported(
+            "test262 runs on the native QuickJS engine (the same QuickJS); the WASI guest only \
+             runs harness scripts and sandbox programs"
+                .to_owned(),
+        )
     }
 }
 
-/// The WASI-QuickJS engine: a pool of worker threads, an instance per run.
+/// WASI-QuickJS on the shared event loop: where its guest comes from.
+/// The default is [`default_wasm_path`], cached on disk next to it.
 #[derive(Debug, Clone)]
-pub struct Wasi {
-    pool: Arc<WorkerPool<Worker>>,
+pub struct WasiAdapter {
     source: Source,
 }
 
-impl Default for Wasi {
+impl Default for WasiAdapter {
     fn default() -> Self {
-        Self::new()
+        WasiAdapter::with_options(ModuleOptions::cached())
     }
 }
 
-impl Wasi {
-    /// The default guest ([`default_wasm_path`]), cached on disk next to
-    /// it, with up to 64 runs in flight.
-    pub fn new() -> Self {
-        Self::with_options(ModuleOptions::cached(), 64)
+impl WasiAdapter {
+    /// A given guest and cache, loaded on the first run.
+    pub fn with_options(opts: ModuleOptions) -> Self {
+        WasiAdapter {
+            source: Source::Options(opts),
+        }
     }
 
-    /// A given guest and cache, with at most `max_workers` runs in flight.
-    pub fn with_options(opts: ModuleOptions, max_workers: usize) -> Self {
-        Self::with_source(Source::Options(opts), max_workers)
-    }
-
-    /// An engine over a guest loaded already (see [`load_uncached`]).
-    pub fn with_loaded(loaded: Arc<Loaded>, max_workers: usize) -> Self {
-        Self::with_source(Source::Loaded(loaded), max_workers)
-    }
-
-    fn with_source(source: Source, max_workers: usize) -> Self {
-        let for_workers = source.clone();
-        Wasi {
-            pool: Arc::new(WorkerPool::new(
-                "harness-wasi",
-                max_workers,
-                THREAD_STACK_BYTES,
-                move || Worker {
-                    source: for_workers.clone(),
-                },
-            )),
-            source,
+    /// A guest loaded already (see [`load_uncached`]).
+    pub fn with_loaded(loaded: Arc<Loaded>) -> Self {
+        WasiAdapter {
+            source: Source::Loaded(loaded),
         }
     }
 
@@ -451,13 +441,29 @@ impl Wasi {
     }
 }
 
+impl EngineAdapter for WasiAdapter {
+    fn descriptor() -> EngineDescriptor {
+        descriptor()
+    }
+
+    fn new_thread(&self) -> Box<dyn EngineThread> {
+        Box::new(WasiThread {
+            source: self.source.clone(),
+        })
+    }
+}
+
+/// The WASI-QuickJS engine: a pool of engine threads, an instance per run
+/// (`Wasi::with_adapter(WasiAdapter::with_options(…), n)` for another guest).
+pub type Wasi = Pooled<WasiAdapter>;
+
 /// WASI-QuickJS: fuel, an epoch deadline and a linear-memory cap, all
 /// enforced by wasmtime outside the engine; a trap ends only the instance.
-pub fn engine_info() -> EngineInfo {
-    EngineInfo {
-        name: ENGINE_NAME.to_owned(),
-        engine_version: QUICKJS_VERSION.to_owned(),
-        capabilities: Capabilities {
+pub fn descriptor() -> EngineDescriptor {
+    EngineDescriptor::new(
+        ENGINE_NAME,
+        QUICKJS_VERSION,
+        Capabilities {
             interrupt: true,
             memory_limit: true,
             fuel: true,
@@ -465,8 +471,28 @@ pub fn engine_info() -> EngineInfo {
             filesystem: false,
             stack_guard: true,
         },
-        isolation: harness_core::Isolation::InProcess,
-    }
+        || {
+            // Compile (or read back) the guest now, once per process,
+            // rather than inside the first run. A failure (no guest) is
+            // reported by each run.
+            let engine = Wasi::new();
+            let _ = engine.adapter().preload();
+            Arc::new(engine)
+        },
+        worker_thread,
+    )
+    .with_aliases(&["wasi-quickjs"])
+    .with_thread_stack_bytes(THREAD_STACK_BYTES)
+    .with_process_setup(prepare_process)
+}
+
+/// Before process workers start: fill the disk cache they read the
+/// compiled guest from, and tell them (started in `/` with an empty
+/// environment) where this process found the guest.
+fn prepare_process(opts: &mut ProcessOptions) {
+    // A failure (no guest) is reported by the runs.
+    let _ = prepare_process_workers();
+    opts.env.push(worker_env());
 }
 
 /// Compiles (or reads back) the guest as process workers load it, so that
@@ -494,8 +520,8 @@ fn worker_module_options() -> ModuleOptions {
 }
 
 /// What a worker process serves for `--harness-worker wasi`.
-pub fn worker_host() -> Box<dyn EngineHost> {
-    let worker = Worker {
+fn worker_thread() -> Box<dyn EngineThread> {
+    let thread = WasiThread {
         source: Source::Options(worker_module_options()),
     };
     // Load and instantiate once before the worker caps itself: runs arm
@@ -503,68 +529,8 @@ pub fn worker_host() -> Box<dyn EngineHost> {
     // while compiling the guest needs far more heap than a script, writes
     // the cache, and the first instance writes the module's memory image
     // into a memfd. A failure is kept and reported by each run.
-    if let Ok(loaded) = worker.loaded() {
+    if let Ok(loaded) = thread.loaded() {
         let _ = Guest::new(&loaded, 0, None, StopWhen::default());
     }
-    Box::new(worker)
-}
-
-impl EngineHost for Worker {
-    fn name(&self) -> String {
-        ENGINE_NAME.to_owned()
-    }
-
-    fn version(&self) -> String {
-        QUICKJS_VERSION.to_owned()
-    }
-
-    fn enforces_memory(&self) -> bool {
-        true
-    }
-
-    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
-        self.lend_engine(|e| run(e.map(|e| e as &mut dyn Engine)));
-    }
-
-    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        Worker::check(self, source)
-    }
-
-    fn eval_global(&mut self, _eval: GlobalEval) -> GlobalEvalOutcome {
-        unsupported_global()
-    }
-}
-
-fn unsupported_global() -> GlobalEvalOutcome {
-    GlobalEvalOutcome::Unsupported(
-        "test262 runs on the native QuickJS engine (the same QuickJS); the WASI guest only runs harness scripts and sandbox programs".to_owned(),
-    )
-}
-
-#[async_trait]
-impl ScriptRuntimeAdapter for Wasi {
-    fn info(&self) -> EngineInfo {
-        engine_info()
-    }
-
-    async fn eval_global(&self, _eval: GlobalEval) -> GlobalEvalOutcome {
-        unsupported_global()
-    }
-
-    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
-        let source = source.to_owned();
-        self.pool.ask(move |w| w.check(&source)).await?
-    }
-
-    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
-        self.pool
-            .execute(ENGINE_NAME, request, |w, request, tokio, reply| {
-                w.lend_engine(|engine| {
-                    run_lent(engine, ENGINE_NAME, request, tokio, |report| {
-                        reply.send(report)
-                    })
-                })
-            })
-            .await
-    }
+    Box::new(thread)
 }

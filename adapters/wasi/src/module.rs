@@ -2,7 +2,7 @@
 //! the on-disk cache), linked, and instantiated per run from an
 //! [`InstancePre`]. Stores get fuel, an epoch deadline and memory limits.
 
-use harness_core::event_loop::{host_call, HostHandle};
+use harness_core::engine::HostHandle;
 use harness_core::CancellationToken;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
@@ -505,7 +505,7 @@ fn linker(engine: &Engine) -> wasmtime::Result<Linker<RunState>> {
             // Bind the handle first: the borrow must end before the call.
             let host = CURRENT_HOST.with(|h| h.borrow().clone());
             let reply = match host {
-                Some(h) => host_call(&h, &op, &a, &b),
+                Some(h) => h.call(&op, &a, &b),
                 None => String::new(),
             };
             let len = u32::try_from(reply.len())

@@ -278,65 +278,61 @@ fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
     }
 }
 
-fn main() -> ExitCode {
-    // Process-isolated configurations start this binary as their worker.
-    harness::serve_worker_if_requested();
-    let o = match parse_args() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let started = Instant::now();
-    let ours: Vec<Row> = engines()
-        .into_iter()
-        .flat_map(|c| measure_ours(c, &o, &rt))
-        .collect();
-    let peer = measure_peer(&o);
-    let (peer_rows, about) = match &peer {
-        Ok((rows, about)) => (rows.clone(), about.clone()),
-        Err(_) => (Vec::new(), "not run".to_string()),
-    };
-    if o.json {
-        let rows = |rs: &[Row]| -> Vec<Value> {
-            rs.iter()
-                .map(|r| {
-                    serde_json::json!({"workload": r.workload, "config": r.config,
-                        "median_us": r.median_us, "p90_us": r.p90_us, "mean_us": r.mean_us})
-                })
-                .collect()
+// Also this binary's own worker processes (the process boundary).
+harness::main! {
+    fn main() -> ExitCode {
+        let o = match parse_args() {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
         };
-        let doc = serde_json::json!({"cpu": cpu_model(), "iters": o.iters,
-            "gap_ms": o.gap.as_millis() as u64, "peer": about,
-            "ours": rows(&ours), "peer_results": rows(&peer_rows)});
-        println!("{doc}");
-    } else {
-        println!(
-            "{} runs per row, {} ms apart, after {} ms of warm-up; {}; peer: {about}; measured in {:.0} s\n",
-            o.iters,
-            o.gap.as_millis(),
-            o.warmup.as_millis(),
-            cpu_model(),
-            started.elapsed().as_secs_f64()
-        );
-        print_table(&ours, &peer_rows, &o);
-    }
-    match peer {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("peer not measured: {e}");
-            ExitCode::FAILURE
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let started = Instant::now();
+        let ours: Vec<Row> = engines()
+            .into_iter()
+            .flat_map(|c| measure_ours(c, &o, &rt))
+            .collect();
+        let peer = measure_peer(&o);
+        let (peer_rows, about) = match &peer {
+            Ok((rows, about)) => (rows.clone(), about.clone()),
+            Err(_) => (Vec::new(), "not run".to_string()),
+        };
+        if o.json {
+            let rows = |rs: &[Row]| -> Vec<Value> {
+                rs.iter()
+                    .map(|r| {
+                        serde_json::json!({"workload": r.workload, "config": r.config,
+                            "median_us": r.median_us, "p90_us": r.p90_us, "mean_us": r.mean_us})
+                    })
+                    .collect()
+            };
+            let doc = serde_json::json!({"cpu": cpu_model(), "iters": o.iters,
+                "gap_ms": o.gap.as_millis() as u64, "peer": about,
+                "ours": rows(&ours), "peer_results": rows(&peer_rows)});
+            println!("{doc}");
+        } else {
+            println!(
+                "{} runs per row, {} ms apart, after {} ms of warm-up; {}; peer: {about}; measured in {:.0} s\n",
+                o.iters,
+                o.gap.as_millis(),
+                o.warmup.as_millis(),
+                cpu_model(),
+                started.elapsed().as_secs_f64()
+            );
+            print_table(&ours, &peer_rows, &o);
+        }
+        match peer {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("peer not measured: {e}");
+                ExitCode::FAILURE
+            }
         }
     }
 }
-
-/// Lets the process-isolated configurations' workers (this binary) enforce
-/// memory limits.
-#[global_allocator]
-static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;

@@ -577,21 +577,17 @@ fn sandbox(args: SandboxArgs) -> ExitCode {
     }
 }
 
-/// Counts a worker process's heap so it can enforce memory limits; outside
-/// worker mode it costs one relaxed load per allocation.
-#[global_allocator]
-static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;
-
-fn main() -> ExitCode {
-    // `harness --harness-worker ENGINE`: this binary is its own worker.
-    harness::serve_worker_if_requested();
-    harness::cli_support::main("harness", |cli: Cli| async move {
-        match cli.command {
-            Command::Run(a) => run(a).await,
-            Command::Check(a) => check(a).await,
-            Command::Respond(a) => respond(a).await,
-            #[cfg(feature = "wasi")]
-            Command::Sandbox(a) => sandbox(a),
-        }
-    })
+// Also this binary's own worker processes (the process boundary).
+harness::main! {
+    fn main() -> ExitCode {
+        harness::cli_support::main("harness", |cli: Cli| async move {
+            match cli.command {
+                Command::Run(a) => run(a).await,
+                Command::Check(a) => check(a).await,
+                Command::Respond(a) => respond(a).await,
+                #[cfg(feature = "wasi")]
+                Command::Sandbox(a) => sandbox(a),
+            }
+        })
+    }
 }

@@ -8,6 +8,7 @@
 //! what is left, wait out the grace period and build the report.
 
 use crate::adapter::{ExecutionRequest, Mode};
+use crate::engine::{Engine, EngineFault, EngineSetup, FaultKind, Host, HostHandle, HostOp};
 use crate::error::{clamp_location, first_location, sanitize_stack, ErrorCode, Phase, ScriptError};
 use crate::facade::{CallFailure, CallOutcome, ToolFacade};
 use crate::limits::Limits;
@@ -44,112 +45,6 @@ pub fn wrap_source(source: &str) -> String {
     s
 }
 
-/// What kind of failure an engine primitive hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum FaultKind {
-    /// The interrupt handler stopped the engine (deadline or cancel).
-    Interrupted,
-    /// The run used up its fuel budget (`Limits::fuel`).
-    OutOfFuel,
-    OutOfMemory,
-    StackOverflow,
-    /// The source did not compile.
-    Syntax,
-    /// A JS exception escaped (should not happen past the prelude).
-    Thrown,
-    /// The engine itself failed.
-    Internal,
-}
-
-/// A failure inside an engine primitive, with the engine's own words.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct EngineFault {
-    pub kind: FaultKind,
-    pub name: String,
-    pub message: String,
-    pub stack: Option<String>,
-}
-
-impl EngineFault {
-    pub fn new(kind: FaultKind, name: impl Into<String>, message: impl Into<String>) -> Self {
-        EngineFault {
-            kind,
-            name: name.into(),
-            message: message.into(),
-            stack: None,
-        }
-    }
-}
-
-/// What an engine needs to set up one run.
-#[derive(Debug)]
-pub struct EngineSetup<'a> {
-    pub prelude: &'a str,
-    pub config_json: &'a str,
-    pub limits: &'a Limits,
-    pub deadline: Instant,
-    pub cancel: &'a CancellationToken,
-}
-
-/// The host side of the engine's one native function, `host(op, a, b)`.
-/// In process it is the run's [`HostState`]; behind the process boundary
-/// it is a proxy that asks the host over the pipe.
-pub trait Host {
-    /// Answers one host operation. Never fails; unknown ops return "".
-    fn call(&self, op: &str, a: &str, b: &str) -> String;
-}
-
-impl Host for RefCell<HostState> {
-    fn call(&self, op: &str, a: &str, b: &str) -> String {
-        self.borrow_mut().op(op, a, b)
-    }
-}
-
-/// Shared handle to the run's host; the engine's one native function
-/// forwards to [`host_call`].
-pub type HostHandle = Rc<dyn Host>;
-
-/// Engine primitives. Implementations are not `Send`: each run owns its
-/// engine on one worker thread.
-pub trait Engine {
-    /// Provides a fresh context that no script has run in, with a native
-    /// host function that calls [`host_call`] on `host`; evaluates the
-    /// prelude, calls it as `harden(hostFn)` and the result as
-    /// `install(config)`. (The hardening half may have been done ahead of
-    /// time on a fresh context.) Arms the interrupt handler with the
-    /// deadline and cancel token, and sets the memory and stack limits.
-    fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault>;
-    /// Compiles the wrapped source as `script.js` and passes the function to
-    /// the prelude's `start`. A compile error is a [`FaultKind::Syntax`] fault.
-    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault>;
-    /// Runs pending jobs (microtasks) until none is left.
-    fn run_jobs(&mut self) -> Result<(), EngineFault>;
-    /// Calls the prelude's `settle(id, ok, payload)`.
-    fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault>;
-    /// Engine heap in use, where known.
-    fn memory_used(&mut self) -> Option<u64>;
-    /// Fuel consumed so far, for engines that count it.
-    fn fuel_consumed(&mut self) -> Option<u64> {
-        None
-    }
-    /// Whether the heap is at its limit. Engines that throw a bare value
-    /// when they cannot allocate an error object use this to tell such a
-    /// throw from a script's own `throw null`.
-    fn memory_exhausted(&mut self) -> bool {
-        false
-    }
-    /// A callback the watchdog calls (from another thread) when the run
-    /// passes its deadline or is cancelled, for engines that can stop work
-    /// faster than their interrupt checks notice. Asked for after `load`.
-    fn stopper(&self) -> Option<Box<dyn FnOnce() + Send>> {
-        None
-    }
-    /// Maps an error the script saw (by name and message) to an engine
-    /// fault kind, for errors the engine raises itself (interrupts, out of
-    /// memory, stack overflow). Returns `Thrown` for ordinary errors.
-    fn classify(&self, name: &str, message: &str) -> FaultKind;
-}
-
 /// How the script's own promise ended.
 #[derive(Debug, Clone)]
 enum Outcome {
@@ -184,77 +79,80 @@ pub struct HostState {
 /// counted in `tool_calls_dropped`.
 pub const REFUSED_CALLS_KEPT: usize = 64;
 
-/// The native host function: `host(op, a, b) -> string`. Never fails;
-/// unknown ops return an empty string.
-pub fn host_call(host: &HostHandle, op: &str, a: &str, b: &str) -> String {
-    host.call(op, a, b)
-}
-
 impl HostState {
-    fn op(&mut self, op: &str, a: &str, b: &str) -> String {
+    fn op(&mut self, op: HostOp<'_>) -> String {
         match op {
-            "call" | "unknown" if self.tracker.len() >= self.max_attempts => {
+            HostOp::Call { .. } | HostOp::Unknown { .. }
+                if self.tracker.len() >= self.max_attempts =>
+            {
                 // A script that keeps calling after its budget (or keeps
                 // calling unknown tools) would grow the host's records
                 // without bound; past the cap, calls are refused unrecorded.
                 self.calls_dropped = self.calls_dropped.saturating_add(1);
                 "0".to_owned()
             }
-            "call" => {
-                let (id, _) = self.tracker.register(a);
-                self.new_calls.push((id, a.to_owned(), b.to_owned()));
+            HostOp::Call { tool, args } => {
+                let (id, _) = self.tracker.register(tool);
+                self.new_calls.push((id, tool.to_owned(), args.to_owned()));
                 id.to_string()
             }
-            "unknown" => {
-                let msg = self.facade.unknown_tool_message(a);
+            HostOp::Unknown { tool } => {
+                let msg = self.facade.unknown_tool_message(tool);
                 self.tracker
-                    .register_failed(a, ErrorCode::ToolNotFoundError, msg)
+                    .register_failed(tool, ErrorCode::ToolNotFoundError, msg)
                     .to_string()
             }
-            "cancel" => {
-                if let Ok(id) = a.parse() {
+            HostOp::Cancel { id } => {
+                if let Ok(id) = id.parse() {
                     self.tracker.release(id);
                 }
                 String::new()
             }
-            "console" => {
-                self.console.push(ConsoleLevel::parse(a), b, Instant::now());
+            HostOp::Console { level, text } => {
+                self.console
+                    .push(ConsoleLevel::parse(level), text, Instant::now());
                 String::new()
             }
-            "progress" => {
-                let data = (!b.is_empty())
-                    .then(|| serde_json::from_str::<Value>(b).ok())
+            HostOp::Progress { message, data } => {
+                let data = (!data.is_empty())
+                    .then(|| serde_json::from_str::<Value>(data).ok())
                     .flatten();
                 let kept = self
                     .progress
-                    .push(a, data.clone(), Instant::now(), self.started);
+                    .push(message, data.clone(), Instant::now(), self.started);
                 if kept {
                     if let Some(o) = &self.observer {
-                        o.0.progress(a, data.as_ref());
+                        o.0.progress(message, data.as_ref());
                     }
                 }
                 if kept { "1" } else { "0" }.to_owned()
             }
-            "budget" => self.facade.remaining_budget().to_string(),
-            "remaining_ms" => self
+            HostOp::Budget => self.facade.remaining_budget().to_string(),
+            HostOp::RemainingMs => self
                 .deadline
                 .saturating_duration_since(Instant::now())
                 .as_millis()
                 .to_string(),
-            "done" => {
+            HostOp::Done { has_value, json } => {
                 if self.outcome.is_none() {
-                    self.outcome = Some(Outcome::Done((a == "1").then(|| b.to_owned())));
+                    self.outcome = Some(Outcome::Done(has_value.then(|| json.to_owned())));
                 }
                 String::new()
             }
-            "fail" => {
+            HostOp::Fail { description } => {
                 if self.outcome.is_none() {
-                    self.outcome = Some(Outcome::Failed(a.to_owned()));
+                    self.outcome = Some(Outcome::Failed(description.to_owned()));
                 }
                 String::new()
             }
-            _ => String::new(),
+            HostOp::Other(_) => String::new(),
         }
+    }
+}
+
+impl Host for RefCell<HostState> {
+    fn call(&self, op: &str, a: &str, b: &str) -> String {
+        self.borrow_mut().op(HostOp::decode(op, a, b))
     }
 }
 

@@ -4,11 +4,12 @@
 //! ([`ScriptRuntimeAdapter`]), the limits and the stable error taxonomy, the
 //! tool registry and facade (allowlist, JSON Schema, budget, concurrency,
 //! approvals), promise tracking, and the one event loop
-//! ([`event_loop::run_script`]) that every adapter drives with its own
+//! ([`engine::run_script`]) that every adapter drives with its own
 //! engine primitives.
 
 pub mod adapter;
 pub mod approval;
+pub mod engine;
 pub mod error;
 pub mod event_loop;
 pub mod facade;
@@ -40,3 +41,36 @@ pub use tool::{Allowlist, FnTool, RegistryError, Tool, ToolContext, ToolError, T
 
 /// Re-exported so tools and hosts use the same token type.
 pub use tokio_util::sync::CancellationToken;
+
+/// Declares a binary's `main` so that it can also serve as a worker
+/// process: installs the counting [`process::WorkerAllocator`] as the
+/// global allocator and, first thing in `main`, serves the engine named on
+/// the command line (`PROGRAM --harness-worker ENGINE`) if the host started
+/// it as a worker. `engines` is an expression that yields the
+/// [`engine::EngineDescriptor`]s the binary can serve.
+///
+/// ```ignore
+/// harness_core::worker_main! {
+///     engines = [harness_quickjs::descriptor()];
+///     fn main() {
+///         // … the binary's own work
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! worker_main {
+    (engines = $engines:expr; $(#[$meta:meta])* fn main() $(-> $ret:ty)? $body:block) => {
+        #[global_allocator]
+        static HARNESS_WORKER_ALLOCATOR: $crate::process::WorkerAllocator =
+            $crate::process::WorkerAllocator;
+
+        $(#[$meta])*
+        fn main() $(-> $ret)? {
+            $crate::process::serve_if_requested(|name| {
+                ::std::iter::IntoIterator::into_iter($engines)
+                    .find(|e: &$crate::engine::EngineDescriptor| e.answers_to(name))
+            });
+            $body
+        }
+    };
+}

@@ -16,9 +16,6 @@ use harness::{EngineKind, Isolation};
 use harness_fuzzing::*;
 use std::path::Path;
 
-#[global_allocator]
-static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;
-
 const TARGETS: &[&str] = &[
     "detect",
     "prepare",
@@ -58,34 +55,36 @@ fn usage() -> ! {
     std::process::exit(2)
 }
 
-fn main() {
-    harness::serve_worker_if_requested();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let read = |p: &str| std::fs::read(p).unwrap_or_else(|e| panic!("{p}: {e}"));
-    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["seed", dir] => {
-            for target in TARGETS {
-                let d = Path::new(dir).join(target);
-                std::fs::create_dir_all(&d).expect("corpus directory");
-                for (i, s) in SEEDS.iter().enumerate() {
-                    std::fs::write(d.join(format!("seed-{i:02}")), s).expect("seed file");
+// Also this binary's own worker processes (the process boundary).
+harness::main! {
+    fn main() {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let read = |p: &str| std::fs::read(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+        match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["seed", dir] => {
+                for target in TARGETS {
+                    let d = Path::new(dir).join(target);
+                    std::fs::create_dir_all(&d).expect("corpus directory");
+                    for (i, s) in SEEDS.iter().enumerate() {
+                        std::fs::write(d.join(format!("seed-{i:02}")), s).expect("seed file");
+                    }
+                }
+                println!(
+                    "{} seeds for each of {} targets in {dir}",
+                    SEEDS.len(),
+                    TARGETS.len()
+                );
+            }
+            ["replay", target, file] => replay(target, &read(file)),
+            ["show", file] => show(&read(file)),
+            ["sample", n] => {
+                let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+                for _ in 0..n.parse::<usize>().unwrap_or(5) {
+                    let bytes = rng.fill(400);
+                    show(&bytes);
                 }
             }
-            println!(
-                "{} seeds for each of {} targets in {dir}",
-                SEEDS.len(),
-                TARGETS.len()
-            );
+            _ => usage(),
         }
-        ["replay", target, file] => replay(target, &read(file)),
-        ["show", file] => show(&read(file)),
-        ["sample", n] => {
-            let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-            for _ in 0..n.parse::<usize>().unwrap_or(5) {
-                let bytes = rng.fill(400);
-                show(&bytes);
-            }
-        }
-        _ => usage(),
     }
 }

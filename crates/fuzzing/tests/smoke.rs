@@ -10,10 +10,6 @@ use harness::{EngineKind, Isolation};
 use harness_fuzzing::*;
 use libtest_mimic::{Arguments, Failed, Trial};
 
-/// Lets process workers (this binary) enforce memory limits.
-#[global_allocator]
-static ALLOC: harness::core::process::WorkerAllocator = harness::core::process::WorkerAllocator;
-
 /// Seeds, then `n` inputs: a third random bytes, a third mutated seeds, a
 /// third generated scripts.
 fn inputs(n: usize, seed: u64) -> Vec<Vec<u8>> {
@@ -42,76 +38,78 @@ fn trial(name: &str, run: impl FnOnce() + Send + 'static) -> Trial {
     })
 }
 
-fn main() {
-    harness::serve_worker_if_requested();
-    let mut args = Arguments::from_args();
-    // The oracles time runs against their deadlines (plus a margin): one
-    // trial at a time keeps a 2-core machine from failing them by load.
-    args.test_threads.get_or_insert(1);
-    let mut trials = vec![
-        trial("detect", || {
-            let mut rng = Rng(1);
-            for input in inputs(2_000, 1) {
-                check_detect(&input);
-            }
-            // Responses with blocks in them, not just noise.
-            for _ in 0..2_000 {
-                let mut s = String::new();
-                for _ in 0..rng.next_u64() % 8 {
-                    s.push_str(
-                        [
-                            "text ",
-                            "\n",
-                            "<tool-calls>",
-                            "</tool-calls>",
-                            "<thinking>",
-                            "</thinking>",
-                            "```ts tool-calls\n",
-                            "```\n",
-                            "```js\n",
-                            "return 1",
-                            "`",
-                            "é",
-                        ][(rng.next_u64() % 12) as usize],
-                    );
+// Also this binary's own worker processes (the process boundary).
+harness::main! {
+    fn main() {
+        let mut args = Arguments::from_args();
+        // The oracles time runs against their deadlines (plus a margin): one
+        // trial at a time keeps a 2-core machine from failing them by load.
+        args.test_threads.get_or_insert(1);
+        let mut trials = vec![
+            trial("detect", || {
+                let mut rng = Rng(1);
+                for input in inputs(2_000, 1) {
+                    check_detect(&input);
                 }
-                check_detect(s.as_bytes());
-            }
-        }),
-        trial("prepare", || {
-            for input in inputs(600, 2) {
-                check_prepare(&input);
-            }
-        }),
-        trial("differential", || {
-            let d = Differential::new();
-            let mut rng = Rng(3);
-            for _ in 0..300 {
-                d.check(&rng.bytes(600));
-            }
-        }),
-    ];
-    for engine in EngineKind::available() {
-        for (isolation, n) in [(Isolation::InProcess, 150), (Isolation::Process, 45)] {
-            // In-process engines that cannot stop a script are fuzzed
-            // behind the process boundary only (docs/security.md).
-            if isolation == Isolation::InProcess && engine.default_isolation() == Isolation::Process
-            {
-                continue;
-            }
-            let name = format!("execute/{engine}/{isolation:?}").to_lowercase();
-            trials.push(trial(&name, move || {
-                let e = Execute::new(engine, isolation);
-                for input in inputs(n, 4) {
-                    let r =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.check(&input)));
-                    if let Err(p) = r {
-                        eprintln!("input: {:?}", String::from_utf8_lossy(&input));
-                        std::panic::resume_unwind(p);
+                // Responses with blocks in them, not just noise.
+                for _ in 0..2_000 {
+                    let mut s = String::new();
+                    for _ in 0..rng.next_u64() % 8 {
+                        s.push_str(
+                            [
+                                "text ",
+                                "\n",
+                                "<tool-calls>",
+                                "</tool-calls>",
+                                "<thinking>",
+                                "</thinking>",
+                                "```ts tool-calls\n",
+                                "```\n",
+                                "```js\n",
+                                "return 1",
+                                "`",
+                                "é",
+                            ][(rng.next_u64() % 12) as usize],
+                        );
                     }
+                    check_detect(s.as_bytes());
                 }
-            }));
+            }),
+            trial("prepare", || {
+                for input in inputs(600, 2) {
+                    check_prepare(&input);
+                }
+            }),
+            trial("differential", || {
+                let d = Differential::new();
+                let mut rng = Rng(3);
+                for _ in 0..300 {
+                    d.check(&rng.bytes(600));
+                }
+            }),
+        ];
+        for engine in EngineKind::available() {
+            for (isolation, n) in [(Isolation::InProcess, 150), (Isolation::Process, 45)] {
+                // In-process engines that cannot stop a script are fuzzed
+                // behind the process boundary only (docs/security.md).
+                if isolation == Isolation::InProcess && engine.default_isolation() == Isolation::Process
+                {
+                    continue;
+                }
+                let name = format!("execute/{engine}/{isolation:?}").to_lowercase();
+                trials.push(trial(&name, move || {
+                    let e = Execute::new(engine, isolation);
+                    for input in inputs(n, 4) {
+                        let r =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.check(&input)));
+                        if let Err(p) = r {
+                            eprintln!("input: {:?}", String::from_utf8_lossy(&input));
+                            std::panic::resume_unwind(p);
+                        }
+                    }
+                }));
+            }
         }
+        libtest_mimic::run(&args, trials).exit();
     }
-    libtest_mimic::run(&args, trials).exit();
 }

@@ -1,6 +1,7 @@
 //! Engine selection: one `#[cfg]` arm per engine feature.
 
-use harness_core::process::{EngineHost, ProcessAdapter, ProcessOptions};
+use harness_core::engine::EngineDescriptor;
+use harness_core::process::{ProcessAdapter, ProcessOptions};
 use harness_core::{EngineInfo, Isolation, ScriptRuntimeAdapter};
 use std::fmt;
 use std::str::FromStr;
@@ -35,22 +36,24 @@ pub struct UnknownEngine {
 }
 
 impl EngineKind {
+    /// Every engine this build knows, built in or not, in the order
+    /// listings show them.
+    pub const ALL: [EngineKind; 4] = [
+        EngineKind::QuickJs,
+        EngineKind::Boa,
+        EngineKind::Wasi,
+        EngineKind::V8,
+    ];
+
     /// Every engine this build can run.
-    // One cfg-gated push per engine feature.
-    #[allow(clippy::vec_init_then_push)]
     pub fn available() -> Vec<EngineKind> {
-        let mut v = Vec::new();
-        #[cfg(feature = "quickjs")]
-        v.push(EngineKind::QuickJs);
-        #[cfg(feature = "boa")]
-        v.push(EngineKind::Boa);
-        #[cfg(feature = "wasi")]
-        v.push(EngineKind::Wasi);
-        #[cfg(feature = "v8")]
-        v.push(EngineKind::V8);
-        v
+        Self::ALL
+            .into_iter()
+            .filter(|k| k.descriptor().is_ok())
+            .collect()
     }
 
+    /// The engine's stable name, as in `--engine`.
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::QuickJs => "quickjs",
@@ -67,70 +70,42 @@ impl EngineKind {
         }
     }
 
+    /// The engine's descriptor, if it was compiled in: the one list of
+    /// engines, one `#[cfg]` line each.
+    pub fn descriptor(self) -> Result<EngineDescriptor, UnknownEngine> {
+        match self {
+            #[cfg(feature = "quickjs")]
+            EngineKind::QuickJs => Ok(harness_quickjs::descriptor()),
+            #[cfg(feature = "boa")]
+            EngineKind::Boa => Ok(harness_boa::descriptor()),
+            #[cfg(feature = "v8")]
+            EngineKind::V8 => Ok(harness_v8::descriptor()),
+            #[cfg(feature = "wasi")]
+            EngineKind::Wasi => Ok(harness_wasi::descriptor()),
+            #[allow(unreachable_patterns)]
+            other => Err(other.unavailable()),
+        }
+    }
+
     /// Where the engine runs unless told otherwise: in this process for
     /// engines that stop themselves and cap their heap (QuickJS), behind
     /// the process boundary for those that cannot (Boa).
     pub fn default_isolation(self) -> Isolation {
-        match self {
-            EngineKind::QuickJs | EngineKind::V8 | EngineKind::Wasi => Isolation::InProcess,
-            EngineKind::Boa => Isolation::Process,
+        match self.descriptor() {
+            Ok(d) => d.default_isolation,
+            Err(_) => Isolation::InProcess,
         }
     }
 
     /// Builds the in-process adapter, or says the engine was not compiled in.
     pub fn adapter(self) -> Result<Arc<dyn ScriptRuntimeAdapter>, UnknownEngine> {
-        match self {
-            #[cfg(feature = "quickjs")]
-            EngineKind::QuickJs => Ok(Arc::new(harness_quickjs::QuickJs::new())),
-            #[cfg(feature = "boa")]
-            EngineKind::Boa => Ok(Arc::new(harness_boa::Boa::new())),
-            #[cfg(feature = "v8")]
-            EngineKind::V8 => Ok(Arc::new(harness_v8::V8::new())),
-            #[cfg(feature = "wasi")]
-            EngineKind::Wasi => {
-                // Compile (or read back) the guest now, once per process,
-                // rather than inside the first run. A failure (no guest) is
-                // reported by each run.
-                let engine = harness_wasi::Wasi::new();
-                let _ = engine.preload();
-                Ok(Arc::new(engine))
-            }
-            #[allow(unreachable_patterns)]
-            other => Err(other.unavailable()),
-        }
+        Ok(self.descriptor()?.in_process())
     }
 
     /// The engine's own description (name, version, what it enforces in
     /// this process).
     pub fn info(self) -> Result<EngineInfo, UnknownEngine> {
-        match self {
-            #[cfg(feature = "quickjs")]
-            EngineKind::QuickJs => Ok(harness_quickjs::engine_info()),
-            #[cfg(feature = "boa")]
-            EngineKind::Boa => Ok(harness_boa::engine_info()),
-            #[cfg(feature = "v8")]
-            EngineKind::V8 => Ok(harness_v8::engine_info()),
-            #[cfg(feature = "wasi")]
-            EngineKind::Wasi => Ok(harness_wasi::engine_info()),
-            #[allow(unreachable_patterns)]
-            other => Err(other.unavailable()),
-        }
-    }
-
-    /// What a worker process serves for this engine.
-    pub fn worker_host(self) -> Result<Box<dyn EngineHost>, UnknownEngine> {
-        match self {
-            #[cfg(feature = "quickjs")]
-            EngineKind::QuickJs => Ok(harness_quickjs::worker_host()),
-            #[cfg(feature = "boa")]
-            EngineKind::Boa => Ok(harness_boa::worker_host()),
-            #[cfg(feature = "v8")]
-            EngineKind::V8 => Ok(harness_v8::worker_host()),
-            #[cfg(feature = "wasi")]
-            EngineKind::Wasi => Ok(harness_wasi::worker_host()),
-            #[allow(unreachable_patterns)]
-            other => Err(other.unavailable()),
-        }
+        Ok(self.descriptor()?.info())
     }
 
     /// Builds the adapter for `isolation`; process workers are started
@@ -140,26 +115,12 @@ impl EngineKind {
         isolation: Isolation,
         opts: impl FnOnce(&str) -> std::io::Result<ProcessOptions>,
     ) -> Result<Arc<dyn ScriptRuntimeAdapter>, crate::BuildError> {
+        let engine = self.descriptor()?;
         match isolation {
-            Isolation::InProcess => Ok(self.adapter()?),
+            Isolation::InProcess => Ok(engine.in_process()),
             Isolation::Process => {
-                let info = self.info()?;
-                // Workers read the compiled guest from the disk cache; fill
-                // it here, once, rather than in each worker's start-up. A
-                // failure (no guest) is reported by the runs.
-                #[cfg(feature = "wasi")]
-                if self == EngineKind::Wasi {
-                    let _ = harness_wasi::prepare_process_workers();
-                }
-                #[allow(unused_mut)] // used by the wasi arm
-                let mut opts = opts(self.name()).map_err(crate::BuildError::Worker)?;
-                // Workers start in `/` with an empty environment: tell them
-                // where this process found the guest.
-                #[cfg(feature = "wasi")]
-                if self == EngineKind::Wasi {
-                    opts.env.push(harness_wasi::worker_env());
-                }
-                let adapter = ProcessAdapter::new(info, opts);
+                let opts = opts(engine.name).map_err(crate::BuildError::Worker)?;
+                let adapter = ProcessAdapter::for_engine(&engine, opts);
                 adapter.prewarm(1);
                 Ok(Arc::new(adapter))
             }
@@ -167,16 +128,23 @@ impl EngineKind {
     }
 }
 
+/// The descriptors of every engine this build can run.
+pub fn engines() -> Vec<EngineDescriptor> {
+    EngineKind::available()
+        .into_iter()
+        .filter_map(|k| k.descriptor().ok())
+        .collect()
+}
+
 /// Serves an engine if this process was started as a worker
-/// (`PROGRAM --harness-worker ENGINE`), and exits; returns otherwise. Call
-/// it first thing in `main` of a binary that runs engines behind the
-/// process boundary, and install [`harness_core::process::WorkerAllocator`]
-/// as its global allocator so workers can enforce memory limits.
+/// (`PROGRAM --harness-worker ENGINE`), and exits; returns otherwise.
+/// Binaries call it through [`crate::main!`], which also installs the
+/// counting allocator that workers need to enforce memory limits.
 pub fn serve_worker_if_requested() {
     harness_core::process::serve_if_requested(|name| {
         name.parse::<EngineKind>()
             .ok()
-            .and_then(|e| e.worker_host().ok())
+            .and_then(|e| e.descriptor().ok())
     });
 }
 
@@ -202,6 +170,9 @@ impl FromStr for EngineKind {
     type Err = UnknownEngine;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
+            // Names and aliases of every engine, built in or not (an engine
+            // that is known but not built in is reported as such); the
+            // tests hold them to the descriptors.
             "quickjs" | "qjs" => Ok(EngineKind::QuickJs),
             "boa" => Ok(EngineKind::Boa),
             "v8" => Ok(EngineKind::V8),
@@ -211,5 +182,24 @@ impl FromStr for EngineKind {
                 available: available_list(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_aliases_match_the_descriptors() {
+        for kind in EngineKind::available() {
+            let d = kind.descriptor().unwrap();
+            assert_eq!(d.name, kind.name());
+            assert_eq!(kind.default_isolation(), d.default_isolation);
+            for alias in d.aliases.iter().chain([&d.name]) {
+                assert_eq!(alias.parse::<EngineKind>().unwrap(), kind, "{alias}");
+                assert_eq!(alias.to_uppercase().parse::<EngineKind>().unwrap(), kind);
+            }
+        }
+        assert_eq!(engines().len(), EngineKind::available().len());
     }
 }

@@ -32,7 +32,7 @@ pub mod builtin;
 pub mod cli_support;
 mod engine;
 
-pub use engine::{serve_worker_if_requested, EngineKind, UnknownEngine};
+pub use engine::{engines, serve_worker_if_requested, EngineKind, UnknownEngine};
 pub use harness_core as core;
 pub use harness_core::{
     Allowlist, ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny,
@@ -295,7 +295,7 @@ impl HarnessBuilder {
 
     /// How worker processes are started for `isolation = process`.
     /// Default: this binary (`$HARNESS_WORKER_BIN` when set), which must call
-    /// [`serve_worker_if_requested`] first thing in `main`.
+    /// be declared with [`main!`].
     pub fn worker(mut self, opts: ProcessOptions) -> Self {
         self.worker = Some(opts);
         self
@@ -335,4 +335,30 @@ impl HarnessBuilder {
             context: self.context,
         })
     }
+}
+
+/// Declares a binary's `main` so that the harness can also start it as a
+/// worker process (`--isolation process`, and the engines that run behind
+/// the process boundary by default): installs the counting allocator that
+/// holds worker runs to their memory limit and, first thing in `main`,
+/// serves any engine built into this crate if the binary was started as a
+/// worker. A worker whose binary was not declared this way refuses to
+/// serve, with a clear error.
+///
+/// ```ignore
+/// harness::main! {
+///     fn main() -> std::process::ExitCode {
+///         // … the binary's own work
+///         std::process::ExitCode::SUCCESS
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! main {
+    ($($main:tt)*) => {
+        $crate::core::worker_main! {
+            engines = $crate::engines();
+            $($main)*
+        }
+    };
 }

@@ -13,7 +13,7 @@
 //! Anthropic's `input`) with `output`, `error`, `summary` and `metadata`.
 
 use crate::detect::Language;
-use harness_core::{ExecutionReport, ScriptError};
+use harness_core::{ErrorCode, ExecutionReport, Phase, ScriptError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -78,7 +78,7 @@ impl Item {
             call_id: call_id.to_owned(),
             output: report.value.clone(),
             error: report.error.clone(),
-            summary: crate::orchestrate::summary(report),
+            summary: summary(report),
             metadata: json!({
                 "metrics": report.metrics,
                 "console": report.console,
@@ -106,7 +106,7 @@ impl Item {
         Item::ScriptToolCallOutput {
             call_id: call_id.to_owned(),
             output: None,
-            error: Some(crate::orchestrate::not_run(reason)),
+            error: Some(not_run(reason)),
             summary: format!("not run: {reason}"),
             metadata: json!({"skipped": true}),
         }
@@ -522,4 +522,26 @@ pub fn response_text(v: &Value) -> Option<String> {
         return Some(parts.join("\n"));
     }
     None
+}
+
+/// A block that never ran: why, as an error.
+fn not_run(reason: &str) -> ScriptError {
+    ScriptError::new(ErrorCode::ScriptCancelledError, Phase::Parsing, reason)
+}
+
+/// The report of a run, for [`Item::output_from_report`].
+fn summary(report: &ExecutionReport) -> String {
+    match (&report.error, &report.value) {
+        (Some(e), _) => format!("failed: {}: {}", e.code, e.message),
+        (None, Some(v)) => {
+            let s = v.to_string();
+            if s.chars().count() > 200 {
+                let cut: String = s.chars().take(200).collect();
+                format!("returned {cut}…")
+            } else {
+                format!("returned {s}")
+            }
+        }
+        (None, None) => "completed without a value".to_owned(),
+    }
 }

@@ -8,8 +8,8 @@ use crate::items::{CallStatus, Item};
 use crate::prepare::Preparer;
 use harness_core::adapter::RunObserver;
 use harness_core::{
-    CancellationToken, ErrorCode, ExecutionReport, ExecutionRequest, Limits, Mode, Phase,
-    ScriptContext, ScriptError, ScriptRuntimeAdapter, ToolSet,
+    CancellationToken, ErrorCode, ExecutionRequest, Limits, Mode, ScriptContext,
+    ScriptRuntimeAdapter, ToolSet,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -340,27 +340,5 @@ impl Orchestrator {
             "unknown_tools": unknown,
             "available_tools": allowed,
         })
-    }
-}
-
-/// A block that never ran: why, as an error.
-pub(crate) fn not_run(reason: &str) -> ScriptError {
-    ScriptError::new(ErrorCode::ScriptCancelledError, Phase::Parsing, reason)
-}
-
-/// The report of a run, for [`Item::output_from_report`].
-pub(crate) fn summary(report: &ExecutionReport) -> String {
-    match (&report.error, &report.value) {
-        (Some(e), _) => format!("failed: {}: {}", e.code, e.message),
-        (None, Some(v)) => {
-            let s = v.to_string();
-            if s.chars().count() > 200 {
-                let cut: String = s.chars().take(200).collect();
-                format!("returned {cut}…")
-            } else {
-                format!("returned {s}")
-            }
-        }
-        (None, None) => "completed without a value".to_owned(),
     }
 }

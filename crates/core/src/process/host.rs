@@ -7,8 +7,10 @@ use super::{
 use crate::adapter::{
     Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, ScriptRuntimeAdapter,
 };
+use crate::engine::{
+    run_script, Engine, EngineDescriptor, EngineFault, EngineSetup, FaultKind, HostHandle,
+};
 use crate::error::ScriptError;
-use crate::event_loop::{run_script, Engine, EngineFault, EngineSetup, FaultKind, HostHandle};
 use crate::limits::{Isolation, Limits};
 use crate::pool::WorkerPool;
 use crate::report::ExecutionReport;
@@ -33,7 +35,8 @@ pub struct ProcessOptions {
     /// Engine the workers serve (`boa`, `quickjs`, …).
     pub engine: String,
     /// The worker binary; it must call
-    /// [`serve_if_requested`](super::serve_if_requested) first thing.
+    /// [`serve_if_requested`](super::serve_if_requested) first thing (see
+    /// [`crate::worker_main!`]).
     pub program: PathBuf,
     /// Arguments before `--harness-worker ENGINE`.
     pub args: Vec<OsString>,
@@ -169,12 +172,23 @@ impl Proc {
                 "the worker `{}` did not start with a handshake",
                 what()
             )),
-            Err(e) => Err(format!(
-                "the worker `{}` did not answer the handshake ({e}; {}); \
-                 its main must call harness_core::process::serve_if_requested",
-                what(),
-                proc.death_note()
-            )),
+            Err(e) => {
+                let death = proc.death_note();
+                let words = proc.last_words();
+                let words = words.trim();
+                Err(if words.is_empty() {
+                    format!(
+                        "the worker `{}` did not answer the handshake ({e}; {death}); \
+                         its main must be declared with harness_core::worker_main!",
+                        what()
+                    )
+                } else {
+                    format!(
+                        "the worker `{}` did not answer the handshake ({e}; {death}): {words}",
+                        what()
+                    )
+                })
+            }
         }
     }
 
@@ -708,6 +722,13 @@ impl ProcessAdapter {
             opts,
             started,
         }
+    }
+
+    /// Workers serving `engine`, after its process set-up hook has run on
+    /// `opts` (see [`EngineDescriptor::with_process_setup`]).
+    pub fn for_engine(engine: &EngineDescriptor, mut opts: ProcessOptions) -> Self {
+        engine.prepare_process(&mut opts);
+        Self::new(engine.info(), opts)
     }
 
     /// Worker processes started so far (the first ones, replacements after

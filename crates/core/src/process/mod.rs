@@ -1,7 +1,7 @@
 //! The process boundary: a worker process runs an engine, the host keeps
 //! everything else.
 //!
-//! The host runs the one event loop ([`crate::event_loop::run_script`]) as
+//! The host runs the one event loop ([`crate::engine::run_script`]) as
 //! always, with a [`RemoteEngine`] whose primitives (load, start, run jobs,
 //! settle) are messages to a worker process. The worker runs a real engine
 //! behind [`serve`]; when the script calls the engine's one native function
@@ -29,11 +29,11 @@ mod worker;
 
 pub use host::{ProcessAdapter, ProcessOptions, RemoteEngine};
 use worker::sys;
-pub use worker::{serve, serve_if_requested, EngineHost, WorkerAllocator};
+pub use worker::{serve, serve_if_requested, WorkerAllocator, EXIT_NO_WORKER_ALLOCATOR};
 
 use crate::adapter::{GlobalEval, GlobalEvalOutcome};
+use crate::engine::{EngineFault, FaultKind};
 use crate::error::ScriptError;
-use crate::event_loop::{EngineFault, FaultKind};
 use crate::limits::Limits;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -4,9 +4,12 @@ use super::{
     read_frame, write_frame, FromWorker, Settle, StepPhase, ToWorker, EXIT_OUT_OF_MEMORY,
     PROTOCOL_VERSION, WORKER_ARG,
 };
-use crate::adapter::{GlobalEval, GlobalEvalOutcome};
+use crate::adapter::GlobalEvalOutcome;
+use crate::engine::{
+    Engine, EngineDescriptor, EngineFault, EngineSetup, EngineThread, FaultKind, Host, HostHandle,
+    PRELUDE,
+};
 use crate::error::ScriptError;
-use crate::event_loop::{Engine, EngineFault, EngineSetup, FaultKind, Host, HostHandle, PRELUDE};
 use crate::limits::Limits;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
@@ -25,30 +28,16 @@ const WORKER_STACK_BYTES: usize = 256 << 20;
 /// limit themselves: the worker's budget is then only a backstop.
 const BACKSTOP_SLACK_BYTES: u64 = 64 << 20;
 
-/// An engine, as a worker process serves it. Adapters implement this on
-/// their per-thread state; [`serve`] drives it.
-pub trait EngineHost {
-    /// Engine name and version, for the handshake.
-    fn name(&self) -> String;
-    fn version(&self) -> String;
-    /// Whether the engine enforces `Limits::memory_bytes` itself. If not,
-    /// the worker's heap budget is exactly the limit.
-    fn enforces_memory(&self) -> bool;
-    /// Lends a fresh engine (no script has run in it) to `run`, which
-    /// returns whether the engine is tainted (faulted, stopped); then tears
-    /// it down and gets ready for the next run.
-    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool);
-    /// Parses a script body without running it.
-    fn check(&mut self, source: &str) -> Result<(), ScriptError>;
-    /// Runs global code (test262).
-    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome;
-}
+/// Exit status of a worker binary whose global allocator is not
+/// [`WorkerAllocator`]: it could not hold runs to their memory limit, so it
+/// refuses to serve.
+pub const EXIT_NO_WORKER_ALLOCATOR: i32 = 4;
 
 /// If this process was started as a worker (`PROGRAM --harness-worker
-/// ENGINE`), serves `ENGINE` with the host `make` builds for it and exits;
-/// otherwise returns. Call it first thing in `main` of any binary that
-/// the host starts as a worker (the `harness` CLI does).
-pub fn serve_if_requested(make: impl FnOnce(&str) -> Option<Box<dyn EngineHost>> + Send + 'static) {
+/// ENGINE`), serves the engine `find` returns for that name and exits;
+/// otherwise returns. Binaries call it through [`crate::worker_main!`],
+/// which also installs the [`WorkerAllocator`] it needs.
+pub fn serve_if_requested(find: impl FnOnce(&str) -> Option<EngineDescriptor> + Send + 'static) {
     let mut args = std::env::args_os().skip(1);
     if args.next().as_deref() != Some(std::ffi::OsStr::new(WORKER_ARG)) {
         return;
@@ -57,21 +46,25 @@ pub fn serve_if_requested(make: impl FnOnce(&str) -> Option<Box<dyn EngineHost>>
         .next()
         .and_then(|a| a.into_string().ok())
         .unwrap_or_default();
-    std::process::exit(serve(move || make(&engine)));
+    std::process::exit(serve(move || find(&engine)));
 }
 
 /// Serves one engine over stdin/stdout until the host closes stdin.
 /// Returns the process exit status: 0 when the host hung up, 2 on a
-/// protocol error, 3 when there is no such engine.
-pub fn serve(make: impl FnOnce() -> Option<Box<dyn EngineHost>> + Send + 'static) -> i32 {
+/// protocol error, 3 when there is no such engine,
+/// [`EXIT_NO_WORKER_ALLOCATOR`] when the binary's allocator cannot count.
+pub fn serve(find: impl FnOnce() -> Option<EngineDescriptor> + Send + 'static) -> i32 {
     // Panics are caught and reported to the host; the default hook would
     // only print them to a stderr nobody reads.
     std::panic::set_hook(Box::new(|_| {}));
     std::thread::Builder::new()
         .name("harness-worker".to_owned())
         .stack_size(WORKER_STACK_BYTES)
-        .spawn(move || match make() {
-            Some(mut host) => serve_on_thread(host.as_mut()),
+        .spawn(move || match find() {
+            Some(engine) => {
+                let mut thread = engine.worker_thread();
+                serve_on_thread(&engine, thread.as_mut())
+            }
             None => 3,
         })
         .map(|t| t.join().unwrap_or(70))
@@ -117,7 +110,7 @@ impl Host for PipeHost {
     }
 }
 
-fn serve_on_thread(host: &mut dyn EngineHost) -> i32 {
+fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i32 {
     let pipe = Rc::new(Pipe {
         input: RefCell::new(BufReader::new(io::stdin().lock())),
         output: RefCell::new(BufWriter::new(io::stdout().lock())),
@@ -129,12 +122,21 @@ fn serve_on_thread(host: &mut dyn EngineHost) -> i32 {
         _ => return 2,
     }
     budget::enable();
+    if !budget::counting() {
+        eprintln!(
+            "harness worker: this binary's global allocator is not \
+             harness_core::process::WorkerAllocator, so runs could not be held to their \
+             memory limit; declare the binary's main with harness_core::worker_main! \
+             (or harness::main!)"
+        );
+        return EXIT_NO_WORKER_ALLOCATOR;
+    }
     pipe.send(&FromWorker::Hello {
         protocol: PROTOCOL_VERSION,
-        engine: host.name(),
-        version: host.version(),
+        engine: engine.name.to_owned(),
+        version: engine.version.clone(),
     });
-    let enforces = host.enforces_memory();
+    let enforces = engine.enforces_memory();
     loop {
         match pipe.recv() {
             ToWorker::Run {
@@ -334,6 +336,16 @@ mod budget {
         CAP.store(isize::MAX, Ordering::SeqCst);
     }
 
+    /// Whether allocations are counted: false when the binary's global
+    /// allocator is not [`WorkerAllocator`].
+    pub(super) fn counting() -> bool {
+        let before = LIVE.load(Ordering::SeqCst);
+        let probe = std::hint::black_box(Vec::<u8>::with_capacity(4096));
+        let after = LIVE.load(Ordering::SeqCst);
+        drop(probe);
+        after - before >= 4096
+    }
+
     pub(super) fn peak() -> u64 {
         PEAK.load(Ordering::Relaxed).max(0) as u64
     }
@@ -362,10 +374,8 @@ mod budget {
 /// their own (Boa) and backstops those that do. Outside worker mode it
 /// costs one relaxed load per allocation.
 ///
-/// ```ignore
-/// #[global_allocator]
-/// static ALLOC: harness_core::process::WorkerAllocator = harness_core::process::WorkerAllocator;
-/// ```
+/// Install it with [`crate::worker_main!`]; a worker whose binary did not
+/// refuses to serve ([`EXIT_NO_WORKER_ALLOCATOR`]).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct WorkerAllocator;
 

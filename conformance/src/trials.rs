@@ -1,0 +1,125 @@
+//! The suite as test trials, for each adapter's `tests/conformance.rs`
+//! (feature `trials`): one trial per engine and case, named
+//! `ENGINE::module::case` so that one case can be filtered and rerun.
+//!
+//! An adapter's test binary is also the worker its process adapters start,
+//! so its `main` is declared with [`harness_core::worker_main!`]:
+//!
+//! ```ignore
+//! harness_core::worker_main! {
+//!     engines = [harness_boa::descriptor()];
+//!     fn main() {
+//!         harness_conformance::trials::Trials::new()
+//!             .in_process(&harness_boa::descriptor())
+//!             .process(&harness_boa::descriptor())
+//!             .run()
+//!     }
+//! }
+//! ```
+
+use crate::{all_cases, run_suite, unsupported, Status};
+use harness_core::engine::EngineDescriptor;
+use harness_core::process::{ProcessAdapter, ProcessOptions};
+use harness_core::ScriptRuntimeAdapter;
+use libtest_mimic::{Arguments, Failed, Trial};
+use std::sync::Arc;
+
+/// The engines a test binary holds to the suite.
+#[derive(Default)]
+pub struct Trials {
+    engines: Vec<Arc<dyn ScriptRuntimeAdapter>>,
+}
+
+impl std::fmt::Debug for Trials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.engines.iter().map(|e| label(e.as_ref())).collect();
+        f.debug_struct("Trials").field("engines", &names).finish()
+    }
+}
+
+fn label(adapter: &dyn ScriptRuntimeAdapter) -> String {
+    let info = adapter.info();
+    match info.isolation {
+        harness_core::Isolation::InProcess => info.name,
+        harness_core::Isolation::Process => format!("{} (process)", info.name),
+    }
+}
+
+impl Trials {
+    /// No engines yet.
+    pub fn new() -> Self {
+        Trials::default()
+    }
+
+    /// Any adapter.
+    pub fn adapter(mut self, adapter: Arc<dyn ScriptRuntimeAdapter>) -> Self {
+        self.engines.push(adapter);
+        self
+    }
+
+    /// The engine in this process.
+    pub fn in_process(self, engine: &EngineDescriptor) -> Self {
+        self.adapter(engine.in_process())
+    }
+
+    /// The engine behind the process boundary, with this test binary as
+    /// its worker (declare its `main` with [`harness_core::worker_main!`]).
+    pub fn process(self, engine: &EngineDescriptor) -> Self {
+        let opts = ProcessOptions::current_exe(engine.name).expect("the test binary's path");
+        let adapter = ProcessAdapter::for_engine(engine, opts);
+        adapter.prewarm(1);
+        self.adapter(Arc::new(adapter))
+    }
+
+    /// One trial per engine and case. A case the engine may leave
+    /// unsupported ([`unsupported::UNSUPPORTED`]) and cannot run is shown
+    /// as ignored, with the reason as its kind.
+    pub fn trials(&self, rt: &Arc<tokio::runtime::Runtime>) -> Vec<Trial> {
+        let cases = all_cases();
+        let mut trials = Vec::new();
+        for adapter in &self.engines {
+            let label = label(adapter.as_ref());
+            let info = adapter.info();
+            for case in &cases {
+                let name = format!("{label}::{}", case.name);
+                let listed = unsupported::listed(case.name, &info);
+                if let (Some(u), Some(_)) = (listed, case.needs.missing(&info.capabilities)) {
+                    trials.push(
+                        Trial::test(name, || Ok(()))
+                            .with_kind(format!("unsupported: {}", u.reason))
+                            .with_ignored_flag(true),
+                    );
+                    continue;
+                }
+                let (rt, adapter, case) = (rt.clone(), adapter.clone(), *case);
+                trials.push(Trial::test(name, move || {
+                    let report = rt.block_on(run_suite(adapter, &[case], None));
+                    match &report.results[0].status {
+                        // Passed, or failed where the list expects it to.
+                        Status::Passed { .. } | Status::Unsupported { .. } => Ok(()),
+                        Status::Failed { reason } => Err(Failed::from(reason.as_str())),
+                        Status::Untested => Err(Failed::from("the case was not run")),
+                    }
+                }));
+            }
+        }
+        trials
+    }
+
+    /// Runs the trials as a libtest-style test binary (filters, `--list`,
+    /// `--nocapture`) and exits. Cases time themselves (deadlines,
+    /// cancellation), so they run one at a time unless told otherwise.
+    pub fn run(self) -> ! {
+        let mut args = Arguments::from_args();
+        args.test_threads.get_or_insert(1);
+        let rt = Arc::new(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("tokio runtime"),
+        );
+        let trials = self.trials(&rt);
+        libtest_mimic::run(&args, trials).exit()
+    }
+}

@@ -1,0 +1,581 @@
+//! The engine contract: what an adapter supplies, and what core builds
+//! from it.
+//!
+//! This module is for adapter authors and is less stable than the crate
+//! root. An adapter supplies
+//!
+//! - [`Engine`]: the primitives of one run on one fresh context (load the
+//!   prelude, start the script, run jobs, settle a tool call, measure
+//!   memory). The one event loop drives them the same way for every engine.
+//! - [`EngineThread`]: the engine state one thread owns (a runtime, an
+//!   isolate, a compiled module), which lends a fresh [`Engine`] per run,
+//!   parses without running, and runs global code (test262).
+//! - [`EngineDescriptor`]: who the engine is (name, aliases, version,
+//!   capabilities, default isolation) and how to build its threads.
+//!
+//! From these, core builds everything else once for every engine: the
+//! in-process adapter ([`Pooled`], a pool of engine threads), the worker
+//! process that serves an engine behind the process boundary
+//! ([`crate::process`]), and the process adapter.
+//!
+//! # The host operations
+//!
+//! A script reaches the host only through the engine's one native
+//! function, `host(op, a, b) -> string`, which the prelude
+//! (`prelude.js`) captures and hides. Each operation is a [`HostOp`]:
+//!
+//! | op | `a` | `b` | answer |
+//! |---|---|---|---|
+//! | `call` | tool name | arguments as JSON | call id (`"0"`: refused, over the attempt cap) |
+//! | `unknown` | tool name | | call id of a call that already failed (ToolNotFoundError) |
+//! | `cancel` | call id | | |
+//! | `console` | level (`log`, `info`, `warn`, `error`, `debug`) | text | |
+//! | `progress` | message | data as JSON, or empty | `"1"` kept, `"0"` dropped by the rate limit |
+//! | `budget` | | | tool calls left |
+//! | `remaining_ms` | | | milliseconds to the deadline |
+//! | `done` | `"1"` if a value was returned | the value as JSON | |
+//! | `fail` | the error's description as JSON | | |
+//!
+//! An unknown op answers `""`. The table is checked against the prelude by
+//! this module's tests.
+
+use crate::adapter::{
+    Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, ScriptRuntimeAdapter,
+};
+use crate::error::ScriptError;
+use crate::limits::{Isolation, Limits};
+use crate::pool::WorkerPool;
+use crate::report::ExecutionReport;
+use async_trait::async_trait;
+use std::fmt;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub use crate::event_loop::{
+    parse_error, run_script, syntax_error, wrap_source, RunOutput, PRELUDE, PRELUDE_FILE,
+    REFUSED_CALLS_KEPT, WRAPPER_LINE_OFFSET,
+};
+
+/// What kind of failure an engine primitive hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum FaultKind {
+    /// The interrupt handler stopped the engine (deadline or cancel).
+    Interrupted,
+    /// The run used up its fuel budget (`Limits::fuel`).
+    OutOfFuel,
+    OutOfMemory,
+    StackOverflow,
+    /// The source did not compile.
+    Syntax,
+    /// A JS exception escaped (should not happen past the prelude).
+    Thrown,
+    /// The engine itself failed.
+    Internal,
+}
+
+/// A failure inside an engine primitive, with the engine's own words.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EngineFault {
+    pub kind: FaultKind,
+    pub name: String,
+    pub message: String,
+    pub stack: Option<String>,
+}
+
+impl EngineFault {
+    pub fn new(kind: FaultKind, name: impl Into<String>, message: impl Into<String>) -> Self {
+        EngineFault {
+            kind,
+            name: name.into(),
+            message: message.into(),
+            stack: None,
+        }
+    }
+}
+
+/// What an engine needs to set up one run.
+#[derive(Debug)]
+pub struct EngineSetup<'a> {
+    pub prelude: &'a str,
+    pub config_json: &'a str,
+    pub limits: &'a Limits,
+    pub deadline: Instant,
+    pub cancel: &'a CancellationToken,
+}
+
+/// The host side of the engine's one native function, `host(op, a, b)`.
+/// In process it is the run's own state (tools, console, outcome); behind the process boundary
+/// it is a proxy that asks the host over the pipe.
+pub trait Host {
+    /// Answers one host operation. Never fails; unknown ops return "".
+    fn call(&self, op: &str, a: &str, b: &str) -> String;
+}
+
+/// Shared handle to the run's host; the engine's one native function
+/// forwards to [`Host::call`].
+pub type HostHandle = Rc<dyn Host>;
+
+/// Engine primitives. Implementations are not `Send`: each run owns its
+/// engine on one worker thread.
+pub trait Engine {
+    /// Provides a fresh context that no script has run in, with a native
+    /// host function that calls [`Host::call`] on `host`; evaluates the
+    /// prelude, calls it as `harden(hostFn)` and the result as
+    /// `install(config)`. (The hardening half may have been done ahead of
+    /// time on a fresh context.) Arms the interrupt handler with the
+    /// deadline and cancel token, and sets the memory and stack limits.
+    fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault>;
+    /// Compiles the wrapped source as `script.js` and passes the function to
+    /// the prelude's `start`. A compile error is a [`FaultKind::Syntax`] fault.
+    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault>;
+    /// Runs pending jobs (microtasks) until none is left.
+    fn run_jobs(&mut self) -> Result<(), EngineFault>;
+    /// Calls the prelude's `settle(id, ok, payload)`.
+    fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault>;
+    /// Engine heap in use, where known.
+    fn memory_used(&mut self) -> Option<u64>;
+    /// Fuel consumed so far, for engines that count it.
+    fn fuel_consumed(&mut self) -> Option<u64> {
+        None
+    }
+    /// Whether the heap is at its limit. Engines that throw a bare value
+    /// when they cannot allocate an error object use this to tell such a
+    /// throw from a script's own `throw null`.
+    fn memory_exhausted(&mut self) -> bool {
+        false
+    }
+    /// A callback the watchdog calls (from another thread) when the run
+    /// passes its deadline or is cancelled, for engines that can stop work
+    /// faster than their interrupt checks notice. Asked for after `load`.
+    fn stopper(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        None
+    }
+    /// Maps an error the script saw (by name and message) to an engine
+    /// fault kind, for errors the engine raises itself (interrupts, out of
+    /// memory, stack overflow). Returns `Thrown` for ordinary errors.
+    fn classify(&self, name: &str, message: &str) -> FaultKind;
+}
+
+/// `$262` for test262's harness files, evaluated as global code before a
+/// test by engines that run [`GlobalEval`]. `evalScript` uses indirect
+/// eval, which the hardening prelude blocks (that is the point of
+/// test262's `--raw` runs).
+pub const TEST262_HOST: &str = "globalThis.$262 = { global: globalThis, gc() {}, \
+    evalScript(src) { return (0, eval)(src); }, \
+    detachArrayBuffer() { throw new TypeError('detachArrayBuffer is not supported'); }, agent: {} };";
+
+/// One operation of the engine's native function `host(op, a, b)`, decoded
+/// (see the table in the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HostOp<'a> {
+    /// A tool call: answered with its call id.
+    Call {
+        /// The tool's name as the script wrote it.
+        tool: &'a str,
+        /// The arguments as JSON.
+        args: &'a str,
+    },
+    /// A call of a tool that does not exist (or is not exposed): recorded
+    /// as failed, answered with its call id.
+    Unknown {
+        /// The name the script used.
+        tool: &'a str,
+    },
+    /// The script no longer waits for this call (a lost race).
+    Cancel {
+        /// The call id, as the script holds it.
+        id: &'a str,
+    },
+    /// A console line.
+    Console {
+        /// `log`, `info`, `warn`, `error` or `debug`.
+        level: &'a str,
+        /// The formatted line.
+        text: &'a str,
+    },
+    /// A progress event: answered `"1"` if kept, `"0"` if rate-limited.
+    Progress {
+        /// The event's message.
+        message: &'a str,
+        /// Its data as JSON, or empty.
+        data: &'a str,
+    },
+    /// Tool calls left in the budget.
+    Budget,
+    /// Milliseconds left before the deadline.
+    RemainingMs,
+    /// The script returned.
+    Done {
+        /// Whether it returned a value (not `undefined`).
+        has_value: bool,
+        /// The value as JSON.
+        json: &'a str,
+    },
+    /// The script threw or its promise rejected.
+    Fail {
+        /// The prelude's description of the error, as JSON.
+        description: &'a str,
+    },
+    /// An op this host does not know: answered with `""`.
+    Other(&'a str),
+}
+
+impl<'a> HostOp<'a> {
+    /// Every op name the prelude uses, in the order of the docs table.
+    pub const NAMES: [&'static str; 9] = [
+        "call",
+        "unknown",
+        "cancel",
+        "console",
+        "progress",
+        "budget",
+        "remaining_ms",
+        "done",
+        "fail",
+    ];
+
+    /// Decodes the three strings the native function received.
+    pub fn decode(op: &'a str, a: &'a str, b: &'a str) -> Self {
+        match op {
+            "call" => HostOp::Call { tool: a, args: b },
+            "unknown" => HostOp::Unknown { tool: a },
+            "cancel" => HostOp::Cancel { id: a },
+            "console" => HostOp::Console { level: a, text: b },
+            "progress" => HostOp::Progress {
+                message: a,
+                data: b,
+            },
+            "budget" => HostOp::Budget,
+            "remaining_ms" => HostOp::RemainingMs,
+            "done" => HostOp::Done {
+                has_value: a == "1",
+                json: b,
+            },
+            "fail" => HostOp::Fail { description: a },
+            other => HostOp::Other(other),
+        }
+    }
+}
+
+/// The engine state one thread owns (a runtime, an isolate, a compiled
+/// module). Not `Send`: it is created on its thread and stays there.
+///
+/// Core drives it from the in-process pool ([`Pooled`]) and from a worker
+/// process ([`crate::process`]); adapters never implement the pooling or
+/// the process protocol themselves.
+pub trait EngineThread {
+    /// Lends a fresh engine (no script has run in it) to `run`, which
+    /// returns whether the engine is tainted (faulted, stopped, out of
+    /// memory) and must not be reused; then tears the run's context down
+    /// and may prepare the next one (after `run` has answered its caller).
+    fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool);
+    /// Parses a script body without running any of it.
+    fn check(&mut self, source: &str) -> Result<(), ScriptError>;
+    /// Runs standalone global code (test262). Engines that cannot say so.
+    fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
+        let _ = eval;
+        GlobalEvalOutcome::Unsupported("this engine cannot run global code".to_owned())
+    }
+}
+
+/// Who an engine is and how core builds it: the one thing an adapter crate
+/// exports besides its engine types. Built with [`EngineDescriptor::new`].
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct EngineDescriptor {
+    /// Stable name, as in `--engine` (`quickjs`, `boa`, …).
+    pub name: &'static str,
+    /// Other names `--engine` accepts (`qjs`).
+    pub aliases: &'static [&'static str],
+    /// The engine's version, for reports and the worker handshake.
+    pub version: String,
+    /// What the engine enforces in this process (behind the process
+    /// boundary, core adds what the boundary enforces).
+    pub capabilities: Capabilities,
+    /// Where it runs unless told otherwise: behind the process boundary
+    /// for engines that cannot stop themselves or cap their heap.
+    pub default_isolation: Isolation,
+    /// Native stack of each engine thread (parsers and interpreters
+    /// recurse on it).
+    pub thread_stack_bytes: usize,
+    in_process: fn() -> Arc<dyn ScriptRuntimeAdapter>,
+    worker_thread: fn() -> Box<dyn EngineThread>,
+    prepare_process: Option<fn(&mut crate::process::ProcessOptions)>,
+}
+
+impl fmt::Debug for EngineDescriptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineDescriptor")
+            .field("name", &self.name)
+            .field("aliases", &self.aliases)
+            .field("version", &self.version)
+            .field("capabilities", &self.capabilities)
+            .field("default_isolation", &self.default_isolation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineDescriptor {
+    /// An engine named `name`: `in_process` builds its in-process adapter
+    /// (usually `|| Arc::new(Pooled::<MyEngine>::new())`), `worker_thread`
+    /// the engine state a worker process serves. In process by default,
+    /// with 16 MiB of native stack per engine thread.
+    pub fn new(
+        name: &'static str,
+        version: impl Into<String>,
+        capabilities: Capabilities,
+        in_process: fn() -> Arc<dyn ScriptRuntimeAdapter>,
+        worker_thread: fn() -> Box<dyn EngineThread>,
+    ) -> Self {
+        EngineDescriptor {
+            name,
+            aliases: &[],
+            version: version.into(),
+            capabilities,
+            default_isolation: Isolation::InProcess,
+            thread_stack_bytes: 16 << 20,
+            in_process,
+            worker_thread,
+            prepare_process: None,
+        }
+    }
+
+    /// Other names the engine answers to.
+    pub fn with_aliases(mut self, aliases: &'static [&'static str]) -> Self {
+        self.aliases = aliases;
+        self
+    }
+
+    /// Where the engine runs unless told otherwise.
+    pub fn with_default_isolation(mut self, isolation: Isolation) -> Self {
+        self.default_isolation = isolation;
+        self
+    }
+
+    /// Native stack of each engine thread.
+    pub fn with_thread_stack_bytes(mut self, bytes: usize) -> Self {
+        self.thread_stack_bytes = bytes;
+        self
+    }
+
+    /// A hook run once in the host before process workers are started
+    /// (fill a cache the workers read, pass them an environment variable).
+    pub fn with_process_setup(mut self, setup: fn(&mut crate::process::ProcessOptions)) -> Self {
+        self.prepare_process = Some(setup);
+        self
+    }
+
+    /// Whether `name` (any case) is this engine's name or an alias.
+    pub fn answers_to(&self, name: &str) -> bool {
+        name.eq_ignore_ascii_case(self.name)
+            || self.aliases.iter().any(|a| name.eq_ignore_ascii_case(a))
+    }
+
+    /// Whether the engine holds a run to its memory limit by itself (else
+    /// a worker process's heap budget is exactly the limit).
+    pub fn enforces_memory(&self) -> bool {
+        self.capabilities.memory_limit
+    }
+
+    /// The engine in this process.
+    pub fn info(&self) -> EngineInfo {
+        EngineInfo {
+            name: self.name.to_owned(),
+            engine_version: self.version.clone(),
+            capabilities: self.capabilities,
+            isolation: Isolation::InProcess,
+        }
+    }
+
+    /// A new in-process adapter.
+    pub fn in_process(&self) -> Arc<dyn ScriptRuntimeAdapter> {
+        (self.in_process)()
+    }
+
+    /// The engine state a worker process serves.
+    pub fn worker_thread(&self) -> Box<dyn EngineThread> {
+        (self.worker_thread)()
+    }
+
+    /// Runs the engine's process set-up hook on `opts`, if it has one.
+    pub fn prepare_process(&self, opts: &mut crate::process::ProcessOptions) {
+        if let Some(setup) = self.prepare_process {
+            setup(opts);
+        }
+    }
+}
+
+/// An adapter crate's engine, as [`Pooled`] runs it: the descriptor, and a
+/// factory for the state of each engine thread.
+pub trait EngineAdapter: fmt::Debug + Clone + Send + Sync + 'static {
+    /// Who the engine is.
+    fn descriptor() -> EngineDescriptor;
+    /// The state of one new engine thread of this process.
+    fn new_thread(&self) -> Box<dyn EngineThread>;
+}
+
+/// An engine in this process: a pool of threads, each owning one
+/// [`EngineThread`], running one script at a time on the shared event loop.
+/// Adapter crates name it for their engine (`pub type QuickJs =
+/// Pooled<QuickJsEngine>`).
+pub struct Pooled<A: EngineAdapter> {
+    adapter: A,
+    info: EngineInfo,
+    /// Global code needs a way to stop it: engines that cannot interrupt
+    /// themselves run it only behind the process boundary.
+    global_eval: bool,
+    pool: Arc<WorkerPool<Box<dyn EngineThread>>>,
+}
+
+impl<A: EngineAdapter> Clone for Pooled<A> {
+    fn clone(&self) -> Self {
+        Pooled {
+            adapter: self.adapter.clone(),
+            info: self.info.clone(),
+            global_eval: self.global_eval,
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<A: EngineAdapter> fmt::Debug for Pooled<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pooled")
+            .field("engine", &self.info.name)
+            .field("adapter", &self.adapter)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl<A: EngineAdapter + Default> Default for Pooled<A> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Engine threads a [`Pooled`] engine starts at most, unless told otherwise.
+pub const DEFAULT_MAX_THREADS: usize = 64;
+
+impl<A: EngineAdapter + Default> Pooled<A> {
+    /// The engine with up to 64 threads (runs in flight; more queue).
+    pub fn new() -> Self {
+        Self::with_max_workers(DEFAULT_MAX_THREADS)
+    }
+
+    /// The engine with at most `max_workers` runs in flight; more queue.
+    pub fn with_max_workers(max_workers: usize) -> Self {
+        Self::with_adapter(A::default(), max_workers)
+    }
+}
+
+impl<A: EngineAdapter> Pooled<A> {
+    /// The engine as `adapter` configures it, with at most `max_workers`
+    /// runs in flight.
+    pub fn with_adapter(adapter: A, max_workers: usize) -> Self {
+        let d = A::descriptor();
+        let for_threads = adapter.clone();
+        Pooled {
+            info: d.info(),
+            global_eval: d.capabilities.interrupt,
+            pool: Arc::new(WorkerPool::new(
+                &format!("harness-{}", d.name),
+                max_workers,
+                d.thread_stack_bytes,
+                move || for_threads.new_thread(),
+            )),
+            adapter,
+        }
+    }
+
+    /// The adapter's own configuration.
+    pub fn adapter(&self) -> &A {
+        &self.adapter
+    }
+}
+
+#[async_trait]
+impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
+    fn info(&self) -> EngineInfo {
+        self.info.clone()
+    }
+
+    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+        let source = source.to_owned();
+        self.pool.ask(move |t| t.check(&source)).await?
+    }
+
+    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+        let name = self.info.name.clone();
+        self.pool
+            .execute(
+                &self.info.name,
+                request,
+                move |thread, request, tokio, reply| {
+                    let mut job = Some((request, reply));
+                    thread.lend(&mut |engine| {
+                        let Some((request, reply)) = job.take() else {
+                            return false;
+                        };
+                        crate::event_loop::run_lent(engine, &name, request, tokio, |report| {
+                            reply.send(report)
+                        })
+                    });
+                },
+            )
+            .await
+    }
+
+    async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
+        if !self.global_eval {
+            return GlobalEvalOutcome::Unsupported(format!(
+                "{} cannot interrupt global code in this process; run it with isolation=process",
+                self.info.name
+            ));
+        }
+        self.pool
+            .ask(move |t| t.eval_global(eval))
+            .await
+            .unwrap_or_else(|e| GlobalEvalOutcome::Unsupported(e.message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_op_table_matches_the_prelude() {
+        let prelude = PRELUDE;
+        for name in HostOp::NAMES {
+            assert!(
+                prelude.contains(&format!("call('{name}'")),
+                "the prelude never uses host op {name:?}"
+            );
+            assert!(
+                !matches!(HostOp::decode(name, "", ""), HostOp::Other(_)),
+                "{name:?} is not decoded"
+            );
+        }
+        // And the prelude uses no op the table leaves out.
+        let used: std::collections::BTreeSet<&str> = prelude
+            .match_indices("call('")
+            .map(|(i, _)| {
+                let rest = &prelude[i + 6..];
+                &rest[..rest.find('\'').unwrap_or(0)]
+            })
+            .collect();
+        let known: std::collections::BTreeSet<&str> = HostOp::NAMES.into_iter().collect();
+        assert_eq!(used, known);
+        let docs = include_str!("engine.rs");
+        for name in HostOp::NAMES {
+            assert!(
+                docs.contains(&format!("//! | `{name}` |")),
+                "{name} is not in the docs table"
+            );
+        }
+    }
+}
