@@ -37,6 +37,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use tools::Counters;
 
+#[cfg(feature = "trials")]
+#[doc(hidden)]
+pub use harness_core as __core;
+
 /// Which part of the contract a case covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -123,3 +123,26 @@ impl Trials {
         libtest_mimic::run(&args, trials).exit()
     }
 }
+
+/// The whole `tests/conformance.rs` of an adapter: a `main` that holds the
+/// engine `descriptor` describes to the suite in this process and behind
+/// the process boundary, and serves it when started as the worker.
+///
+/// ```ignore
+/// harness_conformance::conformance_main!(harness_boa::descriptor());
+/// ```
+#[macro_export]
+macro_rules! conformance_main {
+    ($descriptor:expr) => {
+        $crate::__core::worker_main! {
+            engines = [$descriptor];
+            fn main() {
+                let engine = $descriptor;
+                $crate::trials::Trials::new()
+                    .in_process(&engine)
+                    .process(&engine)
+                    .run()
+            }
+        }
+    };
+}

@@ -4,13 +4,4 @@
 //!
 //! This binary is also the worker the process adapter starts.
 
-harness_core::worker_main! {
-    engines = [harness_boa::descriptor()];
-    fn main() {
-        let engine = harness_boa::descriptor();
-        harness_conformance::trials::Trials::new()
-            .in_process(&engine)
-            .process(&engine)
-            .run()
-    }
-}
+harness_conformance::conformance_main!(harness_boa::descriptor());

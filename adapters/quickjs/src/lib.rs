@@ -225,19 +225,9 @@ fn internal(msg: &str) -> EngineFault {
     EngineFault::new(FaultKind::Internal, "Error", msg)
 }
 
-/// Maps QuickJS's own error messages to fault kinds. Shared with the WASI
-/// engine, which runs the same QuickJS.
-pub fn classify(name: &str, message: &str) -> FaultKind {
-    match (name, message) {
-        ("InternalError", "interrupted") => FaultKind::Interrupted,
-        (_, "out of memory") => FaultKind::OutOfMemory,
-        ("RangeError", m) if m.starts_with("Maximum call stack size exceeded") => {
-            FaultKind::StackOverflow
-        }
-        ("InternalError", m) if m.starts_with("stack overflow") => FaultKind::StackOverflow,
-        _ => FaultKind::Thrown,
-    }
-}
+/// Maps QuickJS's own error messages to fault kinds (shared with the WASI
+/// engine and its guest, which run the same QuickJS).
+pub use harness_abi::classify_quickjs as classify;
 
 impl QjsEngine<'_> {
     /// Turns an rquickjs error into a fault, reading the pending exception.

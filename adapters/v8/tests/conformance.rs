@@ -8,13 +8,4 @@
 //!
 //! This binary is also the worker the process adapter starts.
 
-harness_core::worker_main! {
-    engines = [harness_v8::descriptor()];
-    fn main() {
-        let engine = harness_v8::descriptor();
-        harness_conformance::trials::Trials::new()
-            .in_process(&engine)
-            .process(&engine)
-            .run()
-    }
-}
+harness_conformance::conformance_main!(harness_v8::descriptor());

@@ -24,5 +24,5 @@ fn main() {
     }
     println!("cargo:rustc-link-arg-bins=-zstack-size={STACK_BYTES}");
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=../../../crates/core/src/prelude.js");
+    println!("cargo:rerun-if-changed=../../../crates/abi/src/prelude.js");
 }

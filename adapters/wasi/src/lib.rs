@@ -343,7 +343,7 @@ impl Engine for WasiEngine {
     /// The same QuickJS runs inside: its messages map as the native
     /// engine's do.
     fn classify(&self, name: &str, message: &str) -> FaultKind {
-        harness_quickjs::classify(name, message)
+        harness_abi::classify_quickjs(name, message)
     }
 }
 

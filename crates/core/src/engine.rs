@@ -22,7 +22,7 @@
 //!
 //! A script reaches the host only through the engine's one native
 //! function, `host(op, a, b) -> string`, which the prelude
-//! (`prelude.js`) captures and hides. Each operation is a [`HostOp`]:
+//! (`crates/abi/src/prelude.js`) captures and hides. Each operation is a [`HostOp`]:
 //!
 //! | op | `a` | `b` | answer |
 //! |---|---|---|---|
@@ -58,22 +58,9 @@ pub use crate::event_loop::{
     REFUSED_CALLS_KEPT, WRAPPER_LINE_OFFSET,
 };
 
-/// What kind of failure an engine primitive hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum FaultKind {
-    /// The interrupt handler stopped the engine (deadline or cancel).
-    Interrupted,
-    /// The run used up its fuel budget (`Limits::fuel`).
-    OutOfFuel,
-    OutOfMemory,
-    StackOverflow,
-    /// The source did not compile.
-    Syntax,
-    /// A JS exception escaped (should not happen past the prelude).
-    Thrown,
-    /// The engine itself failed.
-    Internal,
-}
+/// What kind of failure an engine primitive hit (shared with the WASI
+/// guest through `harness-abi`).
+pub use harness_abi::FaultKind;
 
 /// A failure inside an engine primitive, with the engine's own words.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -546,6 +533,16 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fault_kinds_cross_boundaries_by_their_names() {
+        for k in FaultKind::ALL {
+            assert_eq!(
+                serde_json::to_string(&k).unwrap(),
+                format!("\"{}\"", k.name())
+            );
+        }
+    }
 
     #[test]
     fn the_host_op_table_matches_the_prelude() {

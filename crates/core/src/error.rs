@@ -193,7 +193,7 @@ impl ScriptError {
 }
 
 /// The file name user code is compiled under; the only file a stack may name.
-pub const SCRIPT_FILE: &str = "script.js";
+pub const SCRIPT_FILE: &str = harness_abi::SCRIPT_FILE;
 
 /// Rewrites an engine stack so that it names only `script.js:L:C`.
 ///

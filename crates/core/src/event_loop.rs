@@ -26,11 +26,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// The hardening prelude shared by every engine (see `prelude.js`).
-pub const PRELUDE: &str = include_str!("prelude.js");
-
-/// File name the prelude is compiled under; never shown to users.
-pub const PRELUDE_FILE: &str = "harness:prelude";
+pub use harness_abi::{PRELUDE, PRELUDE_FILE};
 
 /// Lines the wrapper adds before the user's first line.
 pub const WRAPPER_LINE_OFFSET: u32 = 1;

@@ -11,8 +11,8 @@ use harness_core::engine::{
     run_script, Engine, EngineFault, EngineSetup, FaultKind, HostHandle, RunOutput,
 };
 use harness_core::{
-    CallStatus, CancellationToken, ErrorCode, ExecutionRequest, FnTool, Phase, ToolRegistry,
-    ToolSet,
+    CallStatus, CancellationToken, ErrorCode, ExecutionRequest, FnTool, Phase, ToolError,
+    ToolRegistry, ToolSet,
 };
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -170,8 +170,9 @@ fn tools() -> ToolSet {
         "Waits until cancelled",
         json!({"type": "object"}),
         |_, ctx| async move {
+            // A well-behaved tool: it stops when its call is cancelled.
             ctx.cancel.cancelled().await;
-            Ok(json!("too late"))
+            Err(ToolError::new("stopped: the call was cancelled"))
         },
     ))
     .unwrap();

@@ -49,7 +49,7 @@ impl EngineKind {
     pub fn available() -> Vec<EngineKind> {
         Self::ALL
             .into_iter()
-            .filter(|k| k.descriptor().is_ok())
+            .filter(|k| k.built_in().is_some())
             .collect()
     }
 
@@ -70,20 +70,25 @@ impl EngineKind {
         }
     }
 
-    /// The engine's descriptor, if it was compiled in: the one list of
-    /// engines, one `#[cfg]` line each.
+    /// The engine's descriptor, or why there is none (not built in).
     pub fn descriptor(self) -> Result<EngineDescriptor, UnknownEngine> {
+        self.built_in().ok_or_else(|| self.unavailable())
+    }
+
+    /// The one list of engines: a descriptor for each engine compiled in,
+    /// one `#[cfg]` line each.
+    fn built_in(self) -> Option<EngineDescriptor> {
         match self {
             #[cfg(feature = "quickjs")]
-            EngineKind::QuickJs => Ok(harness_quickjs::descriptor()),
+            EngineKind::QuickJs => Some(harness_quickjs::descriptor()),
             #[cfg(feature = "boa")]
-            EngineKind::Boa => Ok(harness_boa::descriptor()),
+            EngineKind::Boa => Some(harness_boa::descriptor()),
             #[cfg(feature = "v8")]
-            EngineKind::V8 => Ok(harness_v8::descriptor()),
+            EngineKind::V8 => Some(harness_v8::descriptor()),
             #[cfg(feature = "wasi")]
-            EngineKind::Wasi => Ok(harness_wasi::descriptor()),
+            EngineKind::Wasi => Some(harness_wasi::descriptor()),
             #[allow(unreachable_patterns)]
-            other => Err(other.unavailable()),
+            _ => None,
         }
     }
 

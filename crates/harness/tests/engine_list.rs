@@ -63,7 +63,7 @@ fn every_engine_feature_follows_the_documented_steps() {
         );
         let test_main = read(&format!("adapters/{name}/tests/conformance.rs"));
         assert!(
-            test_main.contains("Trials::new()"),
+            test_main.contains(&format!("conformance_main!(harness_{name}::descriptor())")),
             "{name}: its tests/conformance.rs does not run the suite's trials"
         );
     }

@@ -31,11 +31,12 @@ mod alloc;
 use alloc::{AllocState, CountingAllocator};
 use std::sync::Arc;
 
-/// The hardening prelude shared by every engine, built in so that a
-/// pre-initialised snapshot of the guest holds the hardened context.
-const PRELUDE: &str = include_str!("../../../../crates/core/src/prelude.js");
-const PRELUDE_FILE: &str = "harness:prelude";
-const SCRIPT_FILE: &str = "script.js";
+// The hardening prelude shared by every engine, built in so that a
+// pre-initialised snapshot of the guest holds the hardened context; fault
+// kinds and QuickJS's error classification as the host knows them.
+use harness_abi::{
+    classify_quickjs as classify, FaultKind as Kind, PRELUDE, PRELUDE_FILE, SCRIPT_FILE,
+};
 /// QuickJS's stack limit in sandbox mode, inside the shadow stack the
 /// linker reserves (`build.rs`).
 const SANDBOX_STACK_BYTES: usize = 1024 * 1024;
@@ -133,30 +134,6 @@ thread_local! {
     static INPUT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Fault kinds, as the host's `FaultKind` names them.
-#[derive(Clone, Copy)]
-enum Kind {
-    Interrupted,
-    OutOfMemory,
-    StackOverflow,
-    Syntax,
-    Thrown,
-    Internal,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Interrupted => "Interrupted",
-            Kind::OutOfMemory => "OutOfMemory",
-            Kind::StackOverflow => "StackOverflow",
-            Kind::Syntax => "Syntax",
-            Kind::Thrown => "Thrown",
-            Kind::Internal => "Internal",
-        }
-    }
-}
-
 struct Fault {
     kind: Kind,
     name: String,
@@ -195,19 +172,6 @@ impl Fault {
         // for the call.
         unsafe { fault(json.as_ptr(), json.len()) };
         1
-    }
-}
-
-/// Maps QuickJS's own error messages to fault kinds (as the native engine).
-fn classify(name: &str, message: &str) -> Kind {
-    match (name, message) {
-        ("InternalError", "interrupted") => Kind::Interrupted,
-        (_, "out of memory") => Kind::OutOfMemory,
-        ("RangeError", m) if m.starts_with("Maximum call stack size exceeded") => {
-            Kind::StackOverflow
-        }
-        ("InternalError", m) if m.starts_with("stack overflow") => Kind::StackOverflow,
-        _ => Kind::Thrown,
     }
 }
 
