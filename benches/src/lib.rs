@@ -54,12 +54,10 @@ pub fn harness(config: Config) -> Harness {
             |a, _| async move { Ok(a) },
         ))
         .expect("echo registers");
-    let limits = harness::Limits {
-        isolation: Some(config.isolation),
-        max_tool_calls: 1000,
-        max_concurrent_tool_calls: 32,
-        ..harness::Limits::default()
-    };
+    let limits = harness::Limits::default()
+        .with_isolation(Some(config.isolation))
+        .with_max_tool_calls(1000)
+        .with_max_concurrent_tool_calls(32);
     Harness::builder()
         .engine(config.engine)
         .tools(tools)

@@ -616,14 +616,7 @@ pub fn descriptor() -> EngineDescriptor {
     EngineDescriptor::new(
         ENGINE_NAME,
         BOA_VERSION,
-        Capabilities {
-            interrupt: false,
-            memory_limit: false,
-            fuel: false,
-            hard_kill: false,
-            filesystem: false,
-            stack_guard: false,
-        },
+        Capabilities::NONE,
         || std::sync::Arc::new(Boa::new()),
         || Box::<BoaThread>::default(),
     )

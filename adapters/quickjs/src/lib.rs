@@ -694,14 +694,10 @@ pub fn descriptor() -> EngineDescriptor {
     EngineDescriptor::new(
         ENGINE_NAME,
         QUICKJS_VERSION,
-        Capabilities {
-            interrupt: true,
-            memory_limit: true,
-            fuel: false,
-            hard_kill: false,
-            filesystem: false,
-            stack_guard: true,
-        },
+        Capabilities::NONE
+            .with_interrupt()
+            .with_memory_limit()
+            .with_stack_guard(),
         || std::sync::Arc::new(QuickJs::new()),
         || Box::<QuickJsThread>::default(),
     )

@@ -888,14 +888,10 @@ pub fn descriptor() -> EngineDescriptor {
     EngineDescriptor::new(
         ENGINE_NAME,
         engine_version(),
-        Capabilities {
-            interrupt: true,
-            memory_limit: true,
-            fuel: false,
-            hard_kill: false,
-            filesystem: false,
-            stack_guard: true,
-        },
+        Capabilities::NONE
+            .with_interrupt()
+            .with_memory_limit()
+            .with_stack_guard(),
         || std::sync::Arc::new(V8::new()),
         || Box::<V8Thread>::default(),
     )
@@ -939,11 +935,9 @@ mod tests {
 
     #[test]
     fn isolate_keys_clamp_limits() {
-        let l = harness_core::Limits {
-            memory_bytes: 1 << 20,
-            stack_bytes: 1 << 40,
-            ..harness_core::Limits::default()
-        };
+        let l = harness_core::Limits::default()
+            .with_memory_bytes(1 << 20)
+            .with_stack_bytes(1 << 40);
         let k = IsolateKey::of(&l);
         assert_eq!(k.heap_bytes, MIN_HEAP_BYTES);
         assert!(k.stack_bytes < THREAD_STACK_BYTES as u64);

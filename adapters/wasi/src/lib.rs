@@ -463,14 +463,12 @@ pub fn descriptor() -> EngineDescriptor {
     EngineDescriptor::new(
         ENGINE_NAME,
         QUICKJS_VERSION,
-        Capabilities {
-            interrupt: true,
-            memory_limit: true,
-            fuel: true,
-            hard_kill: true,
-            filesystem: false,
-            stack_guard: true,
-        },
+        Capabilities::NONE
+            .with_interrupt()
+            .with_memory_limit()
+            .with_fuel()
+            .with_hard_kill()
+            .with_stack_guard(),
         || {
             // Compile (or read back) the guest now, once per process,
             // rather than inside the first run. A failure (no guest) is

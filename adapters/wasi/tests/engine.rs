@@ -19,10 +19,7 @@ fn fuel_is_counted_and_limited() {
     let trivial = r.metrics.fuel_consumed.expect("fuel is reported");
     assert!(trivial > 0);
 
-    let limits = Limits {
-        fuel: Some(20_000_000),
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_fuel(Some(20_000_000));
     let r = run(
         &engine,
         "for (;;) { try { for (;;) {} } catch (e) {} }",

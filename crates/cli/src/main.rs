@@ -249,10 +249,7 @@ fn has_terminal() -> bool {
 fn build_harness(args: &EngineArgs, engine: EngineKind, mode: Mode) -> Result<Harness, ExitCode> {
     let tools = harness::builtin::registry(&args.root)
         .map_err(|e| usage_error(format!("cannot open root {}: {e}", args.root.display())))?;
-    let mut limits = Limits {
-        isolation: args.isolation,
-        ..Limits::default()
-    };
+    let mut limits = Limits::default().with_isolation(args.isolation);
     if let Some(t) = args.timeout_ms {
         limits.timeout_ms = t;
     }
@@ -471,10 +468,7 @@ async fn check(args: CheckArgs) -> ExitCode {
         Ok(v) => v,
         Err(code) => return code,
     };
-    let limits = Limits {
-        isolation: args.isolation,
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_isolation(args.isolation);
     let harness = match Harness::builder().engine(engine).limits(limits).build() {
         Ok(h) => h,
         Err(e) => return usage_error(e),

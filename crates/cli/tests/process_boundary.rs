@@ -27,10 +27,7 @@ fn adapter(engine: &str) -> ProcessAdapter {
 
 fn request(source: &str, timeout_ms: u64, tools: &ToolSet) -> ExecutionRequest {
     let mut r = ExecutionRequest::new(source);
-    r.limits = Limits {
-        timeout_ms,
-        ..Limits::default()
-    };
+    r.limits = Limits::default().with_timeout_ms(timeout_ms);
     r.tools = tools.clone();
     r
 }

@@ -13,8 +13,10 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// What an engine can enforce. The conformance suite reads these to mark
-/// cases as unsupported instead of silently passing them.
+/// cases as unsupported instead of silently passing them. Built with
+/// `Capabilities::NONE.with_interrupt()…`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// Stops a running script cooperatively (deadline, cancel).
     pub interrupt: bool,
@@ -33,8 +35,57 @@ pub struct Capabilities {
     pub stack_guard: bool,
 }
 
+impl Capabilities {
+    /// An engine that enforces nothing by itself.
+    pub const NONE: Capabilities = Capabilities {
+        interrupt: false,
+        memory_limit: false,
+        fuel: false,
+        hard_kill: false,
+        filesystem: false,
+        stack_guard: false,
+    };
+
+    /// It stops a running script cooperatively.
+    pub const fn with_interrupt(mut self) -> Self {
+        self.interrupt = true;
+        self
+    }
+
+    /// It enforces the memory limit inside the engine.
+    pub const fn with_memory_limit(mut self) -> Self {
+        self.memory_limit = true;
+        self
+    }
+
+    /// It counts instructions (fuel).
+    pub const fn with_fuel(mut self) -> Self {
+        self.fuel = true;
+        self
+    }
+
+    /// It can kill a script that ignores interrupts.
+    pub const fn with_hard_kill(mut self) -> Self {
+        self.hard_kill = true;
+        self
+    }
+
+    /// It offers a filesystem to scripts.
+    pub const fn with_filesystem(mut self) -> Self {
+        self.filesystem = true;
+        self
+    }
+
+    /// It turns native stack exhaustion into StackOverflowError.
+    pub const fn with_stack_guard(mut self) -> Self {
+        self.stack_guard = true;
+        self
+    }
+}
+
 /// Who the engine is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EngineInfo {
     /// Stable engine name, as in `--engine` (`quickjs`, `boa`, …).
     pub name: String,

@@ -3,7 +3,7 @@
 //! An adapter supplies only engine primitives through [`Engine`]: load the
 //! prelude into a fresh context, start the script, drain jobs, settle a tool
 //! call, measure memory. [`run_script`] does the rest, the same way for
-//! every engine: hand new tool calls to the [`ToolFacade`] (on tokio), block
+//! every engine: hand new tool calls to the tool facade (on tokio), block
 //! until the next completion or the deadline, settle, repeat; then cancel
 //! what is left, wait out the grace period and build the report.
 

@@ -18,13 +18,13 @@ use tokio_util::sync::CancellationToken;
 
 /// Why a call failed, as the script sees it (`err.name` is the code).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallFailure {
+pub(crate) struct CallFailure {
     pub code: ErrorCode,
     pub message: String,
 }
 
 impl CallFailure {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         CallFailure {
             code,
             message: message.into(),
@@ -33,11 +33,11 @@ impl CallFailure {
 }
 
 /// A call's result: the output as JSON text, or a failure.
-pub type CallOutcome = Result<String, CallFailure>;
+pub(crate) type CallOutcome = Result<String, CallFailure>;
 
 /// Per-run tool gatekeeper.
 #[derive(Debug)]
-pub struct ToolFacade {
+pub(crate) struct ToolFacade {
     tools: ToolSet,
     mode: Mode,
     limits: Limits,
@@ -51,7 +51,7 @@ pub struct ToolFacade {
 }
 
 impl ToolFacade {
-    pub fn new(request: &ExecutionRequest, deadline: Instant) -> Self {
+    pub(crate) fn new(request: &ExecutionRequest, deadline: Instant) -> Self {
         let visible = match request.mode {
             Mode::Disabled => Vec::new(),
             _ => request.tools.allow.resolve(&request.tools.registry),
@@ -71,23 +71,23 @@ impl ToolFacade {
     }
 
     /// Tool names the script may call, sorted.
-    pub fn visible_tools(&self) -> &[String] {
+    pub(crate) fn visible_tools(&self) -> &[String] {
         &self.visible
     }
 
     /// Calls left in the budget.
-    pub fn remaining_budget(&self) -> u32 {
+    pub(crate) fn remaining_budget(&self) -> u32 {
         self.limits
             .max_tool_calls
             .saturating_sub(self.budget_used.load(Ordering::Relaxed))
     }
 
     /// Every approval asked for so far.
-    pub fn approval_records(&self) -> Vec<ApprovalRecord> {
+    pub(crate) fn approval_records(&self) -> Vec<ApprovalRecord> {
         self.approvals.lock().map(|a| a.clone()).unwrap_or_default()
     }
 
-    pub fn unknown_tool_message(&self, name: &str) -> String {
+    pub(crate) fn unknown_tool_message(&self, name: &str) -> String {
         let list = if self.visible.is_empty() {
             "(none)".to_owned()
         } else {
@@ -101,7 +101,7 @@ impl ToolFacade {
     }
 
     /// Runs one call through every check and the tool itself.
-    pub async fn call(
+    pub(crate) async fn call(
         self: Arc<Self>,
         id: u64,
         name: String,

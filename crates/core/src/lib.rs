@@ -7,21 +7,23 @@
 //! ([`engine::run_script`]) that every adapter drives with its own
 //! engine primitives.
 
+#![warn(unreachable_pub)]
+
 pub mod adapter;
 pub mod approval;
 pub mod engine;
 pub mod error;
 pub mod event_loop;
-pub mod facade;
+mod facade;
 pub mod limits;
-pub mod pool;
+mod pool;
 pub mod process;
 pub mod report;
-pub mod sinks;
+mod sinks;
 pub mod source;
 pub mod tool;
-pub mod tracker;
-pub mod watchdog;
+mod tracker;
+mod watchdog;
 
 pub use adapter::{
     Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, Mode, Observer,

@@ -49,8 +49,11 @@ impl std::str::FromStr for Isolation {
 }
 
 /// Every limit that applies to one script run. All are configurable; the
-/// defaults are the contract in DESIGN.md.
+/// defaults are the contract in DESIGN.md. Build with
+/// `Limits::default().with_timeout_ms(5_000)…` (or set fields on a value):
+/// new limits are added without breaking callers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 #[serde(default)]
 pub struct Limits {
     /// Wall-clock time for the whole run, tool calls included.
@@ -122,15 +125,127 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// This limit set with `timeout_ms` replaced.
+    pub fn with_timeout_ms(mut self, timeout_ms: u64) -> Self {
+        self.timeout_ms = timeout_ms;
+        self
+    }
+
+    /// This limit set with `memory_bytes` replaced.
+    pub fn with_memory_bytes(mut self, memory_bytes: u64) -> Self {
+        self.memory_bytes = memory_bytes;
+        self
+    }
+
+    /// This limit set with `stack_bytes` replaced.
+    pub fn with_stack_bytes(mut self, stack_bytes: u64) -> Self {
+        self.stack_bytes = stack_bytes;
+        self
+    }
+
+    /// This limit set with `max_source_bytes` replaced.
+    pub fn with_max_source_bytes(mut self, max_source_bytes: u64) -> Self {
+        self.max_source_bytes = max_source_bytes;
+        self
+    }
+
+    /// This limit set with `max_return_bytes` replaced.
+    pub fn with_max_return_bytes(mut self, max_return_bytes: u64) -> Self {
+        self.max_return_bytes = max_return_bytes;
+        self
+    }
+
+    /// This limit set with `max_tool_calls` replaced.
+    pub fn with_max_tool_calls(mut self, max_tool_calls: u32) -> Self {
+        self.max_tool_calls = max_tool_calls;
+        self
+    }
+
+    /// This limit set with `max_concurrent_tool_calls` replaced.
+    pub fn with_max_concurrent_tool_calls(mut self, max_concurrent_tool_calls: u32) -> Self {
+        self.max_concurrent_tool_calls = max_concurrent_tool_calls;
+        self
+    }
+
+    /// This limit set with `max_queued_tool_calls` replaced.
+    pub fn with_max_queued_tool_calls(mut self, max_queued_tool_calls: u32) -> Self {
+        self.max_queued_tool_calls = max_queued_tool_calls;
+        self
+    }
+
+    /// This limit set with `max_console_lines` replaced.
+    pub fn with_max_console_lines(mut self, max_console_lines: u32) -> Self {
+        self.max_console_lines = max_console_lines;
+        self
+    }
+
+    /// This limit set with `console_lines_per_second` replaced.
+    pub fn with_console_lines_per_second(mut self, console_lines_per_second: u32) -> Self {
+        self.console_lines_per_second = console_lines_per_second;
+        self
+    }
+
+    /// This limit set with `max_console_line_bytes` replaced.
+    pub fn with_max_console_line_bytes(mut self, max_console_line_bytes: u64) -> Self {
+        self.max_console_line_bytes = max_console_line_bytes;
+        self
+    }
+
+    /// This limit set with `max_progress_events` replaced.
+    pub fn with_max_progress_events(mut self, max_progress_events: u32) -> Self {
+        self.max_progress_events = max_progress_events;
+        self
+    }
+
+    /// This limit set with `progress_interval_ms` replaced.
+    pub fn with_progress_interval_ms(mut self, progress_interval_ms: u64) -> Self {
+        self.progress_interval_ms = progress_interval_ms;
+        self
+    }
+
+    /// This limit set with `max_tool_output_string_bytes` replaced.
+    pub fn with_max_tool_output_string_bytes(mut self, max_tool_output_string_bytes: u64) -> Self {
+        self.max_tool_output_string_bytes = max_tool_output_string_bytes;
+        self
+    }
+
+    /// This limit set with `approval_timeout_ms` replaced.
+    pub fn with_approval_timeout_ms(mut self, approval_timeout_ms: u64) -> Self {
+        self.approval_timeout_ms = approval_timeout_ms;
+        self
+    }
+
+    /// This limit set with `orphan_grace_ms` replaced.
+    pub fn with_orphan_grace_ms(mut self, orphan_grace_ms: u64) -> Self {
+        self.orphan_grace_ms = orphan_grace_ms;
+        self
+    }
+
+    /// This limit set with `isolation` replaced.
+    pub fn with_isolation(mut self, isolation: Option<Isolation>) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
+    /// This limit set with `fuel` replaced.
+    pub fn with_fuel(mut self, fuel: Option<u64>) -> Self {
+        self.fuel = fuel;
+        self
+    }
+
+    /// [`Limits::timeout_ms`] as a duration.
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
     }
+    /// [`Limits::approval_timeout_ms`] as a duration.
     pub fn approval_timeout(&self) -> Duration {
         Duration::from_millis(self.approval_timeout_ms)
     }
+    /// [`Limits::orphan_grace_ms`] as a duration.
     pub fn orphan_grace(&self) -> Duration {
         Duration::from_millis(self.orphan_grace_ms)
     }
+    /// [`Limits::progress_interval_ms`] as a duration.
     pub fn progress_interval(&self) -> Duration {
         Duration::from_millis(self.progress_interval_ms)
     }

@@ -37,7 +37,7 @@ struct Shared<S> {
 }
 
 /// A growable pool of threads, each holding one `S`.
-pub struct WorkerPool<S: 'static> {
+pub(crate) struct WorkerPool<S: 'static> {
     shared: Arc<Shared<S>>,
 }
 
@@ -54,7 +54,7 @@ impl<S> fmt::Debug for WorkerPool<S> {
 impl<S: 'static> WorkerPool<S> {
     /// A pool whose threads have `stack_size` bytes of stack and build their
     /// state with `factory`.
-    pub fn new(
+    pub(crate) fn new(
         name: &str,
         max_threads: usize,
         stack_size: usize,
@@ -77,14 +77,14 @@ impl<S: 'static> WorkerPool<S> {
     }
 
     /// Threads started so far.
-    pub fn threads(&self) -> usize {
+    pub(crate) fn threads(&self) -> usize {
         self.shared.state.lock().map(|s| s.threads).unwrap_or(0)
     }
 
     /// Runs `job` on a worker. A panicking job is contained: the worker
     /// rebuilds its state and carries on. Returns an error only if no
     /// worker thread could be started.
-    pub fn submit(&self, job: impl FnOnce(&mut S) + Send + 'static) -> Result<(), String> {
+    pub(crate) fn submit(&self, job: impl FnOnce(&mut S) + Send + 'static) -> Result<(), String> {
         let mut job: Job<S> = Box::new(job);
         loop {
             let mut state = self
@@ -121,10 +121,10 @@ impl<S: 'static> WorkerPool<S> {
 /// Hands a run's report back to the caller of [`WorkerPool::execute`] as
 /// soon as it is ready (before the worker tidies up).
 #[derive(Debug)]
-pub struct Reply(tokio::sync::oneshot::Sender<ExecutionReport>);
+pub(crate) struct Reply(tokio::sync::oneshot::Sender<ExecutionReport>);
 
 impl Reply {
-    pub fn send(self, report: ExecutionReport) {
+    pub(crate) fn send(self, report: ExecutionReport) {
         let _ = self.0.send(report);
     }
 }
@@ -138,7 +138,7 @@ impl<S: 'static> WorkerPool<S> {
     }
 
     /// Runs `job` on a worker and waits for its answer.
-    pub async fn ask<R: Send + 'static>(
+    pub(crate) async fn ask<R: Send + 'static>(
         &self,
         job: impl FnOnce(&mut S) -> R + Send + 'static,
     ) -> Result<R, ScriptError> {
@@ -154,7 +154,7 @@ impl<S: 'static> WorkerPool<S> {
     /// request, the caller's tokio runtime (for tool calls) and the
     /// [`Reply`] to send the report with. Dropping the returned future
     /// cancels the run. `engine` names the engine in failure reports.
-    pub async fn execute(
+    pub(crate) async fn execute(
         &self,
         engine: &str,
         request: ExecutionRequest,

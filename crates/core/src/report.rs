@@ -7,6 +7,7 @@ use serde_json::Value;
 
 /// Everything a run produced. Serialises to the JSON the CLI prints with `--json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ExecutionReport {
     pub ok: bool,
     /// The script's return value; absent when it returned `undefined`.
@@ -133,6 +134,7 @@ pub struct ProgressEvent {
 
 /// Numbers about the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Metrics {
     pub engine: String,
     pub duration_ms: f64,

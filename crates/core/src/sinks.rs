@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// Console lines: a total cap, a per-second rate and a per-line length cap.
 #[derive(Debug)]
-pub struct ConsoleSink {
+pub(crate) struct ConsoleSink {
     pub entries: Vec<ConsoleEntry>,
     pub dropped: u32,
     max_lines: u32,
@@ -18,7 +18,7 @@ pub struct ConsoleSink {
 }
 
 impl ConsoleSink {
-    pub fn new(limits: &Limits) -> Self {
+    pub(crate) fn new(limits: &Limits) -> Self {
         ConsoleSink {
             entries: Vec::new(),
             dropped: 0,
@@ -31,7 +31,7 @@ impl ConsoleSink {
     }
 
     /// Records a line if the caps allow; returns whether it was kept.
-    pub fn push(&mut self, level: ConsoleLevel, text: &str, now: Instant) -> bool {
+    pub(crate) fn push(&mut self, level: ConsoleLevel, text: &str, now: Instant) -> bool {
         if self.entries.len() as u32 >= self.max_lines {
             self.dropped += 1;
             return false;
@@ -57,7 +57,7 @@ impl ConsoleSink {
 
 /// Progress events: at most one per interval and a total cap.
 #[derive(Debug)]
-pub struct ProgressSink {
+pub(crate) struct ProgressSink {
     pub events: Vec<ProgressEvent>,
     pub dropped: u32,
     max: u32,
@@ -66,7 +66,7 @@ pub struct ProgressSink {
 }
 
 impl ProgressSink {
-    pub fn new(limits: &Limits) -> Self {
+    pub(crate) fn new(limits: &Limits) -> Self {
         ProgressSink {
             events: Vec::new(),
             dropped: 0,
@@ -77,7 +77,7 @@ impl ProgressSink {
     }
 
     /// Records an event if the limits allow; returns whether it was kept.
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         message: &str,
         data: Option<Value>,
@@ -103,7 +103,7 @@ impl ProgressSink {
 
 /// Cuts `s` to at most `max` bytes on a char boundary, adding a marker that
 /// says how much was cut.
-pub fn truncate_with_marker(s: &str, max: usize) -> String {
+pub(crate) fn truncate_with_marker(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }
@@ -115,7 +115,7 @@ pub fn truncate_with_marker(s: &str, max: usize) -> String {
 }
 
 /// Cuts every string inside a JSON value to `max` bytes (see [`truncate_with_marker`]).
-pub fn truncate_strings(v: &mut Value, max: usize) {
+pub(crate) fn truncate_strings(v: &mut Value, max: usize) {
     match v {
         Value::String(s) if s.len() > max => *s = truncate_with_marker(s, max),
         Value::Array(a) => a.iter_mut().for_each(|x| truncate_strings(x, max)),

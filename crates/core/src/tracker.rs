@@ -25,7 +25,7 @@ struct Tracked {
 
 /// All tool calls of one run.
 #[derive(Debug, Default)]
-pub struct PromiseTracker {
+pub(crate) struct PromiseTracker {
     calls: Vec<Tracked>,
 }
 
@@ -37,16 +37,12 @@ impl PromiseTracker {
     }
 
     /// Calls registered so far.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.calls.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.calls.is_empty()
-    }
-
     /// Registers a new pending call; returns its cancellation token.
-    pub fn register(&mut self, tool: &str) -> (u64, CancellationToken) {
+    pub(crate) fn register(&mut self, tool: &str) -> (u64, CancellationToken) {
         let id = self.calls.len() as u64 + 1;
         let cancel = CancellationToken::new();
         self.calls.push(Tracked {
@@ -64,7 +60,7 @@ impl PromiseTracker {
     }
 
     /// Records a call that failed before it could start (unknown tool).
-    pub fn register_failed(&mut self, tool: &str, code: ErrorCode, message: String) -> u64 {
+    pub(crate) fn register_failed(&mut self, tool: &str, code: ErrorCode, message: String) -> u64 {
         let (id, _) = self.register(tool);
         let c = self.get_mut(id).expect("just registered");
         c.status = CallStatus::Error;
@@ -74,7 +70,7 @@ impl PromiseTracker {
     }
 
     /// The cancellation token of a call (a cancelled one if the id is unknown).
-    pub fn token(&self, id: u64) -> CancellationToken {
+    pub(crate) fn token(&self, id: u64) -> CancellationToken {
         let i = usize::try_from(id).ok().and_then(|i| i.checked_sub(1));
         match i.and_then(|i| self.calls.get(i)) {
             Some(c) => c.cancel.clone(),
@@ -86,14 +82,14 @@ impl PromiseTracker {
         }
     }
 
-    pub fn attach_task(&mut self, id: u64, task: AbortHandle) {
+    pub(crate) fn attach_task(&mut self, id: u64, task: AbortHandle) {
         if let Some(c) = self.get_mut(id) {
             c.task = Some(task);
         }
     }
 
     /// Marks a call finished; returns false when it was no longer pending.
-    pub fn complete(&mut self, id: u64, outcome: &CallOutcome) -> bool {
+    pub(crate) fn complete(&mut self, id: u64, outcome: &CallOutcome) -> bool {
         let Some(c) = self.get_mut(id) else {
             return false;
         };
@@ -120,7 +116,7 @@ impl PromiseTracker {
     }
 
     /// Cancels a call the script let go of on purpose (a lost race).
-    pub fn release(&mut self, id: u64) {
+    pub(crate) fn release(&mut self, id: u64) {
         if let Some(c) = self.get_mut(id) {
             if c.status == CallStatus::Pending {
                 c.released = true;
@@ -129,7 +125,7 @@ impl PromiseTracker {
         }
     }
 
-    pub fn pending_count(&self) -> usize {
+    pub(crate) fn pending_count(&self) -> usize {
         self.calls
             .iter()
             .filter(|c| c.status == CallStatus::Pending)
@@ -137,7 +133,7 @@ impl PromiseTracker {
     }
 
     /// Pending calls the script neither awaited nor released: `tool#id`.
-    pub fn orphans(&self) -> Vec<String> {
+    pub(crate) fn orphans(&self) -> Vec<String> {
         self.calls
             .iter()
             .filter(|c| c.status == CallStatus::Pending && !c.released)
@@ -146,7 +142,7 @@ impl PromiseTracker {
     }
 
     /// Fires the cancellation token of every pending call.
-    pub fn cancel_all_pending(&self) {
+    pub(crate) fn cancel_all_pending(&self) {
         for c in self
             .calls
             .iter()
@@ -158,7 +154,7 @@ impl PromiseTracker {
 
     /// Abandons calls still running after the grace period: their tasks are
     /// aborted and they are reported as detached.
-    pub fn detach_remaining(&mut self) {
+    pub(crate) fn detach_remaining(&mut self) {
         for c in self
             .calls
             .iter_mut()
@@ -179,7 +175,7 @@ impl PromiseTracker {
         }
     }
 
-    pub fn records(&self) -> Vec<ToolCallRecord> {
+    pub(crate) fn records(&self) -> Vec<ToolCallRecord> {
         self.calls
             .iter()
             .map(|c| ToolCallRecord {

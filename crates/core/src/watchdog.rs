@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// Longest time between two checks of the registered cancel tokens.
-pub const POLL: Duration = Duration::from_millis(10);
+pub(crate) const POLL: Duration = Duration::from_millis(10);
 
 /// Longest sleep while no run is registered.
-pub const IDLE_MAX: Duration = Duration::from_secs(1);
+pub(crate) const IDLE_MAX: Duration = Duration::from_secs(1);
 
 type Callback = Box<dyn FnOnce() + Send>;
 
@@ -119,7 +119,7 @@ fn run(shared: &Shared) {
 
 /// Keeps a run registered; dropping it unregisters the run.
 #[derive(Debug)]
-pub struct Watch {
+pub(crate) struct Watch {
     id: u64,
 }
 
@@ -133,7 +133,7 @@ impl Drop for Watch {
 
 /// Calls `on_stop` once, from the watchdog thread, when `deadline` passes
 /// or `cancel` fires, unless the returned guard is dropped first.
-pub fn watch(
+pub(crate) fn watch(
     deadline: Instant,
     cancel: CancellationToken,
     on_stop: impl FnOnce() + Send + 'static,

@@ -125,13 +125,11 @@ pub const MARGINS: Margins = Margins {
 /// The limits arbitrary source runs under: small, so the fuzzer spends its
 /// time on many inputs rather than on a few slow ones.
 pub fn fuzz_limits() -> Limits {
-    Limits {
-        timeout_ms: 250,
-        memory_bytes: 32 << 20,
-        max_tool_calls: 8,
-        max_console_lines: 20,
-        ..Limits::default()
-    }
+    Limits::default()
+        .with_timeout_ms(250)
+        .with_memory_bytes(32 << 20)
+        .with_max_tool_calls(8)
+        .with_max_console_lines(20)
 }
 
 /// Tools the fuzzed scripts may call: `echo` (returns its arguments) and
@@ -210,10 +208,7 @@ impl Execute {
     pub fn new(engine: EngineKind, isolation: Isolation) -> Self {
         let limits = fuzz_limits();
         let harness = fuzz_harness(engine, isolation, limits.clone());
-        let health = harness.with_limits(Limits {
-            timeout_ms: 30_000,
-            ..limits.clone()
-        });
+        let health = harness.with_limits((limits.clone()).with_timeout_ms(30_000));
         Execute {
             rt: runtime(),
             harness,
@@ -374,13 +369,11 @@ impl Default for Differential {
 
 impl Differential {
     pub fn new() -> Self {
-        let limits = Limits {
-            timeout_ms: 2_000,
-            memory_bytes: 64 << 20,
-            max_tool_calls: 64,
-            max_console_lines: 50,
-            ..Limits::default()
-        };
+        let limits = Limits::default()
+            .with_timeout_ms(2_000)
+            .with_memory_bytes(64 << 20)
+            .with_max_tool_calls(64)
+            .with_max_console_lines(50);
         let mut engines = EngineKind::available();
         // QuickJS first: it enforces every limit in process, so a script
         // that passes it is safe to give to engines that do not.

@@ -2,8 +2,9 @@
 //! let it call host tools, and get back one structured report.
 //!
 //! Engines are chosen by Cargo feature (`quickjs`, on by default) and at run
-//! time with [`EngineKind`]. Everything engine-neutral lives in
-//! [`harness_core`], re-exported here as [`core`].
+//! time with [`EngineKind`]. The types a user needs (limits, reports,
+//! errors, tools, approvals) are re-exported at this crate's root from
+//! `harness_core`; engine authors use `harness_core::engine`.
 //!
 //! # Examples
 //! ```
@@ -33,12 +34,20 @@ pub mod cli_support;
 mod engine;
 
 pub use engine::{engines, serve_worker_if_requested, EngineKind, UnknownEngine};
+/// The engine-neutral core crate. Everything a user of the harness needs is
+/// re-exported at this crate's root; engine authors use
+/// `harness_core::engine` (documented as less stable). Kept so that
+/// `harness::core::…` paths and [`main!`] keep working.
+#[doc(hidden)]
 pub use harness_core as core;
+pub use harness_core::process::ProcessOptions;
 pub use harness_core::{
-    Allowlist, ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny,
-    CancellationToken, ErrorCode, ExecutionReport, ExecutionRequest, FnTool, Isolation, Limits,
-    Mode, Phase, ScriptContext, ScriptError, ScriptRuntimeAdapter, Tool, ToolContext, ToolError,
-    ToolRegistry, ToolSet,
+    Allowlist, ApprovalBridge, ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest,
+    AutoApprove, AutoDeny, CallError, CallStatus, CancellationToken, Capabilities, ConsoleEntry,
+    ConsoleLevel, EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, FnTool, Isolation,
+    Limits, Location, Metrics, Mode, NeverAnswer, Observer, Phase, ProgressEvent, RegistryError,
+    RunObserver, ScriptContext, ScriptError, ScriptRuntimeAdapter, Tool, ToolCallRecord,
+    ToolContext, ToolError, ToolRegistry, ToolSet,
 };
 /// Model responses to conversation items: detect, prepare, orchestrate, serialise.
 pub use harness_respond as respond;
@@ -47,7 +56,6 @@ pub use harness_respond as respond;
 #[cfg(feature = "wasi")]
 pub use harness_wasi as wasi;
 
-use harness_core::process::ProcessOptions;
 use std::fmt;
 use std::sync::Arc;
 
@@ -105,10 +113,7 @@ impl Harness {
     pub fn with_limits(&self, limits: Limits) -> Harness {
         let isolation = self.limits.isolation;
         Harness {
-            limits: Limits {
-                isolation,
-                ..limits
-            },
+            limits: limits.with_isolation(isolation),
             ..self.clone()
         }
     }
@@ -208,7 +213,7 @@ impl Harness {
 /// use harness::{Harness, EngineKind, Limits, Mode};
 /// let h = Harness::builder()
 ///     .engine(EngineKind::default())
-///     .limits(Limits { timeout_ms: 5_000, ..Limits::default() })
+///     .limits(Limits::default().with_timeout_ms(5_000))
 ///     .mode(Mode::DryRun)
 ///     .build()
 ///     .unwrap();

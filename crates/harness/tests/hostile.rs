@@ -58,11 +58,9 @@ async fn catch_all_loops_stop_whoever_sees_the_deadline_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_bombs_hit_the_memory_limit() {
-    let limits = Limits {
-        memory_bytes: 32 << 20,
-        timeout_ms: 2_000,
-        ..Limits::default()
-    };
+    let limits = Limits::default()
+        .with_memory_bytes(32 << 20)
+        .with_timeout_ms(2_000);
     let (h, _) = harness_with(
         limits,
         Mode::Enabled,
@@ -91,19 +89,13 @@ async fn memory_bombs_hit_the_memory_limit() {
     }
     // A limit is a limit, down to zero bytes.
     let (h0, _) = harness_with(
-        Limits {
-            memory_bytes: 0,
-            ..Limits::default()
-        },
+        Limits::default().with_memory_bytes(0),
         Mode::Enabled,
         Arc::new(harness::AutoDeny::default()),
     );
     expect_code(&h0.run("return 1").await, ErrorCode::ScriptMemoryError);
     let (h1, _) = harness_with(
-        Limits {
-            memory_bytes: 1 << 20,
-            ..Limits::default()
-        },
+        Limits::default().with_memory_bytes(1 << 20),
         Mode::Enabled,
         Arc::new(harness::AutoDeny::default()),
     );
@@ -143,10 +135,7 @@ async fn deep_recursion_is_a_stack_overflow() {
         expect_code(&r, ErrorCode::StackOverflowError);
     }
     // Deep nesting at parse time (with the source cap raised for it).
-    let limits = Limits {
-        max_source_bytes: 4 << 20,
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_max_source_bytes(4 << 20);
     let (h2, _) = harness_with(
         limits,
         Mode::Enabled,
@@ -398,10 +387,7 @@ async fn approval_denied_is_catchable_and_recorded() {
         harness::core::ApprovalOutcome::Approved
     );
 
-    let limits = Limits {
-        approval_timeout_ms: 100,
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_approval_timeout_ms(100);
     let (h, _) = harness_with(limits, Mode::Enabled, Arc::new(harness::core::NeverAnswer));
     let r = h
         .run("try { await tools.guarded({dangerous: true}) } catch (e) { return e.name }")

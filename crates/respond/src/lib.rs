@@ -1,6 +1,6 @@
 //! From a model's response to conversation items: detect script blocks in
-//! assistant text ([`detect`]), prepare them with a real parser
-//! ([`prepare`]), run them in order with live events ([`orchestrate`]),
+//! assistant text ([`detect`](mod@detect)), prepare them with a real parser
+//! ([`prepare`](mod@prepare)), run them in order with live events ([`orchestrate`]),
 //! and serialise the results as conversation items in the common wire
 //! shapes ([`items`]). `detect` and `prepare` never panic, on any input.
 

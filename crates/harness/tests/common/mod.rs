@@ -34,10 +34,7 @@ pub fn harness() -> (Harness, Arc<Counters>) {
 }
 
 pub fn short(ms: u64) -> Limits {
-    Limits {
-        timeout_ms: ms,
-        ..Limits::default()
-    }
+    Limits::default().with_timeout_ms(ms)
 }
 
 /// Asserts the run failed with `code` and returns the report.
