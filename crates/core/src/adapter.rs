@@ -89,7 +89,9 @@ impl Capabilities {
 pub struct EngineInfo {
     /// Stable engine name, as in `--engine` (`quickjs`, `boa`, …).
     pub name: String,
+    /// The engine's version, as it reports it.
     pub engine_version: String,
+    /// What the engine enforces where it runs.
     pub capabilities: Capabilities,
     /// Where scripts run: in the host process, or in a worker process.
     #[serde(default)]
@@ -116,8 +118,11 @@ pub enum Mode {
 pub struct ScriptContext {
     /// Free-form identity (session, user, agent ids); shown as `context.identity`.
     pub identity: Value,
+    /// The working directory the host works in, as `context.workingDirectory`.
     pub working_directory: Option<String>,
+    /// The model provider, as `context.provider`.
     pub provider: Option<String>,
+    /// The model, as `context.model`.
     pub model: Option<String>,
     /// Extra data the host wants the script to see, as `context.extra`.
     pub extra: Value,
@@ -126,8 +131,11 @@ pub struct ScriptContext {
 /// The tools a run may use: the registry, the allowlist and who approves.
 #[derive(Clone)]
 pub struct ToolSet {
+    /// Every tool the host offers.
     pub registry: Arc<ToolRegistry>,
+    /// Which of them this run may call.
     pub allow: Allowlist,
+    /// Who answers approval requests.
     pub approvals: Arc<dyn ApprovalBridge>,
 }
 
@@ -151,6 +159,7 @@ impl fmt::Debug for ToolSet {
 }
 
 impl ToolSet {
+    /// Every tool in `registry`, approvals denied.
     pub fn new(registry: Arc<ToolRegistry>) -> Self {
         ToolSet {
             registry,
@@ -165,12 +174,17 @@ impl ToolSet {
 pub struct ExecutionRequest {
     /// JavaScript source: the body of an async function.
     pub source: String,
+    /// The run's limits.
     pub limits: Limits,
+    /// What the script sees as `context`.
     pub context: ScriptContext,
+    /// Whether tools run, are only checked, or are off.
     pub mode: Mode,
     #[serde(skip)]
+    /// The tools the run may use.
     pub tools: ToolSet,
     #[serde(skip)]
+    /// Cancelling it stops the run with ScriptCancelledError.
     pub cancel: CancellationToken,
     /// Told of tool calls and progress as they happen (for live UIs).
     #[serde(skip)]
@@ -200,6 +214,7 @@ pub trait RunObserver: Send + Sync {
 pub struct Observer(pub Arc<dyn RunObserver>);
 
 impl Observer {
+    /// Shares `observer` with the runs it is given to.
     pub fn new(observer: Arc<dyn RunObserver>) -> Self {
         Observer(observer)
     }
@@ -212,6 +227,7 @@ impl fmt::Debug for Observer {
 }
 
 impl ExecutionRequest {
+    /// A request for `source` with default limits, no tools and no context.
     pub fn new(source: impl Into<String>) -> Self {
         ExecutionRequest {
             source: source.into(),
@@ -228,6 +244,7 @@ pub struct GlobalEval {
     pub source: String,
     /// Apply the hardening prelude first (frozen intrinsics, no eval).
     pub hardened: bool,
+    /// Wall-clock limit for the whole evaluation.
     pub timeout_ms: u64,
 }
 
@@ -236,20 +253,28 @@ pub struct GlobalEval {
 pub enum GlobalEvalOutcome {
     /// Ran to the end, jobs drained.
     Completed {
+        /// Every `print(...)` call, in order.
         prints: Vec<String>,
     },
     /// Did not compile.
     ParseError {
+        /// The error's name (`SyntaxError`, …).
         name: String,
+        /// The error's message.
         message: String,
     },
     /// Threw (at top level or in a job).
     Threw {
+        /// The error's name.
         name: String,
+        /// The error's message.
         message: String,
+        /// Every `print(...)` call before it threw.
         prints: Vec<String>,
     },
+    /// Ran past its deadline.
     TimedOut {
+        /// Every `print(...)` call before the deadline.
         prints: Vec<String>,
     },
     /// The engine cannot run global code this way.
@@ -262,6 +287,7 @@ pub enum GlobalEvalOutcome {
 /// failure is a [`ScriptError`] in the report.
 #[async_trait]
 pub trait ScriptRuntimeAdapter: Send + Sync {
+    /// Who the engine is and what it enforces.
     fn info(&self) -> EngineInfo;
     /// Parses `source` as a script body without running any of it.
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError>;
@@ -280,6 +306,7 @@ pub trait ScriptRuntimeAdapter: Send + Sync {
 pub struct CancelOnDrop(Option<CancellationToken>);
 
 impl CancelOnDrop {
+    /// Cancels `token` when dropped, unless disarmed.
     pub fn new(token: CancellationToken) -> Self {
         CancelOnDrop(Some(token))
     }

@@ -65,13 +65,18 @@ pub use harness_abi::FaultKind;
 /// A failure inside an engine primitive, with the engine's own words.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineFault {
+    /// What kind of failure.
     pub kind: FaultKind,
+    /// The engine's error name (`InternalError`, `RangeError`, …).
     pub name: String,
+    /// The engine's message.
     pub message: String,
+    /// The engine's stack, where it has one (locations for syntax errors).
     pub stack: Option<String>,
 }
 
 impl EngineFault {
+    /// A fault without a stack.
     pub fn new(kind: FaultKind, name: impl Into<String>, message: impl Into<String>) -> Self {
         EngineFault {
             kind,
@@ -85,10 +90,15 @@ impl EngineFault {
 /// What an engine needs to set up one run.
 #[derive(Debug)]
 pub struct EngineSetup<'a> {
+    /// The hardening prelude ([`PRELUDE`]).
     pub prelude: &'a str,
+    /// What the prelude's `install` takes: tool names and the context, as JSON.
     pub config_json: &'a str,
+    /// The run's limits (memory, stack, fuel).
     pub limits: &'a Limits,
+    /// When the interrupt handler must stop the script.
     pub deadline: Instant,
+    /// Cancelled: the interrupt handler must stop the script.
     pub cancel: &'a CancellationToken,
 }
 

@@ -10,24 +10,43 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum ErrorCode {
+    /// The script does not parse.
     ScriptSyntaxError,
+    /// The script names a banned global (`eval`, `require`, …).
     BannedIdentifierError,
+    /// The source is over `max_source_bytes`.
     ScriptTooLargeError,
+    /// The script threw.
     ScriptRuntimeError,
+    /// The run passed its deadline (or ran out of fuel).
     ScriptTimeoutError,
+    /// The run passed its memory limit.
     ScriptMemoryError,
+    /// The script (or its parse) ran out of stack.
     StackOverflowError,
+    /// The run, or the call, was cancelled.
     ScriptCancelledError,
+    /// No such tool, or not exposed to this run.
     ToolNotFoundError,
+    /// The arguments do not match the tool's schema.
     ToolValidationError,
+    /// Over `max_tool_calls`.
     ToolBudgetExceededError,
+    /// Too many calls waiting for a concurrency slot.
     ConcurrencyLimitError,
+    /// The call needed approval and was denied.
     ApprovalDeniedError,
+    /// The call needed approval and nobody answered in time.
     ApprovalTimeoutError,
+    /// The tool itself failed.
     ToolExecutionError,
+    /// The script finished with tool calls still pending.
     DetachedPromiseError,
+    /// The return value is not JSON-serialisable.
     SerializationError,
+    /// The return value is over `max_return_bytes` as JSON.
     ReturnValueTooLargeError,
+    /// The harness failed; not the script's fault.
     HarnessInternalError,
 }
 
@@ -103,6 +122,7 @@ impl fmt::Display for ErrorCode {
 }
 
 impl Phase {
+    /// The code as it appears in reports (`ScriptTimeoutError`, …).
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Parsing => "parsing",
@@ -127,7 +147,9 @@ pub enum Phase {
 /// A 1-based line and column in the user's script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Location {
+    /// Line in the user's source, from 1.
     pub line: u32,
+    /// Column, from 1.
     pub column: u32,
 }
 
@@ -135,8 +157,11 @@ pub struct Location {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ScriptError {
+    /// The stable code.
     pub code: ErrorCode,
+    /// What went wrong, for people and models.
     pub message: String,
+    /// When it happened.
     pub phase: Phase,
     /// The JS error name (`TypeError`, …) for script errors; the code otherwise.
     pub name: String,
@@ -144,10 +169,13 @@ pub struct ScriptError {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The tool involved, for tool errors.
     pub tool: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The call involved, for tool errors.
     pub call_id: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Where in the user's source, when known.
     pub location: Option<Location>,
 }
 
@@ -166,27 +194,32 @@ impl ScriptError {
         }
     }
 
+    /// With the JavaScript error's name.
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
     }
 
+    /// With a (sanitised) stack.
     pub fn with_stack(mut self, stack: Option<String>) -> Self {
         self.stack = stack.filter(|s| !s.is_empty());
         self
     }
 
+    /// With the tool call involved.
     pub fn with_tool(mut self, tool: impl Into<String>, call_id: Option<u64>) -> Self {
         self.tool = Some(tool.into());
         self.call_id = call_id;
         self
     }
 
+    /// With a location in the user's source.
     pub fn with_location(mut self, location: Option<Location>) -> Self {
         self.location = location;
         self
     }
 
+    /// A HarnessInternalError.
     pub fn internal(message: impl Into<String>) -> Self {
         ScriptError::new(ErrorCode::HarnessInternalError, Phase::Executing, message)
     }

@@ -191,6 +191,7 @@ impl Drop for CompletionGuard {
 /// The result of [`run_script`].
 #[derive(Debug)]
 pub struct RunOutput {
+    /// The run's report.
     pub report: ExecutionReport,
     /// The engine hit a fault (timeout, memory, stack, internal) and should
     /// not be reused for another run.

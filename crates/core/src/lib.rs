@@ -7,7 +7,7 @@
 //! ([`engine::run_script`]) that every adapter drives with its own
 //! engine primitives.
 
-#![warn(unreachable_pub)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod adapter;
 pub mod approval;

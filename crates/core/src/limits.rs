@@ -21,6 +21,7 @@ pub enum Isolation {
 }
 
 impl Isolation {
+    /// The name in configuration and reports: `in_process` or `process`.
     pub fn as_str(self) -> &'static str {
         match self {
             Isolation::InProcess => "in_process",

@@ -9,6 +9,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ExecutionReport {
+    /// The script succeeded: `error` is `None`.
     pub ok: bool,
     /// The script's return value; absent when it returned `undefined`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -16,10 +17,12 @@ pub struct ExecutionReport {
     /// The failure; `null` when `ok`.
     #[serde(default)]
     pub error: Option<ScriptError>,
+    /// Console lines kept, in order.
     pub console: Vec<ConsoleEntry>,
     /// Console lines dropped by the line cap or the rate limit.
     #[serde(default)]
     pub console_dropped: u32,
+    /// Every tool call, in the order the script made them.
     pub tool_calls: Vec<ToolCallRecord>,
     /// Tool calls refused without a record: a run records its budget plus
     /// 64 refused calls; attempts past that fail with
@@ -27,11 +30,14 @@ pub struct ExecutionReport {
     #[serde(default)]
     pub tool_calls_dropped: u32,
     #[serde(default)]
+    /// Every approval asked for, and how it ended.
     pub approvals: Vec<ApprovalRecord>,
+    /// Progress events kept, in order.
     pub progress: Vec<ProgressEvent>,
     /// Progress events dropped by the rate limit or the cap.
     #[serde(default)]
     pub progress_dropped: u32,
+    /// Engine, duration, calls, memory and fuel.
     pub metrics: Metrics,
 }
 
@@ -66,14 +72,20 @@ impl ExecutionReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ConsoleLevel {
+    /// `console.log`.
     Log,
+    /// `console.info`.
     Info,
+    /// `console.warn`.
     Warn,
+    /// `console.error`.
     Error,
+    /// `console.debug`.
     Debug,
 }
 
 impl ConsoleLevel {
+    /// The level named `s`; anything unknown is `Log`.
     pub fn parse(s: &str) -> ConsoleLevel {
         match s {
             "info" => ConsoleLevel::Info,
@@ -86,8 +98,11 @@ impl ConsoleLevel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One console line.
 pub struct ConsoleEntry {
+    /// Which console method wrote it.
     pub level: ConsoleLevel,
+    /// The line, formatted as Node would.
     pub text: String,
 }
 
@@ -97,7 +112,9 @@ pub struct ConsoleEntry {
 pub enum CallStatus {
     /// Still running (only seen while a run is in progress).
     Pending,
+    /// Returned a result.
     Ok,
+    /// Failed; `error` says why.
     Error,
     /// Stopped by its cancellation token (race lost, script ended, timeout).
     Cancelled,
@@ -108,27 +125,37 @@ pub enum CallStatus {
 /// One tool call, in the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallRecord {
+    /// The call's id (1, 2, … in call order).
     pub id: u64,
+    /// The tool's name.
     pub tool: String,
+    /// How it ended.
     pub status: CallStatus,
+    /// How long it ran.
     pub duration_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why it failed, if it did.
     pub error: Option<CallError>,
 }
 
 /// Why a tool call failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallError {
+    /// The stable error code.
     pub code: ErrorCode,
+    /// The message the script saw.
     pub message: String,
 }
 
 /// One `context.telemetry.emitProgress` event that passed the rate limit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProgressEvent {
+    /// The event's message.
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its data, if any.
     pub data: Option<Value>,
+    /// Milliseconds since the run started.
     pub elapsed_ms: f64,
 }
 
@@ -136,8 +163,11 @@ pub struct ProgressEvent {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Metrics {
+    /// The engine's name.
     pub engine: String,
+    /// Wall-clock time of the whole run.
     pub duration_ms: f64,
+    /// Tool calls recorded.
     pub tool_calls: u32,
     /// Peak engine heap during the run (context included), where the engine can tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]

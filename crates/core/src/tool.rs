@@ -28,18 +28,21 @@ pub struct ToolContext {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ToolError {
+    /// What went wrong, shown to the script.
     pub message: String,
     /// Set when the tool stopped because its cancellation token fired.
     pub cancelled: bool,
 }
 
 impl ToolError {
+    /// A failure with `message` (ToolExecutionError).
     pub fn new(message: impl Into<String>) -> Self {
         ToolError {
             message: message.into(),
             cancelled: false,
         }
     }
+    /// The tool stopped because its call was cancelled.
     pub fn cancelled() -> Self {
         ToolError {
             message: "cancelled".into(),
@@ -51,7 +54,9 @@ impl ToolError {
 /// A host function a script can call as `tools.NAME(args)`.
 #[async_trait]
 pub trait Tool: Send + Sync {
+    /// The name scripts call it by (`tools.NAME`).
     fn name(&self) -> &str;
+    /// One line on what it does, for the model.
     fn description(&self) -> &str;
     /// JSON Schema of the arguments object.
     fn schema(&self) -> &Value;
@@ -59,6 +64,7 @@ pub trait Tool: Send + Sync {
     fn requires_approval(&self, _args: &Value) -> bool {
         false
     }
+    /// Runs one call with arguments already validated against the schema; should watch `ctx.cancel`.
     async fn execute(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError>;
 }
 
@@ -86,6 +92,7 @@ pub struct FnTool {
 }
 
 impl FnTool {
+    /// A tool named `name` whose calls run `f(args, ctx)`.
     pub fn new<F, Fut>(
         name: impl Into<String>,
         description: impl Into<String>,
@@ -144,13 +151,27 @@ impl Tool for FnTool {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
     #[error("tool name {0:?} is not a valid JavaScript identifier")]
+    /// The name is not an identifier of at most 64 characters.
     InvalidName(String),
     #[error("tool {0:?} is already registered")]
+    /// A tool of that name is registered already.
     Duplicate(String),
     #[error("tool {name:?} has an invalid JSON Schema: {message}")]
-    InvalidSchema { name: String, message: String },
+    /// The tool's argument schema is not a valid JSON Schema.
+    InvalidSchema {
+        /// The tool.
+        name: String,
+        /// What the schema compiler said.
+        message: String,
+    },
     #[error("tool pack {pack:?} names unknown tool {tool:?}")]
-    UnknownPackMember { pack: String, tool: String },
+    /// A pack names a tool that is not registered.
+    UnknownPackMember {
+        /// The pack.
+        pack: String,
+        /// The tool it names.
+        tool: String,
+    },
 }
 
 pub(crate) struct Registered {
@@ -211,6 +232,7 @@ fn valid_identifier(name: &str) -> bool {
 }
 
 impl ToolRegistry {
+    /// No tools.
     pub fn new() -> Self {
         Self::default()
     }
@@ -220,6 +242,7 @@ impl ToolRegistry {
         self.register_arc(Arc::new(tool))
     }
 
+    /// Registers a shared tool.
     pub fn register_arc(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, RegistryError> {
         let name = tool.name().to_owned();
         if !valid_identifier(&name) {
@@ -254,10 +277,12 @@ impl ToolRegistry {
         Ok(self)
     }
 
+    /// Every tool's name, in order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
     }
 
+    /// The tool named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name).map(|r| &r.tool)
     }
@@ -266,6 +291,7 @@ impl ToolRegistry {
         self.tools.get(name)
     }
 
+    /// The tools of the pack named `name`.
     pub fn pack(&self, name: &str) -> Option<&BTreeSet<String>> {
         self.packs.get(name)
     }
@@ -292,6 +318,7 @@ pub enum Allowlist {
 }
 
 impl Allowlist {
+    /// Only these tools and packs.
     pub fn only<I, S>(names: I) -> Self
     where
         I: IntoIterator<Item = S>,

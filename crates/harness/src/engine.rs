@@ -31,7 +31,9 @@ pub enum EngineKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown or unavailable engine {name:?}; available engines: {available}")]
 pub struct UnknownEngine {
+    /// The name asked for.
     pub name: String,
+    /// The engines this build has, comma-separated.
     pub available: String,
 }
 

@@ -27,6 +27,8 @@
 //! # });
 //! ```
 
+#![warn(missing_docs, unreachable_pub)]
+
 #[cfg(feature = "builtin-tools")]
 pub mod builtin;
 #[cfg(feature = "cli-support")]
@@ -64,6 +66,7 @@ use std::sync::Arc;
 #[non_exhaustive]
 pub enum BuildError {
     #[error(transparent)]
+    /// The engine is unknown, or known but not built in.
     UnknownEngine(#[from] UnknownEngine),
     /// The worker binary for the process boundary could not be found.
     #[error("cannot locate the worker binary: {0}")]
@@ -103,6 +106,7 @@ impl Harness {
         self.adapter.info()
     }
 
+    /// The limits runs get.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
@@ -254,11 +258,13 @@ impl HarnessBuilder {
         self
     }
 
+    /// The tools runs may call.
     pub fn tools(mut self, registry: ToolRegistry) -> Self {
         self.registry = Some(Arc::new(registry));
         self
     }
 
+    /// The tools runs may call, shared with other harnesses.
     pub fn shared_tools(mut self, registry: Arc<ToolRegistry>) -> Self {
         self.registry = Some(registry);
         self
@@ -276,16 +282,19 @@ impl HarnessBuilder {
         self
     }
 
+    /// The limits runs get (the isolation in them picks where the engine runs).
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
         self
     }
 
+    /// Whether tools run, are only checked, or are off.
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
     }
 
+    /// What scripts see as `context`.
     pub fn context(mut self, context: ScriptContext) -> Self {
         self.context = context;
         self
@@ -306,6 +315,7 @@ impl HarnessBuilder {
         self
     }
 
+    /// Builds the harness: picks and starts the engine (worker processes for `isolation = process`).
     pub fn build(self) -> Result<Harness, BuildError> {
         let adapter = match self.adapter {
             Some(a) => a,

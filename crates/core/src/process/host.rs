@@ -325,7 +325,7 @@ struct Pending {
 }
 
 /// An [`Engine`] whose primitives run in a worker process.
-pub struct RemoteEngine {
+pub(crate) struct RemoteEngine {
     proc: RefCell<Option<Proc>>,
     run: Option<Pending>,
     host: Option<HostHandle>,

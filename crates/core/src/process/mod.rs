@@ -27,7 +27,7 @@
 mod host;
 mod worker;
 
-pub use host::{ProcessAdapter, ProcessOptions, RemoteEngine};
+pub use host::{ProcessAdapter, ProcessOptions};
 use worker::sys;
 pub use worker::{serve, serve_if_requested, WorkerAllocator, EXIT_NO_WORKER_ALLOCATOR};
 
@@ -55,7 +55,7 @@ pub const MAX_FRAME_BYTES: usize = 64 << 20;
 /// Host to worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
-pub enum ToWorker {
+pub(crate) enum ToWorker {
     /// First frame: caps the worker applies to itself before anything runs.
     Init { address_space_bytes: Option<u64> },
     /// Execute: load a fresh context with `config`, start `source` (already
@@ -83,16 +83,16 @@ pub enum ToWorker {
 
 /// One settled tool call.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Settle {
-    pub id: u64,
-    pub ok: bool,
-    pub payload: String,
+pub(crate) struct Settle {
+    pub(crate) id: u64,
+    pub(crate) ok: bool,
+    pub(crate) payload: String,
 }
 
 /// Which engine primitive a [`FromWorker::Step`] reports on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum StepPhase {
+pub(crate) enum StepPhase {
     Load,
     Start,
     Jobs,
@@ -101,7 +101,7 @@ pub enum StepPhase {
 /// Worker to host.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
-pub enum FromWorker {
+pub(crate) enum FromWorker {
     Hello {
         protocol: u32,
         engine: String,
@@ -138,7 +138,7 @@ pub enum FromWorker {
 }
 
 /// Writes one frame and flushes.
-pub fn write_frame<W: Write, T: Serialize>(w: &mut W, msg: &T) -> io::Result<()> {
+pub(crate) fn write_frame<W: Write, T: Serialize>(w: &mut W, msg: &T) -> io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
     if body.len() > MAX_FRAME_BYTES {
         return Err(io::Error::new(
@@ -152,7 +152,7 @@ pub fn write_frame<W: Write, T: Serialize>(w: &mut W, msg: &T) -> io::Result<()>
 }
 
 /// Reads one frame. End of stream before a frame is `UnexpectedEof`.
-pub fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> io::Result<T> {
+pub(crate) fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> io::Result<T> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
