@@ -2,7 +2,7 @@
 //! everything else.
 //!
 //! The host runs the one event loop ([`crate::engine::run_script`]) as
-//! always, with a [`RemoteEngine`] whose primitives (load, start, run jobs,
+//! always, with a `RemoteEngine` whose primitives (load, start, run jobs,
 //! settle) are messages to a worker process. The worker runs a real engine
 //! behind [`serve`]; when the script calls the engine's one native function
 //! (`host(op, a, b)`: a tool call, console, progress, the outcome) the
@@ -13,9 +13,9 @@
 //!
 //! Frames are a 4-byte little-endian length and a JSON message, over the
 //! worker's stdin (host to worker) and stdout (worker to host). One
-//! exchange per run, in the terms: *execute* is [`ToWorker::Run`],
-//! a *tool call* is a [`FromWorker::HostOp`] with op `call`, *tool results*
-//! travel in [`ToWorker::Drain`], *done* is the host op `done` or `fail`,
+//! exchange per run, in the terms: *execute* is `ToWorker::Run`,
+//! a *tool call* is a `FromWorker::HostOp` with op `call`, *tool results*
+//! travel in `ToWorker::Drain`, *done* is the host op `done` or `fail`,
 //! and *cancel* is the kill.
 //!
 //! The worker caps itself before it answers the handshake: address space,
