@@ -27,7 +27,6 @@ use harness_core::engine::{
 };
 use harness_core::CancellationToken;
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
-use rquickjs::context::intrinsic;
 use rquickjs::context::EvalOptions;
 use rquickjs::module::WriteOptions;
 use rquickjs::{Context, Ctx, Function, Module, Object, Persistent, Runtime, Value};
@@ -36,8 +35,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-mod alloc;
-use alloc::{AllocState, CountingAllocator};
+use harness_quickjs_common::{read_exception, AllocState, CountingAllocator, Intrinsics};
 
 /// Engine name, as in `--engine`.
 pub const ENGINE_NAME: &str = "quickjs";
@@ -49,22 +47,6 @@ pub const QUICKJS_VERSION: &str = "quickjs-ng 0.16.2 (rquickjs 0.14)";
 const THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
 /// Native stack kept free below the JS limit, for host code and the parser.
 const STACK_MARGIN_BYTES: u64 = 2 * 1024 * 1024;
-
-/// Intrinsics a script gets: the language, no `Performance`, no
-/// `DOMException`. `Eval` is needed to compile our own code; the prelude
-/// makes `eval` and the function constructors throw for scripts.
-type Intrinsics = (
-    intrinsic::Date,
-    intrinsic::Eval,
-    intrinsic::RegExpCompiler,
-    intrinsic::RegExp,
-    intrinsic::Json,
-    intrinsic::Proxy,
-    intrinsic::MapSet,
-    intrinsic::TypedArrays,
-    intrinsic::Promise,
-    intrinsic::WeakRef,
-);
 
 /// The prelude compiled once per process to QuickJS bytecode (as a module
 /// whose default export is the prelude function). Parsing it costs about a
@@ -301,36 +283,12 @@ impl QjsEngine<'_> {
 /// Reads the pending exception. A non-object is reported with an empty
 /// name, for [`QjsEngine::finish_fault`] to judge.
 fn exception_fault(v: Value<'_>) -> EngineFault {
-    let Some(obj) = v.as_object() else {
-        return EngineFault::new(
-            FaultKind::Thrown,
-            "",
-            "a non-error value was thrown by the engine",
-        );
-    };
-    let get = |k: &str| {
-        obj.get::<_, Option<String>>(k)
-            .ok()
-            .flatten()
-            .unwrap_or_default()
-    };
-    let (mut name, message, stack) = (get("name"), get("message"), get("stack"));
-    if name.is_empty() {
-        // Errors made by plain constructors (test262's Test262Error) have
-        // no `name`; their constructor's name says what they are.
-        name = obj
-            .get::<_, Option<Object>>("constructor")
-            .ok()
-            .flatten()
-            .and_then(|c| c.get::<_, Option<String>>("name").ok().flatten())
-            .unwrap_or_default();
-    }
-    let kind = classify(&name, &message);
+    let e = read_exception(v);
     EngineFault {
-        kind,
-        name,
-        message,
-        stack: Some(stack),
+        kind: e.kind,
+        name: e.name,
+        message: e.message,
+        stack: e.stack,
     }
 }
 

@@ -16,45 +16,25 @@
 //! also sets QuickJS's own memory and stack limits so that a script over
 //! them gets a catchable error where QuickJS can give one.
 
-use rquickjs::context::intrinsic;
 use rquickjs::context::EvalOptions;
 use rquickjs::{Context, Ctx, Function, Object, Persistent, Runtime, Value};
 use std::cell::RefCell;
 
 mod sandbox;
 
-// The native engine's counting allocator: it enforces the memory limit and
-// remembers a refusal, which QuickJS may report only as a thrown `null`.
-#[path = "../../../quickjs/src/alloc.rs"]
-#[allow(dead_code)]
-mod alloc;
-use alloc::{AllocState, CountingAllocator};
+// The native engine's counting allocator (it enforces the memory limit and
+// remembers a refusal, which QuickJS may report only as a thrown `null`),
+// its intrinsics and its reading of exceptions.
+use harness_quickjs_common::{read_exception, AllocState, CountingAllocator, Intrinsics};
 use std::sync::Arc;
 
 // The hardening prelude shared by every engine, built in so that a
 // pre-initialised snapshot of the guest holds the hardened context; fault
 // kinds and QuickJS's error classification as the host knows them.
-use harness_abi::{
-    classify_quickjs as classify, FaultKind as Kind, PRELUDE, PRELUDE_FILE, SCRIPT_FILE,
-};
+use harness_abi::{FaultKind as Kind, PRELUDE, PRELUDE_FILE, SCRIPT_FILE};
 /// QuickJS's stack limit in sandbox mode, inside the shadow stack the
 /// linker reserves (`build.rs`).
 const SANDBOX_STACK_BYTES: usize = 1024 * 1024;
-
-/// Intrinsics a script gets in harness mode: the same set as the native
-/// QuickJS engine (no `Performance`, no `DOMException`).
-type Intrinsics = (
-    intrinsic::Date,
-    intrinsic::Eval,
-    intrinsic::RegExpCompiler,
-    intrinsic::RegExp,
-    intrinsic::Json,
-    intrinsic::Proxy,
-    intrinsic::MapSet,
-    intrinsic::TypedArrays,
-    intrinsic::Promise,
-    intrinsic::WeakRef,
-);
 
 #[link(wasm_import_module = "harness")]
 extern "C" {
@@ -178,34 +158,12 @@ impl Fault {
 /// Reads a caught exception. A non-object (QuickJS throws `null` when it
 /// cannot allocate an error) is reported with an empty name.
 fn exception_fault(v: Value<'_>) -> Fault {
-    let Some(obj) = v.as_object() else {
-        return Fault {
-            kind: Kind::Thrown,
-            name: String::new(),
-            message: "a non-error value was thrown by the engine".into(),
-            stack: None,
-        };
-    };
-    let get = |k: &str| {
-        obj.get::<_, Option<String>>(k)
-            .ok()
-            .flatten()
-            .unwrap_or_default()
-    };
-    let (mut name, message, stack) = (get("name"), get("message"), get("stack"));
-    if name.is_empty() {
-        name = obj
-            .get::<_, Option<Object>>("constructor")
-            .ok()
-            .flatten()
-            .and_then(|c| c.get::<_, Option<String>>("name").ok().flatten())
-            .unwrap_or_default();
-    }
+    let e = read_exception(v);
     Fault {
-        kind: classify(&name, &message),
-        name,
-        message,
-        stack: Some(stack),
+        kind: e.kind,
+        name: e.name,
+        message: e.message,
+        stack: e.stack,
     }
 }
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 /// Shared between the allocator (inside the runtime) and the worker.
 #[derive(Debug)]
-pub(crate) struct AllocState {
+pub struct AllocState {
     limit: AtomicUsize,
     used: AtomicUsize,
     refused: AtomicBool,
@@ -62,12 +62,12 @@ impl Default for AllocState {
 
 impl AllocState {
     /// Lifts the limit (after a run, before teardown).
-    pub(crate) fn disarm(&self) {
+    pub fn disarm(&self) {
         self.arm(UNLIMITED);
     }
 
     /// Sets the limit for the next run and forgets earlier refusals.
-    pub(crate) fn arm(&self, limit: usize) {
+    pub fn arm(&self, limit: usize) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.limit.store(limit, Ordering::Relaxed);
         self.refused.store(false, Ordering::Relaxed);
@@ -78,7 +78,7 @@ impl AllocState {
     }
 
     /// Peak heap bytes since the last `arm`.
-    pub(crate) fn peak(&self) -> usize {
+    pub fn peak(&self) -> usize {
         self.peak.load(Ordering::Relaxed)
     }
 
@@ -92,7 +92,7 @@ impl AllocState {
     /// interrupts only every 10,000 ticks, and a loop over heavy native
     /// calls (sorting, JSON of big data) ticks rarely; failing their
     /// allocations ends such work at once, so the next check comes soon.
-    pub(crate) fn halt(&self, generation: usize) {
+    pub fn halt(&self, generation: usize) {
         if self.generation.load(Ordering::Acquire) == generation {
             self.halted.store(true, Ordering::Relaxed);
         }
@@ -105,7 +105,7 @@ impl AllocState {
     /// {}`) would spin forever once the allocator is halted. Found by the
     /// `execute_quickjs` fuzz target. The grace lets that one error be
     /// allocated; it is granted again at each stop, never added up.
-    pub(crate) fn grant_grace(&self) {
+    pub fn grant_grace(&self) {
         self.grace.store(GRACE_BYTES, Ordering::Relaxed);
     }
 
@@ -119,16 +119,17 @@ impl AllocState {
     }
 
     /// The current run's generation, for [`AllocState::halt`].
-    pub(crate) fn generation(&self) -> usize {
+    pub fn generation(&self) -> usize {
         self.generation.load(Ordering::Acquire)
     }
 
-    pub(crate) fn halted(&self) -> bool {
+    /// Whether the run was stopped (allocations fail until disarmed).
+    pub fn halted(&self) -> bool {
         self.halted.load(Ordering::Relaxed)
     }
 
     /// Whether an allocation was refused since the last `arm`.
-    pub(crate) fn refused(&self) -> bool {
+    pub fn refused(&self) -> bool {
         self.refused.load(Ordering::Relaxed)
     }
 
@@ -151,13 +152,18 @@ impl AllocState {
     }
 }
 
-pub(crate) struct CountingAllocator {
+/// The allocator a QuickJS runtime is built with
+/// (`Runtime::new_with_alloc`): rquickjs's own, counted against
+/// [`AllocState`]'s limit.
+#[allow(missing_debug_implementations)]
+pub struct CountingAllocator {
     inner: RustAllocator,
     state: Arc<AllocState>,
 }
 
 impl CountingAllocator {
-    pub(crate) fn new(state: Arc<AllocState>) -> Self {
+    /// An allocator that counts against `state`.
+    pub fn new(state: Arc<AllocState>) -> Self {
         CountingAllocator {
             inner: RustAllocator,
             state,
