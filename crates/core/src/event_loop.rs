@@ -233,6 +233,14 @@ fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade) -> String {
 }
 
 /// Runs one script on `engine` and reports. `tokio` runs the tool calls.
+///
+/// The run has four parts, each a function of its own: `new_host` (the
+/// per-run state the engine's native function talks to),
+/// `LoopControl::drive` (load, start, and the loop of jobs, tool calls and
+/// settles until the script settles or is stopped), `wind_down` (cancel
+/// what is still pending, give it the grace period) and
+/// `LoopControl::conclude` with `final_error` and `build_report` (the
+/// report's value, error and records).
 pub fn run_script<E: Engine + ?Sized>(
     engine: &mut E,
     engine_name: &str,
@@ -250,20 +258,7 @@ pub fn run_script<E: Engine + ?Sized>(
     let deadline = started + limits.timeout();
     let cancel = request.cancel.clone();
     let facade = Arc::new(ToolFacade::new(&request, deadline));
-    let host: Rc<RefCell<HostState>> = Rc::new(RefCell::new(HostState {
-        started,
-        deadline,
-        facade: facade.clone(),
-        tracker: PromiseTracker::default(),
-        console: ConsoleSink::new(&limits),
-        progress: ProgressSink::new(&limits),
-        new_calls: Vec::new(),
-        outcome: None,
-        observer: request.observer.clone(),
-        call_names: std::collections::HashMap::new(),
-        max_attempts: (limits.max_tool_calls as usize).saturating_add(REFUSED_CALLS_KEPT),
-        calls_dropped: 0,
-    }));
+    let host = new_host(&request, &facade, started, deadline);
     let (tx, rx) = mpsc::channel::<LoopEvent>();
 
     let config = prelude_config(&request, &facade);
@@ -289,9 +284,65 @@ pub fn run_script<E: Engine + ?Sized>(
     let memory_used = ctl.engine.memory_used();
     let fuel_consumed = ctl.engine.fuel_consumed();
     let memory_exhausted = ctl.engine.memory_exhausted();
+    let orphans = wind_down(&host, &rx, &limits);
 
-    // Finalise: cancel what is still pending, give it the grace period,
-    // abandon the rest.
+    // An engine that hit a fault, was stopped, or ran out of memory (even
+    // if the script caught it) is not trusted with another run.
+    let engine_tainted =
+        memory_exhausted || matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
+    let (value, error) = ctl.conclude(end, &limits, memory_exhausted, &request.source);
+    let (value, error) = final_error(value, error, memory_exhausted, &orphans, &limits);
+
+    // The engine may keep the host state alive (its native function holds
+    // it until the context is collected); the observer must not outlive
+    // the run.
+    host.borrow_mut().observer = None;
+    let report = build_report(
+        &host.borrow(),
+        &facade,
+        engine_name,
+        started,
+        (value, error),
+        (memory_used, fuel_consumed),
+    );
+    RunOutput {
+        report,
+        engine_tainted,
+    }
+}
+
+/// The per-run state the engine's native function talks to.
+fn new_host(
+    request: &ExecutionRequest,
+    facade: &Arc<ToolFacade>,
+    started: Instant,
+    deadline: Instant,
+) -> Rc<RefCell<HostState>> {
+    let limits = &request.limits;
+    Rc::new(RefCell::new(HostState {
+        started,
+        deadline,
+        facade: facade.clone(),
+        tracker: PromiseTracker::default(),
+        console: ConsoleSink::new(limits),
+        progress: ProgressSink::new(limits),
+        new_calls: Vec::new(),
+        outcome: None,
+        observer: request.observer.clone(),
+        call_names: std::collections::HashMap::new(),
+        max_attempts: (limits.max_tool_calls as usize).saturating_add(REFUSED_CALLS_KEPT),
+        calls_dropped: 0,
+    }))
+}
+
+/// After the loop: cancels the calls still pending, waits out the grace
+/// period for them, and abandons the rest. Returns the orphans: calls the
+/// script neither awaited nor let go of (`tool#id`).
+fn wind_down(
+    host: &Rc<RefCell<HostState>>,
+    rx: &mpsc::Receiver<LoopEvent>,
+    limits: &Limits,
+) -> Vec<String> {
     let orphans = host.borrow().tracker.orphans();
     host.borrow().tracker.cancel_all_pending();
     let grace_end = Instant::now() + limits.orphan_grace();
@@ -309,23 +360,26 @@ pub fn run_script<E: Engine + ?Sized>(
         }
     }
     host.borrow_mut().tracker.detach_remaining();
+    orphans
+}
 
-    // An engine that hit a fault, was stopped, or ran out of memory (even
-    // if the script caught it) is not trusted with another run.
-    let engine_tainted =
-        memory_exhausted || matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
-    let (mut value, mut error) = ctl.conclude(end, &limits, memory_exhausted, &request.source);
-    // Hitting the memory limit ends the run as a failure on every engine,
-    // even if the script caught the error and went on to return.
+/// The rules that override how the script itself ended: hitting the
+/// memory limit fails the run on every engine (even if the script caught
+/// the error and returned), and a script that returned with calls still
+/// pending fails with DetachedPromiseError.
+fn final_error(
+    value: Option<Value>,
+    error: Option<ScriptError>,
+    memory_exhausted: bool,
+    orphans: &[String],
+    limits: &Limits,
+) -> (Option<Value>, Option<ScriptError>) {
     if memory_exhausted && error.as_ref().map(|e| e.code) != Some(ErrorCode::ScriptMemoryError) {
-        value = None;
-        error = Some(fault_error(
-            &EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory"),
-            &limits,
-        ));
+        let oom = EngineFault::new(FaultKind::OutOfMemory, "InternalError", "out of memory");
+        return (None, Some(fault_error(&oom, limits)));
     }
     if error.is_none() && !orphans.is_empty() {
-        error = Some(ScriptError::new(
+        let error = ScriptError::new(
             ErrorCode::DetachedPromiseError,
             Phase::Finalizing,
             format!(
@@ -334,16 +388,23 @@ pub fn run_script<E: Engine + ?Sized>(
                 orphans.len(),
                 orphans.join(", ")
             ),
-        ));
+        );
+        return (value, Some(error));
     }
+    (value, error)
+}
 
-    // The engine may keep the host state alive (its native function holds
-    // it until the context is collected); the observer must not outlive
-    // the run.
-    host.borrow_mut().observer = None;
-    let h = host.borrow();
+/// The report of a finished run.
+fn build_report(
+    h: &HostState,
+    facade: &ToolFacade,
+    engine_name: &str,
+    started: Instant,
+    (value, error): (Option<Value>, Option<ScriptError>),
+    (memory_used, fuel_consumed): (Option<u64>, Option<u64>),
+) -> ExecutionReport {
     let tool_calls = h.tracker.records();
-    let report = ExecutionReport {
+    ExecutionReport {
         ok: error.is_none(),
         value,
         error,
@@ -361,10 +422,6 @@ pub fn run_script<E: Engine + ?Sized>(
             fuel_consumed,
         },
         tool_calls,
-    };
-    RunOutput {
-        report,
-        engine_tainted,
     }
 }
 
