@@ -420,6 +420,8 @@ pub trait EngineAdapter: fmt::Debug + Clone + Send + Sync + 'static {
 /// Pooled<QuickJsEngine>`).
 pub struct Pooled<A: EngineAdapter> {
     adapter: A,
+    /// The engine's name, for reports (static: no copy per run).
+    name: &'static str,
     info: EngineInfo,
     /// Global code needs a way to stop it: engines that cannot interrupt
     /// themselves run it only behind the process boundary.
@@ -431,6 +433,7 @@ impl<A: EngineAdapter> Clone for Pooled<A> {
     fn clone(&self) -> Self {
         Pooled {
             adapter: self.adapter.clone(),
+            name: self.name,
             info: self.info.clone(),
             global_eval: self.global_eval,
             pool: self.pool.clone(),
@@ -476,6 +479,7 @@ impl<A: EngineAdapter> Pooled<A> {
         let d = A::descriptor();
         let for_threads = adapter.clone();
         Pooled {
+            name: d.name,
             info: d.info(),
             global_eval: d.capabilities.interrupt,
             pool: Arc::new(WorkerPool::new(
@@ -506,23 +510,19 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
     }
 
     async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
-        let name = self.info.name.clone();
+        let name = self.name;
         self.pool
-            .execute(
-                &self.info.name,
-                request,
-                move |thread, request, tokio, reply| {
-                    let mut job = Some((request, reply));
-                    thread.lend(&mut |engine| {
-                        let Some((request, reply)) = job.take() else {
-                            return false;
-                        };
-                        crate::event_loop::run_lent(engine, &name, request, tokio, |report| {
-                            reply.send(report)
-                        })
-                    });
-                },
-            )
+            .execute(name, request, move |thread, request, tokio, reply| {
+                let mut job = Some((request, reply));
+                thread.lend(&mut |engine| {
+                    let Some((request, reply)) = job.take() else {
+                        return false;
+                    };
+                    crate::event_loop::run_lent(engine, name, request, tokio, |report| {
+                        reply.send(report)
+                    })
+                });
+            })
             .await
     }
 
