@@ -29,7 +29,7 @@ pub mod unsupported;
 use harness_core::approval::{ApprovalBridge, AutoApprove, AutoDeny, NeverAnswer};
 use harness_core::{
     Capabilities, EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, Limits, Mode,
-    ScriptRuntimeAdapter, ToolSet,
+    ScriptContext, ScriptLanguage, ScriptRuntimeAdapter, ToolSet,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -130,6 +130,12 @@ pub struct Spec {
     pub allow: Option<&'static [&'static str]>,
     /// Cancel the run this long after it starts.
     pub cancel_after_ms: Option<u64>,
+    /// The script's language (default: auto, as every entry).
+    pub language: ScriptLanguage,
+    /// Start detached tasks here (`tools.spawn` on) when set.
+    pub spawn: bool,
+    /// The context's host-provided fields (`conversationId`, `model`, …).
+    pub context: Option<fn() -> ScriptContext>,
     pub check: Check,
 }
 
@@ -143,8 +149,24 @@ impl Spec {
             approvals: Approvals::Deny,
             allow: None,
             cancel_after_ms: None,
+            language: ScriptLanguage::Auto,
+            spawn: false,
+            context: None,
             check,
         }
+    }
+    pub const fn language(mut self, l: ScriptLanguage) -> Self {
+        self.language = l;
+        self
+    }
+    /// With `tools.spawn` on.
+    pub const fn spawn(mut self) -> Self {
+        self.spawn = true;
+        self
+    }
+    pub const fn context(mut self, c: fn() -> ScriptContext) -> Self {
+        self.context = Some(c);
+        self
     }
     /// A spec whose source is built by `generate`.
     pub const fn generated(generate: fn() -> String, check: Check) -> Self {
@@ -196,6 +218,7 @@ pub fn all_cases() -> Vec<Case> {
     v.extend_from_slice(cases::context::CASES);
     v.extend_from_slice(cases::limits::CASES);
     v.extend_from_slice(cases::security::CASES);
+    v.extend_from_slice(cases::contract::CASES);
     v
 }
 
@@ -280,6 +303,14 @@ pub async fn run_step(adapter: &dyn ScriptRuntimeAdapter, spec: &Spec) -> Observ
     };
     (spec.limits)(&mut req.limits);
     req.mode = spec.mode;
+    req.language = spec.language;
+    if let Some(c) = spec.context {
+        req.context = c();
+    }
+    let tasks = spec
+        .spawn
+        .then(|| Arc::new(harness_core::DetachedTasks::new(Default::default())));
+    req.tasks = tasks.clone();
     req.tools = ToolSet {
         registry: Arc::new(tools::registry(counters.clone())),
         allow: match spec.allow {
@@ -296,11 +327,17 @@ pub async fn run_step(adapter: &dyn ScriptRuntimeAdapter, spec: &Spec) -> Observ
         });
     }
     let t = Instant::now();
-    let report = adapter.execute(req).await;
+    let mut report = adapter.execute(req).await;
+    let wall = t.elapsed();
+    if let Some(tasks) = tasks {
+        // As a host would: wait for the run's tasks, then look at them.
+        let ids: Vec<String> = report.detached_tasks.iter().map(|t| t.id.clone()).collect();
+        report.detached_tasks = tasks.wait_all(&ids, Duration::from_secs(10)).await;
+    }
     Observed {
         report,
         counters,
-        wall: t.elapsed(),
+        wall,
     }
 }
 
@@ -379,6 +416,10 @@ pub async fn run_suite(
     cases: &[Case],
     filter: Option<&str>,
 ) -> SuiteReport {
+    // As every entry of the harness does: TypeScript is stripped before
+    // the engine sees a script (free for JavaScript).
+    let adapter: Arc<dyn ScriptRuntimeAdapter> =
+        Arc::new(harness_respond::language::TypeScriptAware::new(adapter));
     let info = adapter.info();
     let mut results = Vec::with_capacity(cases.len());
     for case in cases {

@@ -85,9 +85,14 @@ pub fn registry(c: Arc<Counters>) -> ToolRegistry {
         &mut r,
         FnTool::new(
             "fail",
-            "always fails",
+            "always fails; with {stderr: N} as a process would, with N bytes of stderr",
             json!({"type": "object"}),
-            |_, _| async move { Err(ToolError::new("it broke")) },
+            |a, _| async move {
+                match a.get("stderr").and_then(Value::as_u64) {
+                    Some(n) => Err(ToolError::new("it broke").with_stderr("e".repeat(n as usize))),
+                    None => Err(ToolError::new("it broke")),
+                }
+            },
         ),
     );
     let c2 = c.clone();

@@ -59,6 +59,7 @@ pub const UNSUPPORTED: &[Unsupported] = &[
     boa_in_process("security::tool_args_bomb", BOA_NO_MEMORY_LIMIT),
     boa_in_process("security::weakref_after_deadline", BOA_CANNOT_STOP),
     boa_in_process("tools::partial_results_on_timeout", BOA_CANNOT_STOP),
+    boa_in_process("contract::timeout_metadata", BOA_CANNOT_STOP),
 ];
 
 /// The entry for `case` on the engine `info` describes, if there is one.

@@ -1,6 +1,7 @@
 //! The cases, one module per part of the contract.
 
 pub mod context;
+pub mod contract;
 pub mod limits;
 pub mod security;
 pub mod semantics;

@@ -49,6 +49,20 @@
   const weakMapSet = WeakMap.prototype.set;
   const origRace = Promise.race;
   const origAny = Promise.any;
+  const reExec = RegExp.prototype.exec;
+  const stringIndexOf = String.prototype.indexOf;
+  const stringSlice = String.prototype.slice;
+  const siteRe = /script\.js:(\d+):(\d+)/;
+  const isView = ArrayBuffer.isView;
+  const DataViewCtor = DataView;
+  const SetCtor = Set;
+  const mapForEach = Map.prototype.forEach;
+  const setForEach = Set.prototype.forEach;
+  const setHas = Set.prototype.has;
+  const setAdd = Set.prototype.add;
+  const setDelete = Set.prototype.delete;
+  const ObjectProto = Object.prototype;
+  const ArrayProto = Array.prototype;
 
   const hostErrors = new WeakSet();
   const toolPromises = new WeakMap();
@@ -60,12 +74,13 @@
 
   // An error made by the harness: its code is trusted, unlike a name a
   // script could set on its own errors.
-  function hostError(code, message, tool, callId) {
+  function hostError(code, message, tool, callId, stderr) {
     const e = new ErrorCtor(message);
     defineProperty(e, 'name', { value: code, writable: true, configurable: true });
     defineProperty(e, 'code', { value: code, writable: true, configurable: true });
     if (tool !== undefined) defineProperty(e, 'tool', { value: tool, writable: true, configurable: true });
     if (callId !== undefined) defineProperty(e, 'callId', { value: callId, writable: true, configurable: true });
+    if (typeof stderr === 'string') defineProperty(e, 'stderr', { value: stderr, writable: true, configurable: true });
     apply(weakSetAdd, hostErrors, [e]);
     return e;
   }
@@ -233,19 +248,40 @@
   const toolNames = config.tools;
   const available = toolNames.length === 0 ? '(none)' : apply(arrayJoin, toolNames, [', ']);
 
-  function callTool(name, args) {
+  // Where in the script the current tool call is made: `\0line:column`
+  // appended to the tool's name (empty where the engine keeps no stack).
+  function callSite() {
+    let st;
+    try { st = StringCtor(new ErrorCtor().stack); } catch (_) { return ''; }
+    const m = apply(reExec, siteRe, [st]);
+    if (m === null) return '';
+    const line = NumberCtor(m[1]) - config.lineOffset;
+    return line >= 1 ? '\0' + line + ':' + m[2] : '';
+  }
+
+  function argsToJson(name, args) {
     let argsJson;
     try {
       argsJson = jsonStringify(args === undefined ? {} : args);
     } catch (e) {
-      return promiseReject(hostError('ToolValidationError',
-        'arguments for tool ' + name + ' are not JSON-serialisable: ' + describeMessage(e), name));
+      throw hostError('ToolValidationError',
+        'arguments for tool ' + name + ' are not JSON-serialisable: ' + describeMessage(e), name);
     }
     if (argsJson === undefined) {
-      return promiseReject(hostError('ToolValidationError',
-        'arguments for tool ' + name + ' must be a JSON value, got ' + typeof args, name));
+      throw hostError('ToolValidationError',
+        'arguments for tool ' + name + ' must be a JSON value, got ' + typeof args, name);
     }
-    const id = NumberCtor(call('call', name, argsJson));
+    return argsJson;
+  }
+
+  function callTool(name, args) {
+    let argsJson;
+    try {
+      argsJson = argsToJson(name, args);
+    } catch (e) {
+      return promiseReject(e);
+    }
+    const id = NumberCtor(call('call', name + callSite(), argsJson));
     if (id === 0) {
       // The host stopped recording calls: this run attempted too many.
       return promiseReject(hostError('ToolBudgetExceededError',
@@ -269,17 +305,52 @@
   freeze(toolFns);
   const unknownTool = function (name) {
     return function () {
-      const id = NumberCtor(call('unknown', name)) || undefined;
-      throw hostError('ToolNotFoundError',
-        "unknown tool '" + name + "'; available tools: " + available, name, id);
+      // The host answers `id\nmessage` (the message suggests a close name).
+      const answer = call('unknown', name);
+      const nl = apply(stringIndexOf, answer, ['\n']);
+      const id = NumberCtor(nl < 0 ? answer : apply(stringSlice, answer, [0, nl])) || undefined;
+      const message = nl < 0 ? "unknown tool '" + name + "'; available tools: " + available
+        : apply(stringSlice, answer, [nl + 1]);
+      throw hostError('ToolNotFoundError', message, name, id);
     };
   };
+  // ---- 5b. tools.spawn: detached tasks ------------------------------------
+  function cancelTask(id) {
+    return promiseResolve(call('cancel_task', StringCtor(id)) === '1');
+  }
+  function spawnExec(toolOrArgs, args) {
+    let name = toolOrArgs;
+    if (toolOrArgs !== null && typeof toolOrArgs === 'object') {
+      // `tools.spawn.exec({command: [...]})`: the `exec` tool.
+      name = 'exec';
+      args = toolOrArgs;
+    }
+    name = StringCtor(name);
+    const argsJson = argsToJson(name, args);
+    const answer = jsonParse(call('spawn', name + callSite(), argsJson));
+    if (answer.error !== undefined) throw hostError(answer.error.code, answer.error.message, name);
+    let resolve, reject;
+    const done = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
+    apply(mapSet, pending, [answer.settle, { resolve: resolve, reject: reject, name: name, task: true }]);
+    const id = answer.id;
+    const cancel = function cancel() { return cancelTask(id); };
+    return freeze({ id: id, done: done, cancel: freeze(cancel) });
+  }
+  defineProperty(spawnExec, 'name', { value: 'exec' });
+  const spawnObj = freeze({ exec: freeze(spawnExec), cancel: freeze(function cancel(id) { return cancelTask(id); }) });
+
   const tools = new ProxyCtor(toolFns, {
     get: function (t, key) {
       if (typeof key !== 'string') return undefined;
       if (apply(hasOwn, t, [key])) return t[key];
       if (key === 'then' || key === 'toJSON') return undefined;
+      // The harness's own names: `if (tools.spawn)` must be false when off.
+      if (key === 'spawn') return config.spawn ? spawnObj : undefined;
+      if (key === 'http' || key === 'mcp') return undefined;
       return unknownTool(key);
+    },
+    has: function (t, key) {
+      return (key === 'spawn' && config.spawn === true) || apply(hasOwn, t, [key]);
     },
     set: function () { return false; },
     defineProperty: function () { return false; },
@@ -295,7 +366,8 @@
       entry.resolve(deepFreeze(jsonParse(payload)));
     } else {
       const info = jsonParse(payload);
-      entry.reject(hostError(info.code, info.message, entry.name, id));
+      entry.reject(hostError(info.code, info.message, entry.name,
+        entry.task ? undefined : id, info.stderr === null ? undefined : info.stderr));
     }
   }
 
@@ -349,17 +421,44 @@
     remainingToolCalls: { get: function () { return NumberCtor(call('budget')); }, enumerable: true },
     remainingMs: { get: function () { return NumberCtor(call('remaining_ms')); }, enumerable: true },
   });
-  const telemetry = {
-    emitProgress: function emitProgress(message, data) {
-      let dataJson = '';
-      if (data !== undefined) {
-        try { dataJson = jsonStringify(data); } catch (_) { dataJson = ''; }
-        if (dataJson === undefined) dataJson = '';
-      }
-      return call('progress', StringCtor(message), dataJson) === '1';
-    },
+  // emitProgress(message, data) as before, or emitProgress(message, kind,
+  // data) with kind 'info' or 'warn'.
+  const emitProgress = function emitProgress(message, kindOrData, data) {
+    let kind = 'info';
+    if (kindOrData === 'info' || kindOrData === 'warn') {
+      kind = kindOrData;
+    } else {
+      data = kindOrData;
+    }
+    let dataJson = '';
+    if (data !== undefined) {
+      try { dataJson = jsonStringify(data); } catch (_) { dataJson = ''; }
+      if (dataJson === undefined) dataJson = '';
+    }
+    const text = StringCtor(message);
+    return (kind === 'warn' ? call('progress_warn', text, dataJson) : call('progress', text, dataJson)) === '1';
   };
+  const telemetry = { emitProgress: emitProgress };
+  const sandbox = create(O.prototype, {
+    timeoutMs: { value: c.sandbox.timeoutMs, enumerable: true },
+    memoryMb: { value: c.sandbox.memoryMb, enumerable: true },
+    remainingToolBudget: { get: function () { return NumberCtor(call('budget')); }, enumerable: true },
+    maxConcurrentToolCalls: { value: c.sandbox.maxConcurrentToolCalls, enumerable: true },
+    mode: { value: c.sandbox.mode, enumerable: true },
+  });
+  const approvals = create(O.prototype, {
+    required: { value: c.approvalsEnabled, enumerable: true },
+    lastRequestId: { get: function () { const id = call('approval_id'); return id === '' ? null : id; }, enumerable: true },
+  });
   const context = deepFreeze({
+    conversationId: c.conversationId,
+    sessionId: c.sessionId,
+    turnId: c.turnId,
+    scriptId: c.scriptId,
+    sandbox: sandbox,
+    capabilities: { tools: toolNames },
+    approvals: approvals,
+    emitProgress: emitProgress,
     identity: c.identity,
     workingDirectory: c.workingDirectory,
     provider: c.provider,
@@ -372,12 +471,15 @@
     budget: budget,
     telemetry: telemetry,
   });
-  freeze(telemetry.emitProgress);
+  freeze(emitProgress);
 
   // ---- 8. Install ------------------------------------------------------------
   defineProperty(G, 'tools', { value: tools, writable: false, configurable: false, enumerable: false });
   defineProperty(G, 'context', { value: context, writable: false, configurable: false, enumerable: false });
   defineProperty(G, 'console', { value: consoleObj, writable: false, configurable: false, enumerable: false });
+  // The global object is sealed for good: a script cannot create or
+  // replace a global (scripts are strict, so trying throws a TypeError).
+  freeze(G);
 
   // ---- 9. Run the script, report its outcome --------------------------------
   function describe(e) {
@@ -391,6 +493,7 @@
         d.code = e.code;
         if (e.tool !== undefined) d.tool = e.tool;
         if (e.callId !== undefined) d.call_id = e.callId;
+        if (typeof e.stderr === 'string') d.stderr = e.stderr;
       }
     } else {
       d.name = 'Error';
@@ -402,19 +505,171 @@
   function fail(e) {
     call('fail', describe(e));
   }
+  // ---- 9b. The return value, as JSON would mangle it -----------------------
+  // A settled Promise becomes its value; a Map an object (string or number
+  // keys) or an array of [key, value] pairs; a Set and a typed array
+  // arrays. Anything else JSON would silently lose is listed as a warning.
+  const identRe = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+  function childPath(path, key) {
+    return apply(reExec, identRe, [key]) !== null ? path + '.' + key : path + '[' + jsonStringify(key) + ']';
+  }
+  function isPromise(v) {
+    try { return v instanceof PromiseCtor; } catch (_) { return false; }
+  }
+  function convert(v, path, st, key) {
+    if (v !== null && typeof v === 'object' && typeof v.toJSON === 'function') {
+      v = v.toJSON(key);
+    }
+    const t = typeof v;
+    if (v === null || t === 'string' || t === 'number' || t === 'boolean' || t === 'bigint') return v;
+    if (t !== 'object') return v; // undefined, function, symbol: the parent decides
+    if (isPromise(v)) {
+      const known = apply(mapGet, st.settled, [v]);
+      if (known === undefined) {
+        apply(arrayPush, st.promises, [[v, path]]);
+        return null;
+      }
+      if (!known.ok) {
+        st.bad = { path: path, state: known.state, reason: known.value };
+        return null;
+      }
+      return convert(known.value, path, st, key);
+    }
+    if (apply(setHas, st.ancestors, [v])) throw new TypeErrorCtor('cyclic object value at ' + path);
+    apply(setAdd, st.ancestors, [v]);
+    let out;
+    if (isArray(v)) {
+      out = [];
+      for (let i = 0; i < v.length; i++) {
+        const p = path + '[' + i + ']';
+        const x = convert(v[i], p, st, StringCtor(i));
+        if (x === undefined || typeof x === 'function' || typeof x === 'symbol') {
+          warn(st, p, lost(x) + ' became null');
+          apply(arrayPush, out, [null]);
+        } else {
+          apply(arrayPush, out, [x]);
+        }
+      }
+    } else if (v instanceof MapCtor) {
+      let plain = true;
+      apply(mapForEach, v, [function (_v, k) { if (typeof k !== 'string' && typeof k !== 'number') plain = false; }]);
+      if (plain) {
+        out = {};
+        apply(mapForEach, v, [function (val, k) {
+          const p = childPath(path, StringCtor(k));
+          const x = convert(val, p, st, StringCtor(k));
+          if (x === undefined || typeof x === 'function' || typeof x === 'symbol') {
+            warn(st, p, lost(x) + ' was dropped');
+          } else {
+            defineProperty(out, StringCtor(k), { value: x, writable: true, enumerable: true, configurable: true });
+          }
+        }]);
+      } else {
+        out = [];
+        let i = 0;
+        apply(mapForEach, v, [function (val, k) {
+          const p = path + '[' + i + ']';
+          apply(arrayPush, out, [[convert(k, p + '[0]', st, '0'), convert(val, p + '[1]', st, '1')]]);
+          i++;
+        }]);
+      }
+    } else if (v instanceof SetCtor) {
+      out = [];
+      let i = 0;
+      apply(setForEach, v, [function (val) {
+        apply(arrayPush, out, [convert(val, path + '[' + i + ']', st, StringCtor(i))]);
+        i++;
+      }]);
+    } else if (isView(v) && !(v instanceof DataViewCtor)) {
+      out = arrayFrom(v);
+    } else {
+      out = {};
+      const ks = keys(v);
+      for (let i = 0; i < ks.length; i++) {
+        const p = childPath(path, ks[i]);
+        const x = convert(v[ks[i]], p, st, ks[i]);
+        if (x === undefined || typeof x === 'function' || typeof x === 'symbol') {
+          warn(st, p, lost(x) + ' was dropped');
+        } else {
+          out[ks[i]] = x;
+        }
+      }
+      if (ks.length === 0) {
+        const proto = getPrototypeOf(v);
+        if (proto !== null && proto !== ObjectProto) {
+          let name = 'object';
+          try { name = StringCtor(v.constructor.name) || name; } catch (_) { /* keep */ }
+          warn(st, path, 'an instance of ' + name + ' with no own enumerable properties became {}');
+        }
+      }
+    }
+    apply(setDelete, st.ancestors, [v]);
+    return out;
+  }
+  function lost(x) {
+    return x === undefined ? 'an undefined value' : 'a ' + typeof x;
+  }
+  function warn(st, path, message) {
+    if (st.warnings.length < 20) apply(arrayPush, st.warnings, [{ path: path, message: message }]);
+  }
+  function serialisationFail(message, e) {
+    call('fail', jsonStringify({ serialization: true, name: 'SerializationError', message: message,
+      error_name: e === undefined ? '' : (function () { try { return StringCtor(e.name); } catch (_) { return ''; } })(),
+      error_message: e === undefined ? '' : describeMessage(e) }));
+  }
+  // Settled promises inside the value are read by waiting a few microtask
+  // turns (a settled promise's reaction runs on the next one); up to four
+  // rounds, for values of promises that hold promises.
   function finish(value) {
     if (value === undefined) {
       call('done', '0');
       return;
     }
+    const st = { settled: new MapCtor(), promises: [], ancestors: new SetCtor(), warnings: [], bad: undefined };
+    let rounds = 0;
+    const attempt = function () {
+      st.promises = [];
+      st.warnings = [];
+      st.bad = undefined;
+      let converted;
+      try {
+        converted = convert(value, '$', st, '');
+      } catch (e) {
+        serialisationFail('the return value could not be serialised as JSON: ' + describeMessage(e), e);
+        return;
+      }
+      if (st.bad !== undefined) {
+        serialisationFail('the return value holds a rejected Promise at ' + st.bad.path + ' (' +
+          inspect(st.bad.reason) + '); is an `await` missing?');
+        return;
+      }
+      if (st.promises.length > 0) {
+        if (rounds++ >= 4) {
+          serialisationFail('the return value holds a pending Promise at ' + st.promises[0][1] +
+            '; is an `await` missing?');
+          return;
+        }
+        for (let i = 0; i < st.promises.length; i++) {
+          const pr = st.promises[i][0];
+          apply(promiseThen, pr, [
+            function (x) { apply(mapSet, st.settled, [pr, { ok: true, value: x }]); },
+            function (r) { apply(mapSet, st.settled, [pr, { ok: false, state: 'rejected', value: r }]); },
+          ]);
+        }
+        const tick = function (n) { return n === 0 ? attempt : function () { apply(promiseThen, promiseResolve(), [tick(n - 1)]); }; };
+        apply(promiseThen, promiseResolve(), [tick(2)]);
+        return;
+      }
+      finishJson(value, converted, st.warnings);
+    };
+    attempt();
+  }
+  function finishJson(value, converted, warnings) {
     let json;
     try {
-      json = jsonStringify(value);
+      json = jsonStringify(converted);
     } catch (e) {
-      call('fail', jsonStringify({ serialization: true, name: 'SerializationError',
-        message: 'the return value could not be serialised as JSON: ' + describeMessage(e),
-        error_name: (function () { try { return StringCtor(e.name); } catch (_) { return ''; } })(),
-        error_message: describeMessage(e) }));
+      serialisationFail('the return value could not be serialised as JSON: ' + describeMessage(e), e);
       return;
     }
     if (json === undefined) {
@@ -422,6 +677,7 @@
         message: 'the return value (a ' + typeof value + ') cannot be serialised as JSON' }));
       return;
     }
+    if (warnings.length > 0) call('warnings', jsonStringify(warnings));
     call('done', '1', json);
   }
   function start(fn) {

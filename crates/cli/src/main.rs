@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use harness::core::report::ConsoleLevel;
 use harness::{
     ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny, EngineKind,
-    ExecutionReport, Harness, Isolation, Limits, Mode, ScriptError,
+    ExecutionReport, Harness, Isolation, Limits, Mode, ScriptError, ScriptLanguage, TaskLimits,
 };
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -106,6 +106,48 @@ struct EngineArgs {
     /// Fuel budget for engines that count fuel (wasi); others ignore it.
     #[arg(long, value_name = "N")]
     fuel: Option<u64>,
+    /// What scripts see as `context`: a JSON object with the keys
+    /// conversationId, sessionId, turnId, provider, model,
+    /// workingDirectory, identity, extra; or @FILE to read it from a file.
+    #[arg(long, value_name = "JSON")]
+    context: Option<String>,
+    /// Let scripts start detached tasks with `tools.spawn.exec` (off:
+    /// `tools.spawn` is undefined).
+    #[arg(long)]
+    enable_spawn: bool,
+    /// How long to wait for the detached tasks scripts started before
+    /// exiting; tasks still running then are cancelled.
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    detached_timeout_ms: u64,
+}
+
+/// The `--context` object, in the camelCase keys scripts see.
+#[derive(serde::Deserialize, Default, Debug)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ContextArg {
+    conversation_id: Option<String>,
+    session_id: Option<String>,
+    turn_id: Option<String>,
+    provider: Option<String>,
+    model: Option<String>,
+    working_directory: Option<String>,
+    #[serde(default)]
+    identity: serde_json::Value,
+    #[serde(default)]
+    extra: serde_json::Value,
+}
+
+/// Reads `--context`: inline JSON, or @FILE.
+fn parse_context(arg: Option<&str>) -> Result<ContextArg, String> {
+    let Some(arg) = arg else {
+        return Ok(ContextArg::default());
+    };
+    let text = match arg.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read --context file {path}: {e}"))?,
+        None => arg.to_owned(),
+    };
+    serde_json::from_str(&text).map_err(|e| format!("--context is not a valid context object: {e}"))
 }
 
 #[derive(clap::Args, Debug)]
@@ -115,6 +157,10 @@ struct RunArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// The script's language: js, ts, or auto (JavaScript if it parses,
+    /// else TypeScript). Default: ts for .ts files, auto otherwise.
+    #[arg(long, value_name = "LANGUAGE")]
+    language: Option<ScriptLanguage>,
     /// Script file, or - for standard input.
     file: String,
 }
@@ -207,10 +253,26 @@ struct TerminalApprover;
 #[async_trait]
 impl ApprovalBridge for TerminalApprover {
     async fn request(&self, req: &ApprovalRequest) -> ApprovalDecision {
-        let prompt = format!(
-            "harness: allow tool call {} #{} with arguments {}? [y/N] ",
-            req.tool, req.call_id, req.args
+        let mut prompt = format!(
+            "harness: approval {} for script {}",
+            req.request_id, req.script_id
         );
+        match (&req.task_id, req.line) {
+            (Some(t), _) => prompt.push_str(&format!(", detached task {t}")),
+            (None, _) => prompt.push_str(&format!(", tool call #{}", req.call_id)),
+        }
+        if let (Some(l), Some(c)) = (req.line, req.column) {
+            prompt.push_str(&format!(" at line {l}, column {c}"));
+        }
+        prompt.push('\n');
+        if let Some(snippet) = &req.snippet {
+            prompt.push_str(snippet);
+            prompt.push('\n');
+        }
+        prompt.push_str(&format!(
+            "allow {} with arguments {}? [y/N] ",
+            req.tool, req.args
+        ));
         let answer = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
             let mut tty = std::fs::OpenOptions::new()
                 .read(true)
@@ -246,7 +308,12 @@ fn has_terminal() -> bool {
 
 /// Builds the harness `run` and `respond` use: built-in tools under the
 /// root, approvals from the flag or the terminal, limits from the flags.
-fn build_harness(args: &EngineArgs, engine: EngineKind, mode: Mode) -> Result<Harness, ExitCode> {
+fn build_harness(
+    args: &EngineArgs,
+    engine: EngineKind,
+    mode: Mode,
+    language: ScriptLanguage,
+) -> Result<Harness, ExitCode> {
     let tools = harness::builtin::registry(&args.root)
         .map_err(|e| usage_error(format!("cannot open root {}: {e}", args.root.display())))?;
     let mut limits = Limits::default().with_isolation(args.isolation);
@@ -271,18 +338,44 @@ fn build_harness(args: &EngineArgs, engine: EngineKind, mode: Mode) -> Result<Ha
         }),
     };
     let root = args.root.canonicalize().unwrap_or(args.root.clone());
-    Harness::builder()
+    let ctx = parse_context(args.context.as_deref()).map_err(usage_error)?;
+    let mut builder = Harness::builder()
         .engine(engine)
         .tools(tools)
         .approvals(approvals)
         .limits(limits)
         .mode(mode)
-        .context(harness::ScriptContext {
-            working_directory: Some(root.display().to_string()),
-            ..Default::default()
-        })
-        .build()
-        .map_err(usage_error)
+        .language(language)
+        .context({
+            let mut c = harness::ScriptContext::default()
+                .with_working_directory(
+                    ctx.working_directory
+                        .unwrap_or_else(|| root.display().to_string()),
+                )
+                .with_identity(ctx.identity)
+                .with_extra(ctx.extra);
+            c.conversation_id = ctx.conversation_id;
+            c.session_id = ctx.session_id;
+            c.turn_id = ctx.turn_id;
+            c.provider = ctx.provider;
+            c.model = ctx.model;
+            c
+        });
+    if args.enable_spawn {
+        builder = builder.enable_spawn(TaskLimits::default());
+    }
+    builder.build().map_err(usage_error)
+}
+
+/// Waits (at most `--detached-timeout-ms`) for the detached tasks the run
+/// started, then puts their final state in the report.
+async fn finish_tasks(harness: &Harness, args: &EngineArgs, report: &mut ExecutionReport) {
+    let (Some(tasks), false) = (harness.tasks(), report.detached_tasks.is_empty()) else {
+        return;
+    };
+    let ids: Vec<String> = report.detached_tasks.iter().map(|t| t.id.clone()).collect();
+    let timeout = std::time::Duration::from_millis(args.detached_timeout_ms);
+    report.detached_tasks = tasks.wait_all(&ids, timeout).await;
 }
 
 async fn run(args: RunArgs) -> ExitCode {
@@ -290,11 +383,15 @@ async fn run(args: RunArgs) -> ExitCode {
         Ok(v) => v,
         Err(code) => return code,
     };
-    let harness = match build_harness(&args.engine, engine, Mode::Enabled) {
+    let language = args
+        .language
+        .unwrap_or_else(|| ScriptLanguage::from_file_name(&args.file));
+    let harness = match build_harness(&args.engine, engine, Mode::Enabled, language) {
         Ok(h) => h,
         Err(code) => return code,
     };
-    let report = harness.run_bytes(&source).await;
+    let mut report = harness.run_bytes(&source).await;
+    finish_tasks(&harness, &args.engine, &mut report).await;
     if args.json {
         match serde_json::to_string(&report) {
             Ok(s) => println!("{s}"),
@@ -335,7 +432,7 @@ async fn respond(args: RespondArgs) -> ExitCode {
         ModeArg::DryRun => Mode::DryRun,
         ModeArg::Disabled => Mode::Disabled,
     };
-    let harness = match build_harness(&args.engine, engine, mode) {
+    let harness = match build_harness(&args.engine, engine, mode, ScriptLanguage::Auto) {
         Ok(h) => h,
         Err(code) => return code,
     };
@@ -357,6 +454,13 @@ async fn respond(args: RespondArgs) -> ExitCode {
             harness::CancellationToken::new(),
         )
         .await;
+    // Detached tasks end (and are reported as events) before the items
+    // are printed; those still running after the timeout are cancelled.
+    if let Some(tasks) = harness.tasks() {
+        let timeout = std::time::Duration::from_millis(args.engine.detached_timeout_ms);
+        tasks.wait_idle(timeout).await;
+    }
+    drop(orchestrator);
     if let Some(p) = printer {
         let _ = p.await;
     }
@@ -421,6 +525,17 @@ fn print_summary(r: &ExecutionReport) {
             "tool #{} {} {:?} {:.1} ms{err}",
             c.id, c.tool, c.status, c.duration_ms
         );
+    }
+    for w in &r.warnings {
+        println!("[warning] {}: {}", w.path, w.message);
+    }
+    for t in &r.detached_tasks {
+        let detail = match (&t.error, &t.result) {
+            (Some(e), _) => format!(" ({}: {})", e.code, e.message),
+            (None, Some(v)) => format!(" {}", v),
+            _ => String::new(),
+        };
+        println!("task {} {} {:?}{detail}", t.id, t.tool, t.status);
     }
     match (&r.error, &r.value) {
         (None, Some(v)) => {

@@ -302,3 +302,161 @@ fn respond_reads_wire_json_and_writes_each_format() {
     assert_eq!(o.status.code(), Some(1));
     assert!(json(&o)["error"].as_str().unwrap().contains("never closed"));
 }
+
+/// The script contract's CLI side: `--context`, TypeScript files and blocks,
+/// `--enable-spawn` with the run waiting for its detached tasks.
+#[test]
+fn context_flag_gives_scripts_the_documented_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = r#"{"model": "gpt-x", "conversationId": "conv_1", "turnId": "t2"}"#;
+    let o = harness(
+        &["run", "--json", "--context", ctx, "-"],
+        "return context.model",
+        dir.path(),
+    );
+    assert_eq!(json(&o)["value"], "gpt-x");
+    let o = harness(
+        &["run", "--json", "--context", ctx, "-"],
+        "return { model: context.model, timeout: context.sandbox.timeoutMs, tools: context.capabilities.tools, conv: context.conversationId, turn: context.turnId, session: context.sessionId }",
+        dir.path(),
+    );
+    let v = &json(&o)["value"];
+    assert_eq!(v["model"], "gpt-x");
+    assert_eq!(v["timeout"], 30000);
+    assert_eq!(v["conv"], "conv_1");
+    assert_eq!(v["turn"], "t2");
+    assert_eq!(v["session"], Value::Null);
+    assert!(
+        v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "read_file"),
+        "{v}"
+    );
+    let o = harness(
+        &["run", "--json", "--context", ctx, "-"],
+        "context.telemetry.emitProgress(\"Starting analysis...\"); return 1",
+        dir.path(),
+    );
+    let r = json(&o);
+    assert_eq!(r["value"], 1);
+    assert_eq!(r["progress"][0]["message"], "Starting analysis...");
+    assert_eq!(r["progress"][0]["kind"], "info");
+    // From a file, and refused when malformed or unknown.
+    std::fs::write(dir.path().join("ctx.json"), r#"{"sessionId": "s9"}"#).unwrap();
+    let o = harness(
+        &["run", "--json", "--context", "@ctx.json", "-"],
+        "return context.sessionId",
+        dir.path(),
+    );
+    assert_eq!(json(&o)["value"], "s9");
+    let o = harness(
+        &["run", "--context", "{\"modle\": 1}", "-"],
+        "return 1",
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--context"));
+}
+
+#[test]
+fn typescript_runs_from_files_and_response_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("x.ts"),
+        "interface P { x: number }\nconst p: P = {x: 2};\nreturn p.x as number",
+    )
+    .unwrap();
+    let o = harness(&["run", "--json", "x.ts"], "", dir.path());
+    assert_eq!(json(&o)["value"], 2);
+    let o = harness(
+        &["run", "--json", "--language", "js", "x.ts"],
+        "",
+        dir.path(),
+    );
+    assert_eq!(json(&o)["error"]["code"], "ScriptSyntaxError");
+    let response = "First:\n<tool-calls>\nconst xs: number[] = [1, 2, 3]\nreturn xs.length\n</tool-calls>\nThen:\n```ts tool-calls\ninterface A { a: number }\nconst a: A = {a: 5}\nreturn a.a\n```\n";
+    let o = harness(&["respond", "-"], response, dir.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let items = json(&o);
+    let outputs: Vec<&Value> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "script_tool_call_output")
+        .map(|i| &i["output"])
+        .collect();
+    assert_eq!(outputs, [&Value::from(3), &Value::from(5)]);
+}
+
+#[test]
+fn spawned_tasks_outlive_the_script_and_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"const t = tools.spawn.exec({command: ["sleep", "1"]}); return t.id"#;
+    let o = harness(
+        &["run", "--json", "-"],
+        "return typeof tools.spawn",
+        dir.path(),
+    );
+    assert_eq!(json(&o)["value"], "undefined");
+    let started = std::time::Instant::now();
+    let o = harness(
+        &["run", "--json", "--enable-spawn", "--approve", "yes", "-"],
+        script,
+        dir.path(),
+    );
+    let r = json(&o);
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["value"], "task_1");
+    assert!(r["metrics"]["duration_ms"].as_f64().unwrap() < 500.0, "{r}");
+    // The CLI waited for the task before printing.
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+    let t = &r["detached_tasks"][0];
+    assert_eq!(t["status"], "ok", "{r}");
+    assert_eq!(t["tool"], "exec");
+    assert_eq!(t["result"]["exitCode"], 0);
+    assert_eq!(t["script_id"], r["script_id"]);
+    // Bounded by --detached-timeout-ms: then cancelled.
+    let o = harness(
+        &[
+            "run",
+            "--json",
+            "--enable-spawn",
+            "--approve",
+            "yes",
+            "--detached-timeout-ms",
+            "100",
+            "-",
+        ],
+        r#"tools.spawn.exec({command: ["sleep", "30"]}); return 1"#,
+        dir.path(),
+    );
+    assert_eq!(json(&o)["detached_tasks"][0]["status"], "cancelled");
+    // respond emits an event when a task ends.
+    let o = harness(
+        &[
+            "respond",
+            "--events",
+            "--enable-spawn",
+            "--approve",
+            "yes",
+            "-",
+        ],
+        &format!("<tool-calls>\n{script}\n</tool-calls>"),
+        dir.path(),
+    );
+    let events = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        events
+            .lines()
+            .any(|l| l.contains("\"event\":\"detached_task_finished\"")
+                && l.contains("\"status\":\"ok\"")),
+        "{events}"
+    );
+}

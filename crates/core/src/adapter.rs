@@ -112,9 +112,58 @@ pub enum Mode {
     Disabled,
 }
 
-/// The frozen `context` object a script sees, in host terms.
+/// The language a script is written in. Every entry accepts both: with
+/// `Auto` (the default) JavaScript that parses runs as it is, and a script
+/// that does not parse as JavaScript is parsed as TypeScript and its types
+/// are stripped. Adapters run JavaScript; the harness strips types before
+/// the adapter sees the script.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ScriptLanguage {
+    /// JavaScript if it parses, else TypeScript.
+    #[default]
+    Auto,
+    /// JavaScript only: a TypeScript annotation is a ScriptSyntaxError.
+    #[serde(alias = "js")]
+    JavaScript,
+    /// TypeScript: types are stripped before the script runs.
+    #[serde(alias = "ts")]
+    TypeScript,
+}
+
+impl ScriptLanguage {
+    /// The language a file name implies: `.ts`, `.mts`, `.cts` are
+    /// TypeScript, anything else `Auto`.
+    pub fn from_file_name(name: &str) -> ScriptLanguage {
+        let lower = name.to_ascii_lowercase();
+        if [".ts", ".mts", ".cts"].iter().any(|e| lower.ends_with(e)) {
+            ScriptLanguage::TypeScript
+        } else {
+            ScriptLanguage::Auto
+        }
+    }
+}
+
+impl std::str::FromStr for ScriptLanguage {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(ScriptLanguage::Auto),
+            "js" | "javascript" => Ok(ScriptLanguage::JavaScript),
+            "ts" | "typescript" => Ok(ScriptLanguage::TypeScript),
+            other => Err(format!(
+                "unknown language '{other}' (expected js, ts or auto)"
+            )),
+        }
+    }
+}
+
+/// The frozen `context` object a script sees, in host terms. Built with
+/// `ScriptContext::default().with_model(…)…`, or by setting its fields.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct ScriptContext {
     /// Free-form identity (session, user, agent ids); shown as `context.identity`.
     pub identity: Value,
@@ -126,6 +175,55 @@ pub struct ScriptContext {
     pub model: Option<String>,
     /// Extra data the host wants the script to see, as `context.extra`.
     pub extra: Value,
+    /// The conversation this run belongs to, as `context.conversationId`.
+    pub conversation_id: Option<String>,
+    /// The session, as `context.sessionId`.
+    pub session_id: Option<String>,
+    /// The turn of the conversation, as `context.turnId`.
+    pub turn_id: Option<String>,
+}
+
+impl ScriptContext {
+    /// With `context.identity`.
+    pub fn with_identity(mut self, identity: Value) -> Self {
+        self.identity = identity;
+        self
+    }
+    /// With `context.workingDirectory`.
+    pub fn with_working_directory(mut self, dir: impl Into<String>) -> Self {
+        self.working_directory = Some(dir.into());
+        self
+    }
+    /// With `context.provider`.
+    pub fn with_provider(mut self, provider: impl Into<String>) -> Self {
+        self.provider = Some(provider.into());
+        self
+    }
+    /// With `context.model`.
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+    /// With `context.extra`.
+    pub fn with_extra(mut self, extra: Value) -> Self {
+        self.extra = extra;
+        self
+    }
+    /// With `context.conversationId`.
+    pub fn with_conversation_id(mut self, id: impl Into<String>) -> Self {
+        self.conversation_id = Some(id.into());
+        self
+    }
+    /// With `context.sessionId`.
+    pub fn with_session_id(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self
+    }
+    /// With `context.turnId`.
+    pub fn with_turn_id(mut self, id: impl Into<String>) -> Self {
+        self.turn_id = Some(id.into());
+        self
+    }
 }
 
 /// The tools a run may use: the registry, the allowlist and who approves.
@@ -172,8 +270,11 @@ impl ToolSet {
 /// can cross a process boundary; tools and the cancel token stay on the host.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ExecutionRequest {
-    /// JavaScript source: the body of an async function.
+    /// The script: the body of an async function, in `language`.
     pub source: String,
+    /// JavaScript, TypeScript, or either (the default).
+    #[serde(default)]
+    pub language: ScriptLanguage,
     /// The run's limits.
     pub limits: Limits,
     /// What the script sees as `context`.
@@ -189,6 +290,10 @@ pub struct ExecutionRequest {
     /// Told of tool calls and progress as they happen (for live UIs).
     #[serde(skip)]
     pub observer: Option<Observer>,
+    /// Where `tools.spawn` starts detached tasks; `None` (the default)
+    /// turns `tools.spawn` off: it is `undefined` to the script.
+    #[serde(skip)]
+    pub tasks: Option<Arc<crate::tasks::DetachedTasks>>,
 }
 
 /// Live events of one run, called on the run's host thread as they happen
@@ -206,6 +311,10 @@ pub trait RunObserver: Send + Sync {
     /// The script reported progress (only events kept by the rate limit).
     fn progress(&self, message: &str, data: Option<&Value>) {
         let _ = (message, data);
+    }
+    /// A detached task this run started has ended (the run may be over).
+    fn task_finished(&self, task: &crate::tasks::DetachedTask) {
+        let _ = task;
     }
 }
 

@@ -26,11 +26,16 @@
 //!
 //! | op | `a` | `b` | answer |
 //! |---|---|---|---|
-//! | `call` | tool name | arguments as JSON | call id (`"0"`: refused, over the attempt cap) |
-//! | `unknown` | tool name | | call id of a call that already failed (ToolNotFoundError) |
+//! | `call` | tool name, then optionally NUL and `line:column` of the call | arguments as JSON | call id (`"0"`: refused, over the attempt cap) |
+//! | `spawn` | as for `call` | arguments as JSON | `{"id", "settle"}` of a new detached task, or `{"error": {"code", "message"}}` |
+//! | `cancel_task` | task id | | `"1"` if it was running |
+//! | `unknown` | tool name | | call id of a call that already failed (ToolNotFoundError), a newline, and its message |
 //! | `cancel` | call id | | |
 //! | `console` | level (`log`, `info`, `warn`, `error`, `debug`) | text | |
 //! | `progress` | message | data as JSON, or empty | `"1"` kept, `"0"` dropped by the rate limit |
+//! | `progress_warn` | as for `progress`, of kind `warn` | | |
+//! | `approval_id` | | | the run's latest approval request id, or empty |
+//! | `warnings` | lossy conversions of the return value, as JSON `[{path, message}]` | | |
 //! | `budget` | | | tool calls left |
 //! | `remaining_ms` | | | milliseconds to the deadline |
 //! | `done` | `"1"` if a value was returned | the value as JSON | |
@@ -174,6 +179,30 @@ pub enum HostOp<'a> {
         tool: &'a str,
         /// The arguments as JSON.
         args: &'a str,
+        /// Where in the script the call was made, where the engine can tell.
+        at: Option<crate::error::Location>,
+    },
+    /// A detached task (`tools.spawn.exec`): answered with its id and the
+    /// id its `done` promise settles under, or why it was refused.
+    Spawn {
+        /// The tool's name.
+        tool: &'a str,
+        /// The arguments as JSON.
+        args: &'a str,
+        /// Where in the script it was started.
+        at: Option<crate::error::Location>,
+    },
+    /// Cancels a detached task: answered `"1"` if it was running.
+    CancelTask {
+        /// The task id.
+        id: &'a str,
+    },
+    /// The id of the run's latest approval request, or empty.
+    ApprovalId,
+    /// Lossy conversions of the return value (sent before `done`).
+    Warnings {
+        /// `[{path, message}]` as JSON.
+        json: &'a str,
     },
     /// A call of a tool that does not exist (or is not exposed): recorded
     /// as failed, answered with its call id.
@@ -199,6 +228,8 @@ pub enum HostOp<'a> {
         message: &'a str,
         /// Its data as JSON, or empty.
         data: &'a str,
+        /// `info` or `warn`.
+        kind: crate::report::ProgressKind,
     },
     /// Tool calls left in the budget.
     Budget,
@@ -222,12 +253,17 @@ pub enum HostOp<'a> {
 
 impl<'a> HostOp<'a> {
     /// Every op name the prelude uses, in the order of the docs table.
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 14] = [
         "call",
+        "spawn",
+        "cancel_task",
         "unknown",
         "cancel",
         "console",
         "progress",
+        "progress_warn",
+        "approval_id",
+        "warnings",
         "budget",
         "remaining_ms",
         "done",
@@ -236,14 +272,30 @@ impl<'a> HostOp<'a> {
 
     /// Decodes the three strings the native function received.
     pub fn decode(op: &'a str, a: &'a str, b: &'a str) -> Self {
+        use crate::report::ProgressKind;
         match op {
-            "call" => HostOp::Call { tool: a, args: b },
+            "call" => {
+                let (tool, at) = split_site(a);
+                HostOp::Call { tool, args: b, at }
+            }
+            "spawn" => {
+                let (tool, at) = split_site(a);
+                HostOp::Spawn { tool, args: b, at }
+            }
+            "cancel_task" => HostOp::CancelTask { id: a },
+            "approval_id" => HostOp::ApprovalId,
+            "warnings" => HostOp::Warnings { json: a },
             "unknown" => HostOp::Unknown { tool: a },
             "cancel" => HostOp::Cancel { id: a },
             "console" => HostOp::Console { level: a, text: b },
-            "progress" => HostOp::Progress {
+            "progress" | "progress_warn" => HostOp::Progress {
                 message: a,
                 data: b,
+                kind: if op == "progress" {
+                    ProgressKind::Info
+                } else {
+                    ProgressKind::Warn
+                },
             },
             "budget" => HostOp::Budget,
             "remaining_ms" => HostOp::RemainingMs,
@@ -255,6 +307,20 @@ impl<'a> HostOp<'a> {
             other => HostOp::Other(other),
         }
     }
+}
+
+/// Splits `tool\0line:column` (the line already in the user's source).
+fn split_site(a: &str) -> (&str, Option<crate::error::Location>) {
+    let Some((tool, site)) = a.split_once('\0') else {
+        return (a, None);
+    };
+    let at = site.split_once(':').and_then(|(l, c)| {
+        Some(crate::error::Location {
+            line: l.parse().ok()?,
+            column: c.parse().ok()?,
+        })
+    });
+    (tool, at)
 }
 
 /// The engine state one thread owns (a runtime, an isolate, a compiled

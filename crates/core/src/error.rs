@@ -177,6 +177,30 @@ pub struct ScriptError {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// Where in the user's source, when known.
     pub location: Option<Location>,
+    /// What the tool's process wrote to stderr (at most 2 KiB), for a
+    /// ToolExecutionError from a tool that ran one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// Where the run stood when it failed; set on every error in a report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ErrorMetadata>,
+}
+
+/// Where a run stood when it failed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ErrorMetadata {
+    /// Milliseconds from the run's start to its end.
+    pub elapsed_ms: f64,
+    /// Tool calls that had finished (ok or failed) when the run ended.
+    pub completed_tools: u32,
+    /// Tool calls still running when the run ended (then cancelled or abandoned).
+    pub pending_tools: u32,
+    /// The run timed out and the completed calls' results are kept in the
+    /// report's `tool_calls`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial_results: bool,
 }
 
 impl ScriptError {
@@ -191,6 +215,8 @@ impl ScriptError {
             tool: None,
             call_id: None,
             location: None,
+            stderr: None,
+            metadata: None,
         }
     }
 

@@ -10,10 +10,13 @@
 use crate::adapter::{ExecutionRequest, Mode};
 use crate::engine::{Engine, EngineFault, EngineSetup, FaultKind, Host, HostHandle, HostOp};
 use crate::error::{clamp_location, first_location, sanitize_stack, ErrorCode, Phase, ScriptError};
-use crate::facade::{CallFailure, CallOutcome, ToolFacade};
+use crate::error::{ErrorMetadata, Location};
+use crate::facade::{CallFailure, CallOutcome, CallSite, ToolFacade};
 use crate::limits::Limits;
+use crate::report::{CallError, CallStatus, Warning};
 use crate::report::{ConsoleLevel, ExecutionReport, Metrics};
 use crate::sinks::{ms, ConsoleSink, ProgressSink};
+use crate::tasks::{DetachedTasks, TaskStatus};
 use crate::tracker::PromiseTracker;
 use serde_json::{json, Value};
 use std::cell::RefCell;
@@ -23,6 +26,7 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -59,7 +63,7 @@ pub struct HostState {
     tracker: PromiseTracker,
     console: ConsoleSink,
     progress: ProgressSink,
-    new_calls: Vec<(u64, String, String)>,
+    new_calls: Vec<(u64, String, String, Option<Location>)>,
     outcome: Option<Outcome>,
     observer: Option<crate::adapter::Observer>,
     /// Tool names of dispatched calls, for the observer.
@@ -68,6 +72,50 @@ pub struct HostState {
     max_attempts: usize,
     /// Calls refused without a record once `max_attempts` was reached.
     calls_dropped: u32,
+    /// The run's id, `context.scriptId`.
+    script_id: String,
+    /// Where `tools.spawn` starts tasks; `None` when it is off.
+    tasks: Option<Arc<DetachedTasks>>,
+    /// Ids of the tasks this run started, in order.
+    run_tasks: Vec<String>,
+    /// Tasks started since the loop last dispatched.
+    new_tasks: Vec<NewTask>,
+    /// This run's tasks whose `done` the script may still be waiting on.
+    tasks_live: usize,
+    /// Lossy conversions of the return value, from the prelude.
+    warnings: Vec<Warning>,
+}
+
+/// A detached task the script started, waiting to be dispatched.
+#[derive(Debug)]
+struct NewTask {
+    id: String,
+    settle: u64,
+    tool: String,
+    args: String,
+    at: Option<Location>,
+    cancel: CancellationToken,
+}
+
+/// Detached tasks settle their `done` promise under ids from here up, so
+/// that they never meet a tool call's id (exact in a JavaScript number).
+const TASK_SETTLE_BASE: u64 = 1 << 40;
+
+/// A new run id: `scr_` and 16 random hex digits.
+fn new_script_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    // RandomState is seeded from the OS once per thread and stepped for
+    // each new state: random per process, distinct per call.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    format!("scr_{:016x}", h.finish())
 }
 
 /// Refused tool calls (unknown tool, bad arguments, over budget) a run
@@ -87,16 +135,33 @@ impl HostState {
                 self.calls_dropped = self.calls_dropped.saturating_add(1);
                 "0".to_owned()
             }
-            HostOp::Call { tool, args } => {
+            HostOp::Call { tool, args, at } => {
                 let (id, _) = self.tracker.register(tool);
-                self.new_calls.push((id, tool.to_owned(), args.to_owned()));
+                self.new_calls
+                    .push((id, tool.to_owned(), args.to_owned(), at));
                 id.to_string()
+            }
+            HostOp::Spawn { tool, args, at } => self.spawn(tool, args, at),
+            HostOp::CancelTask { id } => {
+                let was = self
+                    .tasks
+                    .as_ref()
+                    .is_some_and(|t| self.run_tasks.iter().any(|r| r == id) && t.cancel(id));
+                if was { "1" } else { "0" }.to_owned()
+            }
+            HostOp::ApprovalId => self.facade.last_request_id().unwrap_or_default(),
+            HostOp::Warnings { json } => {
+                if let Ok(w) = serde_json::from_str::<Vec<Warning>>(json) {
+                    self.warnings = w;
+                }
+                String::new()
             }
             HostOp::Unknown { tool } => {
                 let msg = self.facade.unknown_tool_message(tool);
-                self.tracker
-                    .register_failed(tool, ErrorCode::ToolNotFoundError, msg)
-                    .to_string()
+                let id =
+                    self.tracker
+                        .register_failed(tool, ErrorCode::ToolNotFoundError, msg.clone());
+                format!("{id}\n{msg}")
             }
             HostOp::Cancel { id } => {
                 if let Ok(id) = id.parse() {
@@ -109,13 +174,17 @@ impl HostState {
                     .push(ConsoleLevel::parse(level), text, Instant::now());
                 String::new()
             }
-            HostOp::Progress { message, data } => {
+            HostOp::Progress {
+                message,
+                data,
+                kind,
+            } => {
                 let data = (!data.is_empty())
                     .then(|| serde_json::from_str::<Value>(data).ok())
                     .flatten();
-                let kept = self
-                    .progress
-                    .push(message, data.clone(), Instant::now(), self.started);
+                let kept =
+                    self.progress
+                        .push(message, (data.clone(), kind), Instant::now(), self.started);
                 if kept {
                     if let Some(o) = &self.observer {
                         o.0.progress(message, data.as_ref());
@@ -146,6 +215,44 @@ impl HostState {
     }
 }
 
+impl HostState {
+    /// `tools.spawn.exec`: registers a detached task for the loop to
+    /// dispatch, or says why not (as JSON the prelude throws from).
+    fn spawn(&mut self, tool: &str, args: &str, at: Option<Location>) -> String {
+        let refuse = |code: ErrorCode, message: String| {
+            json!({"error": {"code": code.as_str(), "message": message}}).to_string()
+        };
+        let Some(tasks) = self.tasks.clone() else {
+            return refuse(
+                ErrorCode::ToolNotFoundError,
+                "detached tasks are not enabled for this run".to_owned(),
+            );
+        };
+        if !self.facade.is_visible(tool) {
+            return refuse(
+                ErrorCode::ToolNotFoundError,
+                self.facade.unknown_tool_message(tool),
+            );
+        }
+        match tasks.register(tool, &self.script_id, self.run_tasks.len() as u32) {
+            Err(r) => refuse(ErrorCode::ConcurrencyLimitError, r.0),
+            Ok((id, cancel)) => {
+                let settle = TASK_SETTLE_BASE + self.run_tasks.len() as u64 + 1;
+                self.run_tasks.push(id.clone());
+                self.new_tasks.push(NewTask {
+                    id: id.clone(),
+                    settle,
+                    tool: tool.to_owned(),
+                    args: args.to_owned(),
+                    at,
+                    cancel,
+                });
+                json!({"id": id, "settle": settle}).to_string()
+            }
+        }
+    }
+}
+
 impl Host for RefCell<HostState> {
     fn call(&self, op: &str, a: &str, b: &str) -> String {
         self.borrow_mut().op(HostOp::decode(op, a, b))
@@ -156,6 +263,8 @@ impl Host for RefCell<HostState> {
 #[derive(Debug)]
 enum LoopEvent {
     ToolDone(u64, CallOutcome),
+    /// A detached task ended: settle its `done` (if the script still runs).
+    TaskDone(u64, CallOutcome),
     /// The watchdog saw the deadline pass or the cancel token fire.
     Stop,
 }
@@ -198,7 +307,7 @@ pub struct RunOutput {
     pub engine_tainted: bool,
 }
 
-fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade) -> String {
+fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade, script_id: &str) -> String {
     let l = &request.limits;
     let c = &request.context;
     let mode = match request.mode {
@@ -208,7 +317,19 @@ fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade) -> String {
     };
     json!({
         "tools": facade.visible_tools(),
+        "spawn": request.tasks.is_some() && request.mode == Mode::Enabled,
+        "lineOffset": WRAPPER_LINE_OFFSET,
         "context": {
+            "conversationId": c.conversation_id,
+            "sessionId": c.session_id,
+            "turnId": c.turn_id,
+            "scriptId": script_id,
+            "sandbox": {
+                "timeoutMs": l.timeout_ms,
+                "memoryMb": l.memory_bytes / (1024 * 1024),
+                "maxConcurrentToolCalls": l.max_concurrent_tool_calls,
+                "mode": mode,
+            },
             "identity": c.identity,
             "workingDirectory": c.working_directory,
             "provider": c.provider,
@@ -257,11 +378,12 @@ pub fn run_script<E: Engine + ?Sized>(
     }
     let deadline = started + limits.timeout();
     let cancel = request.cancel.clone();
-    let facade = Arc::new(ToolFacade::new(&request, deadline));
-    let host = new_host(&request, &facade, started, deadline);
+    let script_id = new_script_id();
+    let facade = Arc::new(ToolFacade::new(&request, deadline, &script_id));
+    let host = new_host(&request, &facade, started, deadline, script_id.clone());
     let (tx, rx) = mpsc::channel::<LoopEvent>();
 
-    let config = prelude_config(&request, &facade);
+    let config = prelude_config(&request, &facade, &script_id);
     let setup = EngineSetup {
         prelude: PRELUDE,
         config_json: &config,
@@ -284,6 +406,8 @@ pub fn run_script<E: Engine + ?Sized>(
     let memory_used = ctl.engine.memory_used();
     let fuel_consumed = ctl.engine.fuel_consumed();
     let memory_exhausted = ctl.engine.memory_exhausted();
+    let pending_at_end = host.borrow().tracker.pending_count() as u32;
+    let timed_out = matches!(end, End::Timeout);
     let orphans = wind_down(&host, &rx, &limits);
 
     // An engine that hit a fault, was stopped, or ran out of memory (even
@@ -297,6 +421,20 @@ pub fn run_script<E: Engine + ?Sized>(
     // it until the context is collected); the observer must not outlive
     // the run.
     host.borrow_mut().observer = None;
+    let error = error.map(|mut e| {
+        let records = host.borrow().tracker.records();
+        let finished = records
+            .iter()
+            .filter(|r| matches!(r.status, CallStatus::Ok | CallStatus::Error))
+            .count() as u32;
+        e.metadata = Some(ErrorMetadata {
+            elapsed_ms: ms(started.elapsed()),
+            completed_tools: finished,
+            pending_tools: pending_at_end,
+            partial_results: timed_out && finished > 0,
+        });
+        e
+    });
     let report = build_report(
         &host.borrow(),
         &facade,
@@ -317,6 +455,7 @@ fn new_host(
     facade: &Arc<ToolFacade>,
     started: Instant,
     deadline: Instant,
+    script_id: String,
 ) -> Rc<RefCell<HostState>> {
     let limits = &request.limits;
     Rc::new(RefCell::new(HostState {
@@ -332,6 +471,14 @@ fn new_host(
         call_names: std::collections::HashMap::new(),
         max_attempts: (limits.max_tool_calls as usize).saturating_add(REFUSED_CALLS_KEPT),
         calls_dropped: 0,
+        script_id,
+        tasks: (request.mode == Mode::Enabled)
+            .then(|| request.tasks.clone())
+            .flatten(),
+        run_tasks: Vec::new(),
+        new_tasks: Vec::new(),
+        tasks_live: 0,
+        warnings: Vec::new(),
     }))
 }
 
@@ -355,7 +502,7 @@ fn wind_down(
             Ok(LoopEvent::ToolDone(id, o)) => {
                 host.borrow_mut().tracker.complete(id, &o);
             }
-            Ok(LoopEvent::Stop) => {}
+            Ok(LoopEvent::Stop | LoopEvent::TaskDone(..)) => {}
             Err(_) => break,
         }
     }
@@ -414,6 +561,13 @@ fn build_report(
         approvals: facade.approval_records(),
         progress: h.progress.events.clone(),
         progress_dropped: h.progress.dropped,
+        script_id: h.script_id.clone(),
+        detached_tasks: match &h.tasks {
+            Some(t) => h.run_tasks.iter().filter_map(|id| t.get(id)).collect(),
+            None => Vec::new(),
+        },
+        warnings: h.warnings.clone(),
+        retried: false,
         metrics: Metrics {
             engine: engine_name.to_owned(),
             duration_ms: ms(started.elapsed()),
@@ -528,9 +682,13 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 // Their promises settled: let the script react first.
                 continue;
             }
+            self.dispatch_tasks();
             let (settled, pending) = {
                 let h = self.host.borrow();
-                (h.outcome.is_some(), h.tracker.pending_count())
+                (
+                    h.outcome.is_some(),
+                    h.tracker.pending_count() + h.tasks_live,
+                )
             };
             if settled {
                 return End::Settled;
@@ -567,6 +725,15 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                     }
                     LoopEvent::ToolDone(id, outcome) => {
                         if let Err(f) = self.complete(id, outcome) {
+                            return self.fault_end(f);
+                        }
+                    }
+                    LoopEvent::TaskDone(settle, outcome) => {
+                        {
+                            let mut h = self.host.borrow_mut();
+                            h.tasks_live = h.tasks_live.saturating_sub(1);
+                        }
+                        if let Err(f) = self.settle(settle, &outcome) {
                             return self.fault_end(f);
                         }
                     }
@@ -627,7 +794,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
     fn dispatch_calls(&mut self) -> Vec<(u64, CallOutcome)> {
         let calls = std::mem::take(&mut self.host.borrow_mut().new_calls);
         let mut done = Vec::new();
-        for (id, name, args) in calls {
+        for (id, name, args, at) in calls {
             {
                 let mut h = self.host.borrow_mut();
                 if let Some(o) = h.observer.clone() {
@@ -636,7 +803,13 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 }
             }
             let token = self.host.borrow().tracker.token(id);
-            let mut fut = Box::pin(self.facade.clone().call(id, name, args, token));
+            let site = CallSite {
+                call_id: id,
+                task_id: None,
+                line: at.map(|l| l.line),
+                column: at.map(|l| l.column),
+            };
+            let mut fut = Box::pin(self.facade.clone().call(site, name, args, token));
             let first = {
                 let _rt = self.tokio.enter();
                 let mut cx = Context::from_waker(Waker::noop());
@@ -671,6 +844,87 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         done
     }
 
+    /// Starts the detached tasks the script asked for since the last
+    /// look. Each runs on tokio under its own deadline and token, not the
+    /// run's: it outlives the script.
+    fn dispatch_tasks(&mut self) {
+        let (new, tasks, script_observer) = {
+            let mut h = self.host.borrow_mut();
+            if h.new_tasks.is_empty() {
+                return;
+            }
+            let new = std::mem::take(&mut h.new_tasks);
+            h.tasks_live += new.len();
+            (new, h.tasks.clone(), h.observer.clone())
+        };
+        let Some(tasks) = tasks else { return };
+        for t in new {
+            let facade = self.facade.clone();
+            let tasks = tasks.clone();
+            let tx = self.tx.clone();
+            let observer = script_observer.clone();
+            let limit = Duration::from_millis(tasks.limits().timeout_ms);
+            let deadline = Instant::now() + limit;
+            let site = CallSite {
+                call_id: 0,
+                task_id: Some(t.id.clone()),
+                line: t.at.map(|l| l.line),
+                column: t.at.map(|l| l.column),
+            };
+            self.tokio.spawn(async move {
+                let started = Instant::now();
+                let call = facade.call_until(site, t.tool, t.args, t.cancel.clone(), deadline);
+                let outcome = tokio::select! {
+                    o = call => o,
+                    _ = tokio::time::sleep_until(deadline.into()) => Err(CallFailure::new(
+                        ErrorCode::ScriptCancelledError,
+                        format!("the detached task ran past its limit of {} ms", limit.as_millis()),
+                    )),
+                };
+                let outcome = match outcome {
+                    Err(f)
+                        if t.cancel.is_cancelled() && f.code != ErrorCode::ScriptCancelledError =>
+                    {
+                        Err(CallFailure::new(
+                            ErrorCode::ScriptCancelledError,
+                            "the detached task was cancelled",
+                        ))
+                    }
+                    o => o,
+                };
+                let (status, result, error) = match &outcome {
+                    Ok(json) => (TaskStatus::Ok, serde_json::from_str(json).ok(), None),
+                    Err(f) => (
+                        if f.code == ErrorCode::ScriptCancelledError {
+                            TaskStatus::Cancelled
+                        } else {
+                            TaskStatus::Error
+                        },
+                        None,
+                        Some(CallError {
+                            code: f.code,
+                            message: f.message.clone(),
+                            stderr: f.stderr.clone(),
+                        }),
+                    ),
+                };
+                tasks.finish(&t.id, status, result, error, ms(started.elapsed()));
+                if let (Some(o), Some(task)) = (observer, tasks.get(&t.id)) {
+                    o.0.task_finished(&task);
+                }
+                // The run may be over; then nobody listens, and that is fine.
+                let _ = tx.send(LoopEvent::TaskDone(t.settle, outcome));
+            });
+        }
+    }
+
+    fn settle(&mut self, id: u64, outcome: &CallOutcome) -> Result<(), EngineFault> {
+        match outcome {
+            Ok(json) => self.engine.settle(id, true, json),
+            Err(f) => self.engine.settle(id, false, &f.payload()),
+        }
+    }
+
     /// Records a finished call and settles its promise in the engine.
     fn complete(&mut self, id: u64, outcome: CallOutcome) -> Result<(), EngineFault> {
         if !self.host.borrow_mut().tracker.complete(id, &outcome) {
@@ -682,13 +936,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 o.0.tool_call_finished(id, &name, outcome.as_ref().err().map(|f| f.code));
             }
         }
-        match &outcome {
-            Ok(json) => self.engine.settle(id, true, json),
-            Err(f) => {
-                let payload = json!({"code": f.code.as_str(), "message": f.message}).to_string();
-                self.engine.settle(id, false, &payload)
-            }
-        }
+        self.settle(id, &outcome)
     }
 
     /// Turns how the loop ended into the report's value and error.
@@ -765,6 +1013,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 if let Some(tool) = d.get("tool").and_then(Value::as_str) {
                     e = e.with_tool(tool, d.get("call_id").and_then(Value::as_u64));
                 }
+                e.stderr = d.get("stderr").and_then(Value::as_str).map(str::to_owned);
                 return e;
             }
         }

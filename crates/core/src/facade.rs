@@ -6,7 +6,7 @@ use crate::adapter::{ExecutionRequest, Mode, ToolSet};
 use crate::approval::{ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest};
 use crate::error::ErrorCode;
 use crate::limits::Limits;
-use crate::sinks::{ms, truncate_strings};
+use crate::sinks::{ms, truncate_strings, truncate_with_marker};
 use crate::tool::ToolContext;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -21,15 +21,48 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct CallFailure {
     pub code: ErrorCode,
     pub message: String,
+    /// The tool's process's stderr, cut to [`MAX_STDERR_BYTES`].
+    pub stderr: Option<String>,
 }
+
+/// Stderr a ToolExecutionError carries, at most.
+pub(crate) const MAX_STDERR_BYTES: usize = 2048;
 
 impl CallFailure {
     pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         CallFailure {
             code,
             message: message.into(),
+            stderr: None,
         }
     }
+
+    /// The JSON the prelude's `settle` reads for a failed call.
+    pub(crate) fn payload(&self) -> String {
+        json!({"code": self.code.as_str(), "message": self.message, "stderr": self.stderr})
+            .to_string()
+    }
+}
+
+/// Where in the script a call was made, and which call or task it is.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallSite {
+    pub call_id: u64,
+    pub task_id: Option<String>,
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+}
+
+/// The allowed tool name closest to `name`, if one is close enough to be
+/// a likely typo (edit distance at most a third of the name, and 3).
+pub(crate) fn closest<'a>(name: &str, candidates: &'a [String]) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).clamp(1, 3);
+    candidates
+        .iter()
+        .map(|c| (strsim::damerau_levenshtein(name, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c.as_str())
 }
 
 /// A call's result: the output as JSON text, or a failure.
@@ -48,10 +81,16 @@ pub(crate) struct ToolFacade {
     semaphore: Semaphore,
     deadline: Instant,
     approvals: Mutex<Vec<ApprovalRecord>>,
+    /// The run's id, for approval requests.
+    script_id: String,
+    /// The script's source, for the snippets approval requests show.
+    source: String,
+    approvals_asked: AtomicU32,
+    last_request_id: Mutex<Option<String>>,
 }
 
 impl ToolFacade {
-    pub(crate) fn new(request: &ExecutionRequest, deadline: Instant) -> Self {
+    pub(crate) fn new(request: &ExecutionRequest, deadline: Instant, script_id: &str) -> Self {
         let visible = match request.mode {
             Mode::Disabled => Vec::new(),
             _ => request.tools.allow.resolve(&request.tools.registry),
@@ -67,7 +106,21 @@ impl ToolFacade {
             semaphore: Semaphore::new(request.limits.max_concurrent_tool_calls.max(1) as usize),
             deadline,
             approvals: Mutex::new(Vec::new()),
+            script_id: script_id.to_owned(),
+            source: request.source.clone(),
+            approvals_asked: AtomicU32::new(0),
+            last_request_id: Mutex::new(None),
         }
+    }
+
+    /// The id of the run's latest approval request.
+    pub(crate) fn last_request_id(&self) -> Option<String> {
+        self.last_request_id.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// Whether the script may call `name`.
+    pub(crate) fn is_visible(&self, name: &str) -> bool {
+        self.visible_set.contains(name)
     }
 
     /// Tool names the script may call, sorted.
@@ -94,19 +147,39 @@ impl ToolFacade {
             self.visible.join(", ")
         };
         if self.mode == Mode::Disabled {
-            format!("unknown tool '{name}': tools are disabled for this run")
-        } else {
-            format!("unknown tool '{name}'; available tools: {list}")
+            return format!("unknown tool '{name}': tools are disabled for this run");
+        }
+        match closest(name, &self.visible) {
+            Some(near) => {
+                format!("unknown tool '{name}'; did you mean \"{near}\"? available tools: {list}")
+            }
+            None => format!("unknown tool '{name}'; available tools: {list}"),
         }
     }
 
-    /// Runs one call through every check and the tool itself.
+    /// Runs one call through every check and the tool itself, under the
+    /// run's deadline.
     pub(crate) async fn call(
         self: Arc<Self>,
-        id: u64,
+        site: CallSite,
         name: String,
         args_json: String,
         cancel: CancellationToken,
+    ) -> CallOutcome {
+        let deadline = self.deadline;
+        self.call_until(site, name, args_json, cancel, deadline)
+            .await
+    }
+
+    /// Runs one call through every check and the tool itself, under
+    /// `deadline` (a detached task's own).
+    pub(crate) async fn call_until(
+        self: Arc<Self>,
+        site: CallSite,
+        name: String,
+        args_json: String,
+        cancel: CancellationToken,
+        deadline: Instant,
     ) -> CallOutcome {
         use ErrorCode::*;
         if !self.visible_set.contains(&name) {
@@ -177,12 +250,12 @@ impl ToolFacade {
 
         let tool = entry.tool.clone();
         if tool.requires_approval(&args) {
-            self.approve(id, &name, &args, &cancel).await?;
+            self.approve(&site, &name, &args, &cancel).await?;
         }
         let ctx = ToolContext {
-            call_id: id,
+            call_id: site.call_id,
             cancel: cancel.clone(),
-            deadline: self.deadline,
+            deadline,
         };
         match tool.execute(args, ctx).await {
             Ok(mut v) => {
@@ -195,25 +268,41 @@ impl ToolFacade {
                 })
             }
             Err(e) if e.cancelled || cancel.is_cancelled() => Err(cancelled(&name)),
-            Err(e) => Err(CallFailure::new(
-                ToolExecutionError,
-                format!("{name} failed: {}", e.message),
-            )),
+            Err(e) => Err(CallFailure {
+                stderr: e
+                    .stderr
+                    .as_deref()
+                    .map(|s| truncate_with_marker(s, MAX_STDERR_BYTES)),
+                ..CallFailure::new(ToolExecutionError, format!("{name} failed: {}", e.message))
+            }),
         }
     }
 
     async fn approve(
         &self,
-        id: u64,
+        site: &CallSite,
         name: &str,
         args: &Value,
         cancel: &CancellationToken,
     ) -> Result<(), CallFailure> {
-        let req = ApprovalRequest {
-            call_id: id,
-            tool: name.to_owned(),
-            args: args.clone(),
-        };
+        let n = self.approvals_asked.fetch_add(1, Ordering::Relaxed) + 1;
+        let suffix = self
+            .script_id
+            .strip_prefix("scr_")
+            .unwrap_or(&self.script_id);
+        let mut req = ApprovalRequest::new(name, args.clone());
+        req.request_id = format!("apr_{suffix}_{n}");
+        req.script_id = self.script_id.clone();
+        req.call_id = site.call_id;
+        req.task_id = site.task_id.clone();
+        req.line = site.line;
+        req.column = site.column;
+        req.snippet = site
+            .line
+            .and_then(|l| crate::approval::snippet(&self.source, l));
+        if let Ok(mut last) = self.last_request_id.lock() {
+            *last = Some(req.request_id.clone());
+        }
         let started = Instant::now();
         let answer = tokio::select! {
             a = tokio::time::timeout(self.limits.approval_timeout(), self.tools.approvals.request(&req)) => Some(a),
@@ -247,7 +336,10 @@ impl ToolFacade {
         };
         if let Ok(mut a) = self.approvals.lock() {
             a.push(ApprovalRecord {
-                call_id: id,
+                request_id: req.request_id.clone(),
+                call_id: site.call_id,
+                task_id: site.task_id.clone(),
+                line: site.line,
                 tool: name.to_owned(),
                 args: req.args,
                 outcome,
@@ -264,4 +356,22 @@ fn cancelled(name: &str) -> CallFailure {
         ErrorCode::ScriptCancelledError,
         format!("call to {name} was cancelled"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::closest;
+
+    #[test]
+    fn close_names_are_suggested_and_far_ones_are_not() {
+        let tools: Vec<String> = ["exec", "list_dir", "read_file", "write_file"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(closest("read_fil", &tools), Some("read_file"));
+        assert_eq!(closest("raed_file", &tools), Some("read_file"));
+        assert_eq!(closest("exce", &tools), Some("exec"));
+        assert_eq!(closest("search", &tools), None);
+        assert_eq!(closest("x", &tools), None);
+    }
 }

@@ -21,24 +21,26 @@ pub mod process;
 pub mod report;
 mod sinks;
 pub mod source;
+pub mod tasks;
 pub mod tool;
 mod tracker;
 mod watchdog;
 
 pub use adapter::{
     Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, Mode, Observer,
-    RunObserver, ScriptContext, ScriptRuntimeAdapter, ToolSet,
+    RunObserver, ScriptContext, ScriptLanguage, ScriptRuntimeAdapter, ToolSet,
 };
 pub use approval::{
     ApprovalBridge, ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest,
     AutoApprove, AutoDeny, NeverAnswer,
 };
-pub use error::{ErrorCode, Location, Phase, ScriptError};
+pub use error::{ErrorCode, ErrorMetadata, Location, Phase, ScriptError};
 pub use limits::{Isolation, Limits};
 pub use report::{
     CallError, CallStatus, ConsoleEntry, ConsoleLevel, ExecutionReport, Metrics, ProgressEvent,
-    ToolCallRecord,
+    ProgressKind, ToolCallRecord, Warning,
 };
+pub use tasks::{DetachedTask, DetachedTasks, TaskLimits, TaskStatus};
 pub use tool::{Allowlist, FnTool, RegistryError, Tool, ToolContext, ToolError, ToolRegistry};
 
 /// Re-exported so tools and hosts use the same token type.

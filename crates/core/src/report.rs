@@ -39,6 +39,31 @@ pub struct ExecutionReport {
     pub progress_dropped: u32,
     /// Engine, duration, calls, memory and fuel.
     pub metrics: Metrics,
+    /// This run's id (`scr_` + random), as the script saw it in
+    /// `context.scriptId`.
+    #[serde(default)]
+    pub script_id: String,
+    /// Detached tasks the script started with `tools.spawn`, as they
+    /// stood when the report was made (or later, where the host waited).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub detached_tasks: Vec<crate::tasks::DetachedTask>,
+    /// Lossy conversions of the return value into JSON (a function or
+    /// `undefined` dropped, a class instance with nothing to show).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
+    /// The run hit HarnessInternalError and was run again once on a fresh
+    /// engine; this is the second run's report.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retried: bool,
+}
+
+/// A lossy conversion of the return value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    /// Where in the value, as a JSON path (`$.a[0]`).
+    pub path: String,
+    /// What was lost.
+    pub message: String,
 }
 
 impl ExecutionReport {
@@ -59,6 +84,10 @@ impl ExecutionReport {
                 engine: engine.to_owned(),
                 ..Metrics::default()
             },
+            script_id: String::new(),
+            detached_tasks: Vec::new(),
+            warnings: Vec::new(),
+            retried: false,
         }
     }
 
@@ -145,6 +174,21 @@ pub struct CallError {
     pub code: ErrorCode,
     /// The message the script saw.
     pub message: String,
+    /// What the tool's process wrote to stderr (at most 2 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+}
+
+/// The kind of a progress event: `emitProgress(message, "warn")`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ProgressKind {
+    /// Ordinary progress.
+    #[default]
+    Info,
+    /// Something the user should notice.
+    Warn,
 }
 
 /// One `context.telemetry.emitProgress` event that passed the rate limit.
@@ -152,6 +196,9 @@ pub struct CallError {
 pub struct ProgressEvent {
     /// The event's message.
     pub message: String,
+    /// `info` (the default) or `warn`.
+    #[serde(default)]
+    pub kind: ProgressKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// Its data, if any.
     pub data: Option<Value>,

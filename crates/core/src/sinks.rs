@@ -80,7 +80,7 @@ impl ProgressSink {
     pub(crate) fn push(
         &mut self,
         message: &str,
-        data: Option<Value>,
+        (data, kind): (Option<Value>, crate::report::ProgressKind),
         now: Instant,
         started: Instant,
     ) -> bool {
@@ -94,6 +94,7 @@ impl ProgressSink {
         self.last = Some(now);
         self.events.push(ProgressEvent {
             message: truncate_with_marker(message, 4096),
+            kind,
             data,
             elapsed_ms: ms(now.duration_since(started)),
         });
@@ -131,6 +132,7 @@ pub(crate) fn ms(d: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::ProgressKind;
 
     #[test]
     fn console_rate_and_cap() {
@@ -153,11 +155,26 @@ mod tests {
         let limits = Limits::default();
         let mut p = ProgressSink::new(&limits);
         let t0 = Instant::now();
-        assert!(p.push("a", None, t0, t0));
-        assert!(!p.push("b", None, t0 + Duration::from_millis(100), t0));
-        assert!(p.push("c", None, t0 + Duration::from_millis(500), t0));
+        assert!(p.push("a", (None, ProgressKind::Info), t0, t0));
+        assert!(!p.push(
+            "b",
+            (None, ProgressKind::Info),
+            t0 + Duration::from_millis(100),
+            t0
+        ));
+        assert!(p.push(
+            "c",
+            (None, ProgressKind::Info),
+            t0 + Duration::from_millis(500),
+            t0
+        ));
         for i in 2..100 {
-            p.push("x", None, t0 + Duration::from_millis(500 * i), t0);
+            p.push(
+                "x",
+                (None, ProgressKind::Info),
+                t0 + Duration::from_millis(500 * i),
+                t0,
+            );
         }
         assert_eq!(p.events.len(), 50);
     }

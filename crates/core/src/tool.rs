@@ -27,11 +27,15 @@ pub struct ToolContext {
 /// A tool failure, as the tool reports it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
+#[non_exhaustive]
 pub struct ToolError {
     /// What went wrong, shown to the script.
     pub message: String,
     /// Set when the tool stopped because its cancellation token fired.
     pub cancelled: bool,
+    /// What the process the tool ran wrote to stderr, if it ran one; the
+    /// script sees it as `err.stderr` (cut to 2 KiB).
+    pub stderr: Option<String>,
 }
 
 impl ToolError {
@@ -40,13 +44,21 @@ impl ToolError {
         ToolError {
             message: message.into(),
             cancelled: false,
+            stderr: None,
         }
+    }
+
+    /// With the stderr of the process the tool ran.
+    pub fn with_stderr(mut self, stderr: impl Into<String>) -> Self {
+        self.stderr = Some(stderr.into());
+        self
     }
     /// The tool stopped because its call was cancelled.
     pub fn cancelled() -> Self {
         ToolError {
             message: "cancelled".into(),
             cancelled: true,
+            stderr: None,
         }
     }
 }
@@ -147,12 +159,22 @@ impl Tool for FnTool {
     }
 }
 
+/// Names no tool may have: `tools.spawn` (detached tasks), `tools.http`
+/// and `tools.mcp` belong to the harness.
+pub const HARNESS_TOOL_NAMES: &[&str] = &["spawn", "http", "mcp"];
+
 /// Why a tool could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
     #[error("tool name {0:?} is not a valid JavaScript identifier")]
     /// The name is not an identifier of at most 64 characters.
     InvalidName(String),
+    #[error(
+        "tool name {0:?} is reserved (tools.spawn, tools.http and tools.mcp are the harness's own)"
+    )]
+    /// The name is one the harness uses itself under `tools.`.
+    Reserved(String),
     #[error("tool {0:?} is already registered")]
     /// A tool of that name is registered already.
     Duplicate(String),
@@ -221,14 +243,14 @@ impl fmt::Debug for ToolRegistry {
 }
 
 /// Names that would clash with how JS treats the `tools` object.
-const RESERVED_TOOL_NAMES: &[&str] = &["then", "constructor", "__proto__", "toJSON", "prototype"];
+const CLASHING_NAMES: &[&str] = &["then", "constructor", "__proto__", "toJSON", "prototype"];
 
 fn valid_identifier(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == '$')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
         && name.len() <= 64
-        && !RESERVED_TOOL_NAMES.contains(&name)
+        && !CLASHING_NAMES.contains(&name)
 }
 
 impl ToolRegistry {
@@ -247,6 +269,9 @@ impl ToolRegistry {
         let name = tool.name().to_owned();
         if !valid_identifier(&name) {
             return Err(RegistryError::InvalidName(name));
+        }
+        if HARNESS_TOOL_NAMES.contains(&name.as_str()) {
+            return Err(RegistryError::Reserved(name));
         }
         if self.tools.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));

@@ -65,7 +65,11 @@ impl PromiseTracker {
         let c = self.get_mut(id).expect("just registered");
         c.status = CallStatus::Error;
         c.duration = Some(Duration::ZERO);
-        c.error = Some(CallError { code, message });
+        c.error = Some(CallError {
+            code,
+            message,
+            stderr: None,
+        });
         id
     }
 
@@ -109,6 +113,7 @@ impl PromiseTracker {
                 c.error = Some(CallError {
                     code: f.code,
                     message: f.message.clone(),
+                    stderr: f.stderr.clone(),
                 });
             }
         }
@@ -171,6 +176,7 @@ impl PromiseTracker {
                     "{} did not stop within the grace period after cancellation and was abandoned",
                     c.tool
                 ),
+                stderr: None,
             });
         }
     }

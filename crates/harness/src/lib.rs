@@ -46,10 +46,11 @@ pub use harness_core::process::ProcessOptions;
 pub use harness_core::{
     Allowlist, ApprovalBridge, ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest,
     AutoApprove, AutoDeny, CallError, CallStatus, CancellationToken, Capabilities, ConsoleEntry,
-    ConsoleLevel, EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, FnTool, Isolation,
-    Limits, Location, Metrics, Mode, NeverAnswer, Observer, Phase, ProgressEvent, RegistryError,
-    RunObserver, ScriptContext, ScriptError, ScriptRuntimeAdapter, Tool, ToolCallRecord,
-    ToolContext, ToolError, ToolRegistry, ToolSet,
+    ConsoleLevel, DetachedTask, DetachedTasks, EngineInfo, ErrorCode, ErrorMetadata,
+    ExecutionReport, ExecutionRequest, FnTool, Isolation, Limits, Location, Metrics, Mode,
+    NeverAnswer, Observer, Phase, ProgressEvent, ProgressKind, RegistryError, RunObserver,
+    ScriptContext, ScriptError, ScriptLanguage, ScriptRuntimeAdapter, TaskLimits, TaskStatus, Tool,
+    ToolCallRecord, ToolContext, ToolError, ToolRegistry, ToolSet, Warning,
 };
 /// Model responses to conversation items: detect, prepare, orchestrate, serialise.
 pub use harness_respond as respond;
@@ -82,6 +83,9 @@ pub struct Harness {
     limits: Limits,
     mode: Mode,
     context: ScriptContext,
+    language: ScriptLanguage,
+    tasks: Option<Arc<DetachedTasks>>,
+    retry_internal: bool,
 }
 
 impl fmt::Debug for Harness {
@@ -147,14 +151,53 @@ impl Harness {
     ) -> ExecutionReport {
         let request = ExecutionRequest {
             source: source.to_owned(),
+            language: self.language,
             limits: self.limits.clone(),
             context: self.context.clone(),
             mode: self.mode,
             tools: self.tools.clone(),
             cancel,
             observer: None,
+            tasks: self.tasks.clone(),
         };
-        self.adapter.execute(request).await
+        self.execute(request).await
+    }
+
+    /// Runs a request you built (its engine is this harness's), retrying
+    /// once on HarnessInternalError when that is safe (see
+    /// [`HarnessBuilder::retry_internal_errors`]).
+    pub async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+        if !self.retry_internal {
+            return self.adapter.execute(request).await;
+        }
+        let again = request.clone();
+        let report = self.adapter.execute(request).await;
+        if !safe_to_retry(&report) || again.cancel.is_cancelled() {
+            return report;
+        }
+        let mut second = self.adapter.execute(again).await;
+        second.retried = true;
+        second
+    }
+
+    /// The detached tasks runs start with `tools.spawn`, when enabled.
+    pub fn tasks(&self) -> Option<&Arc<DetachedTasks>> {
+        self.tasks.as_ref()
+    }
+
+    /// Detached task `id` as it stands now.
+    pub fn task(&self, id: &str) -> Option<DetachedTask> {
+        self.tasks.as_ref()?.get(id)
+    }
+
+    /// Waits for detached task `id` to end.
+    pub async fn wait_task(&self, id: &str) -> Option<DetachedTask> {
+        self.tasks.as_ref()?.wait(id).await
+    }
+
+    /// Cancels detached task `id`; returns whether it was running.
+    pub fn cancel_task(&self, id: &str) -> bool {
+        self.tasks.as_ref().is_some_and(|t| t.cancel(id))
     }
 
     /// Runs raw bytes: strips a BOM, checks UTF-8 and the size cap first.
@@ -189,6 +232,7 @@ impl Harness {
                 continue_on_error,
                 limits: self.limits.clone(),
                 context: self.context.clone(),
+                tasks: self.tasks.clone(),
             },
         )
     }
@@ -233,6 +277,9 @@ pub struct HarnessBuilder {
     limits: Limits,
     mode: Mode,
     context: ScriptContext,
+    language: ScriptLanguage,
+    tasks: Option<Arc<DetachedTasks>>,
+    no_retry: bool,
     worker: Option<ProcessOptions>,
 }
 
@@ -300,6 +347,38 @@ impl HarnessBuilder {
         self
     }
 
+    /// The language scripts are written in. Default: [`ScriptLanguage::Auto`]
+    /// (JavaScript that parses runs as it is; anything else is tried as
+    /// TypeScript).
+    pub fn language(mut self, language: ScriptLanguage) -> Self {
+        self.language = language;
+        self
+    }
+
+    /// Turns `tools.spawn` on: scripts may start detached tasks, which
+    /// outlive the run, under these caps (off by default: `tools.spawn`
+    /// is `undefined`).
+    pub fn enable_spawn(mut self, limits: TaskLimits) -> Self {
+        self.tasks = Some(Arc::new(DetachedTasks::new(limits)));
+        self
+    }
+
+    /// Turns `tools.spawn` on with a registry shared with other harnesses.
+    pub fn detached_tasks(mut self, tasks: Arc<DetachedTasks>) -> Self {
+        self.tasks = Some(tasks);
+        self
+    }
+
+    /// Whether a run that ends in HarnessInternalError (a worker died, an
+    /// engine panicked) is run once more on a fresh engine. On by default;
+    /// a run is retried only if none of its tool calls started, no
+    /// approval was asked and no detached task was started, so nothing it
+    /// did can have had an effect.
+    pub fn retry_internal_errors(mut self, retry: bool) -> Self {
+        self.no_retry = !retry;
+        self
+    }
+
     /// Where scripts run (overrides `Limits::isolation`; the default is
     /// the engine's, see [`EngineKind::default_isolation`]).
     pub fn isolation(mut self, isolation: Isolation) -> Self {
@@ -342,14 +421,33 @@ impl HarnessBuilder {
                 .approvals
                 .unwrap_or_else(|| Arc::new(AutoDeny::default())),
         };
+        // TypeScript on every engine: types are stripped before the
+        // engine sees a script (free for JavaScript that parses).
+        let adapter: Arc<dyn ScriptRuntimeAdapter> =
+            Arc::new(harness_respond::language::TypeScriptAware::new(adapter));
         Ok(Harness {
             adapter,
+            language: self.language,
+            tasks: self.tasks,
+            retry_internal: !self.no_retry,
             tools,
             limits: self.limits,
             mode: self.mode,
             context: self.context,
         })
     }
+}
+
+/// A run that failed inside the harness may run again only if nothing it
+/// did can have had an effect outside the engine: no tool call was
+/// dispatched (a refused one counts too: it may have reached the facade),
+/// no approval was asked, no detached task started.
+fn safe_to_retry(r: &ExecutionReport) -> bool {
+    r.code() == Some(ErrorCode::HarnessInternalError)
+        && r.tool_calls.is_empty()
+        && r.tool_calls_dropped == 0
+        && r.approvals.is_empty()
+        && r.detached_tasks.is_empty()
 }
 
 /// Declares a binary's `main` so that the harness can also start it as a

@@ -22,7 +22,8 @@ async fn return_values_of_every_json_type() {
         ("return NaN", json!(null)),
         ("return {f() {}, u: undefined, n: 1}", json!({"n": 1})),
         ("return new Date(0)", json!("1970-01-01T00:00:00.000Z")),
-        ("return new Map([[1, 2]])", json!({})),
+        // Converted, not mangled into `{}` (the script contract).
+        ("return new Map([[1, 2]])", json!({"1": 2})),
     ] {
         expect_value(&h.run(src).await, v);
     }
@@ -339,13 +340,14 @@ async fn context_is_populated_and_frozen() {
     let c = Arc::new(Counters::default());
     let h = Harness::builder()
         .tools(registry(c))
-        .context(ScriptContext {
-            identity: json!({"sessionId": "s1", "user": "ana"}),
-            working_directory: Some("/work".into()),
-            provider: Some("acme".into()),
-            model: Some("m-1".into()),
-            extra: json!({"k": [1]}),
-        })
+        .context(
+            ScriptContext::default()
+                .with_identity(json!({"sessionId": "s1", "user": "ana"}))
+                .with_working_directory("/work")
+                .with_provider("acme")
+                .with_model("m-1")
+                .with_extra(json!({"k": [1]})),
+        )
         .build()
         .unwrap();
     let r = h
@@ -402,7 +404,7 @@ async fn source_checks_happen_before_anything_runs() {
     // Closing the wrapper early runs code at top level, but in the same
     // hardened context: nothing more is reachable from there.
     let r = h
-        .run("}); globalThis.escaped = [typeof process, typeof require, Object.isFrozen(Object.prototype)]; (async function () { return globalThis.escaped")
+        .run("}); const escaped = [typeof process, typeof require, Object.isFrozen(Object.prototype)]; (async function () { return escaped")
         .await;
     expect_value(&r, json!(["undefined", "undefined", true]));
 }

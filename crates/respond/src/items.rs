@@ -88,6 +88,10 @@ impl Item {
                 "approvals": report.approvals,
                 "progress": report.progress,
                 "progress_dropped": report.progress_dropped,
+                "script_id": report.script_id,
+                "warnings": report.warnings,
+                "detached_tasks": report.detached_tasks,
+                "retried": report.retried,
             }),
         }
     }
@@ -531,6 +535,21 @@ fn not_run(reason: &str) -> ScriptError {
 
 /// The report of a run, for [`Item::output_from_report`].
 fn summary(report: &ExecutionReport) -> String {
+    let mut s = outcome_summary(report);
+    // The model reads the summary: lossy conversions of what it returned
+    // must be in it, or it cannot know its Map became {}.
+    for w in &report.warnings {
+        s.push_str(&format!("\nwarning: {}: {}", w.path, w.message));
+    }
+    for t in &report.detached_tasks {
+        let status = serde_json::to_value(t.status).unwrap_or_default();
+        let status = status.as_str().unwrap_or("unknown");
+        s.push_str(&format!("\ndetached task {} ({}): {status}", t.id, t.tool));
+    }
+    s
+}
+
+fn outcome_summary(report: &ExecutionReport) -> String {
     match (&report.error, &report.value) {
         (Some(e), _) => format!("failed: {}: {}", e.code, e.message),
         (None, Some(v)) => {

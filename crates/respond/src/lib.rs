@@ -6,8 +6,10 @@
 
 pub mod detect;
 pub mod items;
+pub mod language;
 pub mod orchestrate;
 pub mod prepare;
+mod typescript;
 
 pub use detect::{detect, DetectError, Language, Segment, SegmentKind};
 pub use items::{CallStatus, Item};

@@ -8,8 +8,8 @@ use crate::items::{CallStatus, Item};
 use crate::prepare::Preparer;
 use harness_core::adapter::RunObserver;
 use harness_core::{
-    CancellationToken, ErrorCode, ExecutionRequest, Limits, Mode, ScriptContext,
-    ScriptRuntimeAdapter, ToolSet,
+    CancellationToken, DetachedTask, DetachedTasks, ErrorCode, ExecutionRequest, Limits, Mode,
+    ScriptContext, ScriptRuntimeAdapter, ToolSet,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -51,6 +51,12 @@ pub enum Event {
         code: ErrorCode,
         message: String,
     },
+    /// A detached task a block started with `tools.spawn` ended (possibly
+    /// after its block, and after the response's items were returned).
+    DetachedTaskFinished {
+        call_id: String,
+        task: DetachedTask,
+    },
     /// A block was not run (mode disabled or dry-run, an earlier failure
     /// without `continue_on_error`, or the response was cancelled).
     ScriptSkipped {
@@ -68,6 +74,8 @@ pub struct Options {
     /// Limits for each block's run.
     pub limits: Limits,
     pub context: ScriptContext,
+    /// Where `tools.spawn` starts detached tasks; `None` turns it off.
+    pub tasks: Option<Arc<DetachedTasks>>,
 }
 
 impl Default for Options {
@@ -77,6 +85,7 @@ impl Default for Options {
             continue_on_error: false,
             limits: Limits::default(),
             context: ScriptContext::default(),
+            tasks: None,
         }
     }
 }
@@ -129,6 +138,13 @@ impl RunObserver for Forward {
             call_id: self.call_id.clone(),
             message: message.to_owned(),
             data: data.cloned(),
+        });
+    }
+
+    fn task_finished(&self, task: &DetachedTask) {
+        let _ = self.tx.send(Event::DetachedTaskFinished {
+            call_id: self.call_id.clone(),
+            task: task.clone(),
         });
     }
 }
@@ -228,7 +244,33 @@ impl Orchestrator {
         events: &Option<UnboundedSender<Event>>,
     ) -> (Item, Item) {
         let id = format!("stc_{index}");
-        let prepared = self.preparer.prepare(source.as_bytes(), language);
+        // Any block may be TypeScript, whatever its fence says: one that
+        // does not parse as JavaScript is tried as TypeScript.
+        let mut language = language;
+        let mut prepared = self.preparer.prepare(source.as_bytes(), language);
+        if language == Language::Javascript
+            && matches!(&prepared, Err(e) if e.code == ErrorCode::ScriptSyntaxError)
+        {
+            match self
+                .preparer
+                .prepare(source.as_bytes(), Language::Typescript)
+            {
+                Ok(p) => {
+                    prepared = Ok(p);
+                    language = Language::Typescript;
+                }
+                // Neither: the parser that got further is the better guide.
+                Err(ts) => {
+                    if prepared
+                        .as_ref()
+                        .err()
+                        .is_some_and(|js| crate::language::later(&ts, js))
+                    {
+                        prepared = Err(ts);
+                    }
+                }
+            }
+        }
         let sha256 = match &prepared {
             Ok(p) => p.sha256.clone(),
             Err(_) => crate::prepare::sha256_hex(source),
@@ -292,6 +334,9 @@ impl Orchestrator {
         });
         let request = ExecutionRequest {
             source: prepared.code.clone(),
+            // Already JavaScript: its types, if any, were stripped above.
+            language: harness_core::ScriptLanguage::JavaScript,
+            tasks: self.options.tasks.clone(),
             limits: self.options.limits.clone(),
             context: self.options.context.clone(),
             mode: self.options.mode,

@@ -180,7 +180,11 @@ fn prepare_unguarded(source: String, language: Language) -> Result<Prepared, Scr
         .with_name("SyntaxError"));
     }
     let mut program = parsed.program;
-    let semantic = SemanticBuilder::new().build(&program);
+    // Enum values are evaluated for the transformer (the fallback for
+    // TypeScript with run-time meaning).
+    let semantic = SemanticBuilder::new()
+        .with_enum_eval(language == Language::Typescript)
+        .build(&program);
     let scoping = semantic.semantic.into_scoping();
     let mut scan = Scan {
         scoping: &scoping,
@@ -203,38 +207,12 @@ fn prepare_unguarded(source: String, language: Language) -> Result<Prepared, Scr
     let tools = std::mem::take(&mut scan.tools);
     let code = match language {
         Language::Javascript => source.clone(),
-        Language::Typescript => {
-            let options = TransformOptions::default();
-            let done = Transformer::new(&allocator, Path::new("script.ts"), &options)
-                .build_with_scoping(scoping, &mut program);
-            if let Some(d) = done.diagnostics.first() {
-                return Err(ScriptError::new(
-                    ErrorCode::ScriptSyntaxError,
-                    Phase::Parsing,
-                    format!("TypeScript could not be stripped: {}", d.message),
-                ));
-            }
-            let code = Codegen::new().build(&program).code;
-            // oxc's TypeScript parser accepts some inputs its JavaScript
-            // parser rejects (the fuzzer found `\/*\e*\a` stripped to
-            // ` *  * a`): what reaches the engine must be JavaScript.
-            let js = Allocator::default();
-            let reparsed = Parser::new(&js, &code, SourceType::mjs())
-                .with_options(ParseOptions {
-                    allow_return_outside_function: true,
-                    ..ParseOptions::default()
-                })
-                .parse();
-            if let Some(d) = reparsed.diagnostics.errors().next() {
-                return Err(ScriptError::new(
-                    ErrorCode::ScriptSyntaxError,
-                    Phase::Parsing,
-                    format!("not valid TypeScript: once its types are stripped it does not parse as JavaScript ({})", d.message),
-                )
-                .with_name("SyntaxError"));
-            }
-            code
-        }
+        Language::Typescript => match crate::typescript::blank_types(&source, &program)
+            .filter(|js| parses_as_javascript(js))
+        {
+            Some(js) => js,
+            None => strip_with_transformer(&allocator, scoping, &mut program)?,
+        },
     };
     Ok(Prepared {
         source,
@@ -243,6 +221,57 @@ fn prepare_unguarded(source: String, language: Language) -> Result<Prepared, Scr
         sha256,
         tools,
     })
+}
+
+fn parses_as_javascript(code: &str) -> bool {
+    let js = Allocator::default();
+    let parsed = Parser::new(&js, code, SourceType::mjs())
+        .with_options(ParseOptions {
+            allow_return_outside_function: true,
+            ..ParseOptions::default()
+        })
+        .parse();
+    parsed.diagnostics.errors().next().is_none() && !parsed.panicked
+}
+
+/// TypeScript with run-time meaning (`enum`, namespaces, parameter
+/// properties): oxc's transformer and code generator. The output's lines
+/// differ from the source's.
+fn strip_with_transformer<'a>(
+    allocator: &'a Allocator,
+    scoping: Scoping,
+    program: &mut oxc::ast::ast::Program<'a>,
+) -> Result<String, ScriptError> {
+    let options = TransformOptions::default();
+    let done = Transformer::new(allocator, Path::new("script.ts"), &options)
+        .build_with_scoping(scoping, program);
+    if let Some(d) = done.diagnostics.first() {
+        return Err(ScriptError::new(
+            ErrorCode::ScriptSyntaxError,
+            Phase::Parsing,
+            format!("TypeScript could not be stripped: {}", d.message),
+        ));
+    }
+    let code = Codegen::new().build(program).code;
+    // oxc's TypeScript parser accepts some inputs its JavaScript
+    // parser rejects (the fuzzer found `\/*\e*\a` stripped to
+    // ` *  * a`): what reaches the engine must be JavaScript.
+    let js = Allocator::default();
+    let reparsed = Parser::new(&js, &code, SourceType::mjs())
+        .with_options(ParseOptions {
+            allow_return_outside_function: true,
+            ..ParseOptions::default()
+        })
+        .parse();
+    if let Some(d) = reparsed.diagnostics.errors().next() {
+        return Err(ScriptError::new(
+            ErrorCode::ScriptSyntaxError,
+            Phase::Parsing,
+            format!("not valid TypeScript: once its types are stripped it does not parse as JavaScript ({})", d.message),
+        )
+        .with_name("SyntaxError"));
+    }
+    Ok(code)
 }
 
 /// 1-based line and column (in characters) of byte `offset`.
@@ -584,7 +613,7 @@ mod tests {
         .unwrap();
         assert!(!p.code.contains("interface"), "{}", p.code);
         assert!(!p.code.contains(": number"), "{}", p.code);
-        assert!(p.code.contains("return f(p.x)"), "{}", p.code);
+        assert!(p.code.contains("return f        (p.x)"), "{}", p.code);
         // Types are a syntax error in JavaScript.
         assert_eq!(code(ts), Some(ErrorCode::ScriptSyntaxError));
     }

@@ -1,0 +1,157 @@
+//! TypeScript on every engine: [`TypeScriptAware`] wraps any adapter and
+//! strips types before the adapter sees a script.
+//!
+//! With [`ScriptLanguage::Auto`] (the default) a script first runs as it
+//! is: JavaScript that parses pays nothing. Only when the engine rejects
+//! the script as a syntax error, before anything of it ran, is the source
+//! parsed as TypeScript (oxc, cached by hash in a [`Preparer`]); if that
+//! parses, the stripped script runs instead, else the engine's own syntax
+//! error (line and column of the original source) stands.
+//! [`ScriptLanguage::TypeScript`] strips first; [`ScriptLanguage::JavaScript`]
+//! never does.
+
+use crate::detect::Language;
+use crate::prepare::Preparer;
+use async_trait::async_trait;
+use harness_core::{
+    EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome, Phase,
+    ScriptError, ScriptLanguage, ScriptRuntimeAdapter,
+};
+use std::sync::Arc;
+
+/// An adapter that accepts TypeScript as well as JavaScript (see the
+/// [module docs](self)).
+///
+/// # Examples
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use harness_core::{ExecutionRequest, ScriptRuntimeAdapter};
+/// use harness_respond::language::TypeScriptAware;
+/// use std::sync::Arc;
+/// let engine = TypeScriptAware::new(Arc::new(harness_quickjs::QuickJs::new()));
+/// let r = engine.execute(ExecutionRequest::new("const xs: number[] = [1, 2]; return xs.length")).await;
+/// assert_eq!(r.value, Some(serde_json::json!(2)));
+/// # });
+/// ```
+#[derive(Clone)]
+pub struct TypeScriptAware {
+    inner: Arc<dyn ScriptRuntimeAdapter>,
+    preparer: Arc<Preparer>,
+}
+
+impl std::fmt::Debug for TypeScriptAware {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TypeScriptAware")
+            .field("engine", &self.inner.info().name)
+            .field("cache", &self.preparer.stats())
+            .finish()
+    }
+}
+
+impl TypeScriptAware {
+    /// Wraps `inner`, with a cache of 256 stripped scripts.
+    pub fn new(inner: Arc<dyn ScriptRuntimeAdapter>) -> Self {
+        TypeScriptAware {
+            inner,
+            preparer: Arc::new(Preparer::new(256, u64::MAX)),
+        }
+    }
+
+    /// The wrapped adapter.
+    pub fn inner(&self) -> &Arc<dyn ScriptRuntimeAdapter> {
+        &self.inner
+    }
+
+    /// The source with its types stripped (from the cache when this
+    /// script was stripped before).
+    fn strip(&self, source: &str) -> Result<String, ScriptError> {
+        self.preparer
+            .prepare(source.as_bytes(), Language::Typescript)
+            .map(|p| p.code.clone())
+    }
+
+    /// Whether a failed run is a syntax error of the whole script, found
+    /// before any of it ran.
+    fn rejected_unparsed(report: &ExecutionReport) -> bool {
+        report
+            .error
+            .as_ref()
+            .is_some_and(|e| e.code == ErrorCode::ScriptSyntaxError && e.phase == Phase::Parsing)
+            && report.tool_calls.is_empty()
+            && report.console.is_empty()
+    }
+}
+
+#[async_trait]
+impl ScriptRuntimeAdapter for TypeScriptAware {
+    fn info(&self) -> EngineInfo {
+        self.inner.info()
+    }
+
+    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+        match self.inner.check_syntax(source).await {
+            Err(e) if e.code == ErrorCode::ScriptSyntaxError => match self.strip(source) {
+                Ok(js) if js != source => self.inner.check_syntax(&js).await,
+                Ok(_) => Err(e),
+                Err(ts) if later(&ts, &e) => Err(ts),
+                Err(_) => Err(e),
+            },
+            other => other,
+        }
+    }
+
+    async fn execute(&self, mut request: ExecutionRequest) -> ExecutionReport {
+        match request.language {
+            ScriptLanguage::JavaScript => self.inner.execute(request).await,
+            ScriptLanguage::TypeScript => match self.strip(&request.source) {
+                Ok(js) => {
+                    request.source = js;
+                    self.inner.execute(request).await
+                }
+                Err(e) => ExecutionReport::failed(&self.inner.info().name, e),
+            },
+            _ => {
+                let retry = request.clone();
+                let report = self.inner.execute(request).await;
+                if !Self::rejected_unparsed(&report) {
+                    return report;
+                }
+                match self.strip(&retry.source) {
+                    Ok(js) if js != retry.source => {
+                        let mut retry = retry;
+                        retry.source = js;
+                        self.inner.execute(retry).await
+                    }
+                    Ok(_) => report,
+                    Err(ts) => further_error(report, ts),
+                }
+            }
+        }
+    }
+
+    async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
+        self.inner.eval_global(eval).await
+    }
+}
+
+/// Whether syntax error `a` is further into the script than `b`.
+pub(crate) fn later(a: &ScriptError, b: &ScriptError) -> bool {
+    match (a.location, b.location) {
+        (Some(a), Some(b)) => (a.line, a.column) > (b.line, b.column),
+        _ => false,
+    }
+}
+
+/// The script is neither JavaScript nor TypeScript. The parser that got
+/// further into it is the better guide: a JavaScript error at the first
+/// type annotation of a TypeScript script says less than the TypeScript
+/// parser's error further on.
+fn further_error(mut report: ExecutionReport, ts: ScriptError) -> ExecutionReport {
+    let replace = ts.code == ErrorCode::ScriptSyntaxError
+        && report.error.as_ref().is_some_and(|js| later(&ts, js));
+    if replace {
+        let metadata = report.error.as_ref().and_then(|e| e.metadata.clone());
+        report.error = Some(ScriptError { metadata, ..ts });
+    }
+    report
+}
