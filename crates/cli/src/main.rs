@@ -5,10 +5,11 @@
 
 use async_trait::async_trait;
 use clap::{Parser, Subcommand, ValueEnum};
+use harness::config::{ApprovalDefault, Config, Overrides};
 use harness::core::report::ConsoleLevel;
 use harness::{
-    ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny, EngineKind,
-    ExecutionReport, Harness, Isolation, Limits, Mode, ScriptError, ScriptLanguage, TaskLimits,
+    ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny, BuildError,
+    ExecutionReport, Harness, Isolation, Mode, ScriptError, ScriptLanguage,
 };
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -35,11 +36,33 @@ enum Command {
     /// Run the script blocks of a model response and print the resulting
     /// conversation items, in the response's order.
     Respond(RespondArgs),
+    /// Show or check the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Run a program in a session's workspace sandbox (WASI-QuickJS): the
     /// session directory is /app, `require('fs')` works inside it, and the
     /// result lists the files the program created or modified.
     #[cfg(feature = "wasi")]
     Sandbox(SandboxArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Print the effective configuration: every value and the layer it
+    /// came from (default, global, provider:NAME, override).
+    Show {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a configuration file (and each provider in it) without
+    /// running anything.
+    Check {
+        /// The file.
+        file: PathBuf,
+    },
 }
 
 #[cfg(feature = "wasi")]
@@ -76,12 +99,28 @@ struct SandboxArgs {
     file: String,
 }
 
+/// The configuration file and provider, shared by every command that runs
+/// or checks scripts.
+#[derive(clap::Args, Debug, Clone)]
+struct ConfigArgs {
+    /// Configuration file (TOML; see harness.example.toml). No file is
+    /// read unless named here or in HARNESS_CONFIG.
+    #[arg(long, value_name = "FILE", env = "HARNESS_CONFIG")]
+    config: Option<PathBuf>,
+    /// Apply the file's [providers.NAME] table over its global settings.
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
+}
+
 /// What `run` and `respond` share: the engine, tools, approvals, limits.
 #[derive(clap::Args, Debug)]
 struct EngineArgs {
-    /// Engine to run on (quickjs, boa, wasi; v8 in builds with `--features v8`).
-    #[arg(long, default_value = "quickjs")]
-    engine: String,
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Engine to run on (quickjs, boa, wasi; v8 in builds with `--features
+    /// v8`). Default: the configuration's, else quickjs.
+    #[arg(long)]
+    engine: Option<String>,
     /// Where the script runs: in_process, or process (a worker process the
     /// host kills on timeout). Default: the engine's (quickjs, v8:
     /// in_process; boa: process).
@@ -190,8 +229,9 @@ struct RespondArgs {
     engine: EngineArgs,
     /// enabled: run the blocks; dry-run: detect, prepare and check tool
     /// names, run nothing; disabled: leave blocks as text, with a notice.
-    #[arg(long, value_enum, default_value = "enabled")]
-    mode: ModeArg,
+    /// Default: the configuration's, else enabled.
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
     #[arg(long, value_enum, default_value = "items")]
     format: ItemFormat,
     /// Stream progress events as JSON lines on stderr.
@@ -207,8 +247,10 @@ struct RespondArgs {
 
 #[derive(clap::Args, Debug)]
 struct CheckArgs {
-    #[arg(long, default_value = "quickjs")]
-    engine: String,
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[arg(long)]
+    engine: Option<String>,
     /// Where the parser runs: in_process or process.
     #[arg(long, value_name = "ISOLATION")]
     isolation: Option<Isolation>,
@@ -240,11 +282,66 @@ fn read_input(file: &str) -> std::io::Result<Vec<u8>> {
     }
 }
 
-/// Parses the engine name and reads the script; a usage error otherwise.
-fn engine_and_input(engine: &str, file: &str) -> Result<(EngineKind, Vec<u8>), ExitCode> {
-    let engine: EngineKind = engine.parse().map_err(usage_error)?;
-    let bytes = read_input(file).map_err(|e| usage_error(format!("cannot read {file}: {e}")))?;
-    Ok((engine, bytes))
+/// Reads the script; a usage error otherwise.
+fn input(file: &str) -> Result<Vec<u8>, ExitCode> {
+    read_input(file).map_err(|e| usage_error(format!("cannot read {file}: {e}")))
+}
+
+/// The configuration: the file (if any), its provider (if asked), and the
+/// command line's flags as the override layer, checked against the
+/// ceilings. Any problem is a usage error (exit 2).
+fn load_config(args: &ConfigArgs, overrides: Overrides) -> Result<Config, ExitCode> {
+    let cfg = match &args.config {
+        Some(path) => Config::load(path).map_err(usage_error)?,
+        None => Config::defaults(),
+    };
+    let cfg = match &args.provider {
+        Some(p) => cfg.with_provider(p).map_err(usage_error)?,
+        None => cfg,
+    };
+    cfg.with_overrides(&overrides).map_err(usage_error)
+}
+
+/// The flags of `run` and `respond` as the override layer.
+fn flag_overrides(
+    args: &EngineArgs,
+    mode: Option<Mode>,
+    language: Option<ScriptLanguage>,
+) -> Result<Overrides, ExitCode> {
+    let mut o = Overrides::new();
+    let set = |o: Overrides, k: &str, v: serde_json::Value| o.set(k, v).map_err(usage_error);
+    if let Some(e) = &args.engine {
+        o = set(o, "engine", e.clone().into())?;
+    }
+    if let Some(i) = args.isolation {
+        o = set(o, "isolation", i.as_str().into())?;
+    }
+    if let Some(t) = args.timeout_ms {
+        o = set(o, "limits.timeout_ms", t.into())?;
+    }
+    if let Some(m) = args.memory_mb {
+        o = set(
+            o,
+            "limits.memory_bytes",
+            m.saturating_mul(1024 * 1024).into(),
+        )?;
+    }
+    if let Some(n) = args.max_tool_calls {
+        o = set(o, "limits.max_tool_calls", n.into())?;
+    }
+    if let Some(f) = args.fuel {
+        o = set(o, "limits.fuel", f.into())?;
+    }
+    if let Some(m) = mode {
+        o = set(o, "mode", serde_json::to_value(m).unwrap_or_default())?;
+    }
+    if let Some(l) = language {
+        o = set(o, "language", serde_json::to_value(l).unwrap_or_default())?;
+    }
+    if args.enable_spawn {
+        o = set(o, "spawn.enabled", true.into())?;
+    }
+    Ok(o)
 }
 
 /// Asks on the controlling terminal; denies when there is none.
@@ -306,46 +403,39 @@ fn has_terminal() -> bool {
     std::io::stderr().is_terminal() && std::fs::File::open("/dev/tty").is_ok()
 }
 
-/// Builds the harness `run` and `respond` use: built-in tools under the
-/// root, approvals from the flag or the terminal, limits from the flags.
-fn build_harness(
-    args: &EngineArgs,
-    engine: EngineKind,
-    mode: Mode,
-    language: ScriptLanguage,
-) -> Result<Harness, ExitCode> {
+/// Builds the harness `run` and `respond` use: the configuration with the
+/// flags on top, built-in tools under the root, approvals from the flag,
+/// the configuration or the terminal.
+fn build_harness(args: &EngineArgs, cfg: &Config) -> Result<Harness, ExitCode> {
     let tools = harness::builtin::registry(&args.root)
         .map_err(|e| usage_error(format!("cannot open root {}: {e}", args.root.display())))?;
-    let mut limits = Limits::default().with_isolation(args.isolation);
-    if let Some(t) = args.timeout_ms {
-        limits.timeout_ms = t;
-    }
-    if let Some(m) = args.memory_mb {
-        limits.memory_bytes = m.saturating_mul(1024 * 1024);
-    }
-    if let Some(n) = args.max_tool_calls {
-        limits.max_tool_calls = n;
-    }
-    limits.fuel = args.fuel;
-    let approvals: Arc<dyn ApprovalBridge> = match args.approve {
-        Some(Approve::Yes) => Arc::new(AutoApprove),
-        Some(Approve::No) => Arc::new(AutoDeny {
+    // Without a configured answer the CLI asks on its terminal.
+    let configured = cfg
+        .entries()
+        .iter()
+        .find(|e| e.key == "approvals.default")
+        .is_some_and(|e| e.layer != "default");
+    let approvals: Arc<dyn ApprovalBridge> = match (args.approve, cfg.settings().approvals.default)
+    {
+        (Some(Approve::Yes), _) => Arc::new(AutoApprove),
+        (Some(Approve::No), _) => Arc::new(AutoDeny {
             reason: Some("denied by --approve no".into()),
         }),
-        None if has_terminal() => Arc::new(TerminalApprover),
-        None => Arc::new(AutoDeny {
+        (None, ApprovalDefault::Approve) if configured => Arc::new(AutoApprove),
+        (None, ApprovalDefault::Deny) if configured => Arc::new(AutoDeny {
+            reason: Some("denied by the configuration (approvals.default)".into()),
+        }),
+        (None, _) if has_terminal() => Arc::new(TerminalApprover),
+        (None, _) => Arc::new(AutoDeny {
             reason: Some("no terminal to ask; pass --approve yes to allow".into()),
         }),
     };
     let root = args.root.canonicalize().unwrap_or(args.root.clone());
     let ctx = parse_context(args.context.as_deref()).map_err(usage_error)?;
-    let mut builder = Harness::builder()
-        .engine(engine)
+    let builder = cfg.builder().map_err(usage_error)?;
+    builder
         .tools(tools)
         .approvals(approvals)
-        .limits(limits)
-        .mode(mode)
-        .language(language)
         .context({
             let mut c = harness::ScriptContext::default()
                 .with_working_directory(
@@ -357,14 +447,12 @@ fn build_harness(
             c.conversation_id = ctx.conversation_id;
             c.session_id = ctx.session_id;
             c.turn_id = ctx.turn_id;
-            c.provider = ctx.provider;
+            c.provider = ctx.provider.or_else(|| cfg.provider().map(str::to_owned));
             c.model = ctx.model;
             c
-        });
-    if args.enable_spawn {
-        builder = builder.enable_spawn(TaskLimits::default());
-    }
-    builder.build().map_err(usage_error)
+        })
+        .build()
+        .map_err(usage_error)
 }
 
 /// Waits (at most `--detached-timeout-ms`) for the detached tasks the run
@@ -379,15 +467,19 @@ async fn finish_tasks(harness: &Harness, args: &EngineArgs, report: &mut Executi
 }
 
 async fn run(args: RunArgs) -> ExitCode {
-    let (engine, source) = match engine_and_input(&args.engine.engine, &args.file) {
-        Ok(v) => v,
+    let language = args.language.or_else(|| {
+        let l = ScriptLanguage::from_file_name(&args.file);
+        (l != ScriptLanguage::Auto).then_some(l)
+    });
+    let harness = match flag_overrides(&args.engine, None, language)
+        .and_then(|o| load_config(&args.engine.config, o))
+        .and_then(|cfg| build_harness(&args.engine, &cfg))
+    {
+        Ok(h) => h,
         Err(code) => return code,
     };
-    let language = args
-        .language
-        .unwrap_or_else(|| ScriptLanguage::from_file_name(&args.file));
-    let harness = match build_harness(&args.engine, engine, Mode::Enabled, language) {
-        Ok(h) => h,
+    let source = match input(&args.file) {
+        Ok(s) => s,
         Err(code) => return code,
     };
     let mut report = harness.run_bytes(&source).await;
@@ -408,8 +500,20 @@ async fn run(args: RunArgs) -> ExitCode {
 }
 
 async fn respond(args: RespondArgs) -> ExitCode {
-    let (engine, bytes) = match engine_and_input(&args.engine.engine, &args.file) {
-        Ok(v) => v,
+    let mode = args.mode.map(|m| match m {
+        ModeArg::Enabled => Mode::Enabled,
+        ModeArg::DryRun => Mode::DryRun,
+        ModeArg::Disabled => Mode::Disabled,
+    });
+    let harness = match flag_overrides(&args.engine, mode, None)
+        .and_then(|o| load_config(&args.engine.config, o))
+        .and_then(|cfg| build_harness(&args.engine, &cfg))
+    {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    let bytes = match input(&args.file) {
+        Ok(b) => b,
         Err(code) => return code,
     };
     let Ok(input) = String::from_utf8(bytes) else {
@@ -426,15 +530,6 @@ async fn respond(args: RespondArgs) -> ExitCode {
             }
         }
         _ => input,
-    };
-    let mode = match args.mode {
-        ModeArg::Enabled => Mode::Enabled,
-        ModeArg::DryRun => Mode::DryRun,
-        ModeArg::Disabled => Mode::Disabled,
-    };
-    let harness = match build_harness(&args.engine, engine, mode, ScriptLanguage::Auto) {
-        Ok(h) => h,
-        Err(code) => return code,
     };
     let orchestrator = harness.orchestrator(args.continue_on_error);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -579,14 +674,34 @@ fn print_error(e: &ScriptError) {
 }
 
 async fn check(args: CheckArgs) -> ExitCode {
-    let (engine, bytes) = match engine_and_input(&args.engine, &args.file) {
-        Ok(v) => v,
+    let mut o = Overrides::new();
+    if let Some(e) = &args.engine {
+        o = match o.set("engine", e.clone()) {
+            Ok(o) => o,
+            Err(e) => return usage_error(e),
+        };
+    }
+    if let Some(i) = args.isolation {
+        o = match o.set("isolation", i.as_str()) {
+            Ok(o) => o,
+            Err(e) => return usage_error(e),
+        };
+    }
+    let cfg = match load_config(&args.config, o) {
+        Ok(c) => c,
         Err(code) => return code,
     };
-    let limits = Limits::default().with_isolation(args.isolation);
-    let harness = match Harness::builder().engine(engine).limits(limits).build() {
+    let harness = match cfg
+        .builder()
+        .map_err(BuildError::from)
+        .and_then(|b| b.build())
+    {
         Ok(h) => h,
         Err(e) => return usage_error(e),
+    };
+    let bytes = match input(&args.file) {
+        Ok(b) => b,
+        Err(code) => return code,
     };
     let result =
         match harness::core::source::decode_source(&bytes, harness.limits().max_source_bytes) {
@@ -686,6 +801,78 @@ fn sandbox(args: SandboxArgs) -> ExitCode {
     }
 }
 
+fn config_command(cmd: ConfigCommand) -> ExitCode {
+    match cmd {
+        ConfigCommand::Show { config, json } => {
+            let cfg = match load_config(&config, Overrides::new()) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            if json {
+                let values: serde_json::Map<String, serde_json::Value> = cfg
+                    .entries()
+                    .iter()
+                    .map(|e| {
+                        (
+                            e.key.clone(),
+                            serde_json::json!({"value": e.value, "layer": e.layer}),
+                        )
+                    })
+                    .collect();
+                let out = serde_json::json!({
+                    "file": config.config.as_ref().map(|p| p.display().to_string()),
+                    "provider": cfg.provider(),
+                    "providers": cfg.providers().collect::<Vec<_>>(),
+                    "ceilings": cfg.ceilings(),
+                    "values": values,
+                });
+                println!("{out}");
+            } else {
+                println!(
+                    "# configuration: {}{}",
+                    harness::config::describe_source(config.config.as_ref()),
+                    cfg.provider()
+                        .map(|p| format!(", provider {p}"))
+                        .unwrap_or_default()
+                );
+                for e in cfg.entries() {
+                    println!("{e}");
+                }
+                for (k, v) in cfg.ceilings() {
+                    println!("ceilings.{k} = {v}");
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        ConfigCommand::Check { file } => {
+            let cfg = match Config::load(&file) {
+                Ok(c) => c,
+                Err(e) => return usage_error(e),
+            };
+            let providers: Vec<String> = cfg.providers().map(str::to_owned).collect();
+            for p in &providers {
+                if let Err(e) = cfg.with_provider(p).and_then(|c| c.builder()) {
+                    return usage_error(e);
+                }
+            }
+            if let Err(e) = cfg.builder() {
+                return usage_error(e);
+            }
+            println!(
+                "ok: {} is valid ({} provider(s){})",
+                file.display(),
+                providers.len(),
+                if providers.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", providers.join(", "))
+                }
+            );
+            ExitCode::SUCCESS
+        }
+    }
+}
+
 // Also this binary's own worker processes (the process boundary).
 harness::main! {
     fn main() -> ExitCode {
@@ -694,6 +881,7 @@ harness::main! {
                 Command::Run(a) => run(a).await,
                 Command::Check(a) => check(a).await,
                 Command::Respond(a) => respond(a).await,
+                Command::Config(c) => config_command(c),
                 #[cfg(feature = "wasi")]
                 Command::Sandbox(a) => sandbox(a),
             }

@@ -460,3 +460,110 @@ fn spawned_tasks_outlive_the_script_and_are_reported() {
         "{events}"
     );
 }
+
+/// The configuration file, as the issue that asked for it states it.
+#[test]
+fn config_layers_ceilings_and_checks_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("F.toml"),
+        "[limits]\ntimeout_ms = 30000\n\n[ceilings]\ntimeout_ms = 60000\n\n[providers.fast.limits]\ntimeout_ms = 5000\n",
+    )
+    .unwrap();
+    let o = harness(
+        &[
+            "config",
+            "show",
+            "--config",
+            "F.toml",
+            "--provider",
+            "fast",
+            "--json",
+        ],
+        "",
+        dir.path(),
+    );
+    let shown = json(&o);
+    assert_eq!(shown["values"]["limits.timeout_ms"]["value"], 5000);
+    assert_eq!(
+        shown["values"]["limits.timeout_ms"]["layer"],
+        "provider:fast"
+    );
+    assert_eq!(shown["values"]["limits.memory_bytes"]["layer"], "default");
+    // The provider's limit applies to a run (stopped at 5 s; a shorter
+    // override below shows the flag wins over the provider).
+    let o = harness(
+        &[
+            "run",
+            "--json",
+            "--config",
+            "F.toml",
+            "--provider",
+            "fast",
+            "-",
+        ],
+        "return context.sandbox.timeoutMs",
+        dir.path(),
+    );
+    assert_eq!(json(&o)["value"], 5000);
+    let o = harness(
+        &[
+            "run",
+            "--config",
+            "F.toml",
+            "--provider",
+            "fast",
+            "--timeout-ms",
+            "100000",
+            "-",
+        ],
+        "while (true) {}",
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("60000") && err.contains("limits.timeout_ms"),
+        "{err}"
+    );
+    let started = std::time::Instant::now();
+    let o = harness(
+        &[
+            "run",
+            "--json",
+            "--config",
+            "F.toml",
+            "--provider",
+            "fast",
+            "--timeout-ms",
+            "300",
+            "-",
+        ],
+        "while (true) {}",
+        dir.path(),
+    );
+    assert_eq!(json(&o)["error"]["code"], "ScriptTimeoutError");
+    assert!(started.elapsed() < std::time::Duration::from_secs(4));
+    // HARNESS_CONFIG names the file too.
+    let o = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["config", "show", "--json", "--provider", "fast"])
+        .env("HARNESS_CONFIG", dir.path().join("F.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(json(&o)["values"]["limits.timeout_ms"]["value"], 5000);
+    // check: a misspelt key is refused with a suggestion.
+    std::fs::write(dir.path().join("bad.toml"), "[limits]\ntimout_ms = 1\n").unwrap();
+    let o = harness(&["config", "check", "bad.toml"], "", dir.path());
+    assert_ne!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("did you mean `timeout_ms`?"));
+    let o = harness(&["config", "check", "F.toml"], "", dir.path());
+    assert_eq!(o.status.code(), Some(0));
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../harness.example.toml");
+    let o = harness(&["config", "check", example], "", dir.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -316,6 +316,11 @@ impl ToolRegistry {
         self.tools.get(name)
     }
 
+    /// Every pack's name, in order.
+    pub fn pack_names(&self) -> impl Iterator<Item = &str> {
+        self.packs.keys().map(String::as_str)
+    }
+
     /// The tools of the pack named `name`.
     pub fn pack(&self, name: &str) -> Option<&BTreeSet<String>> {
         self.packs.get(name)

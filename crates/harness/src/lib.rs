@@ -33,6 +33,7 @@
 pub mod builtin;
 #[cfg(feature = "cli-support")]
 pub mod cli_support;
+pub mod config;
 mod engine;
 
 pub use engine::{engines, serve_worker_if_requested, EngineKind, UnknownEngine};
@@ -72,6 +73,10 @@ pub enum BuildError {
     /// The worker binary for the process boundary could not be found.
     #[error("cannot locate the worker binary: {0}")]
     Worker(std::io::Error),
+    /// The configuration does not fit the tools (a `[tools.NAME]` for a
+    /// tool that does not exist).
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
 }
 
 /// A configured harness: one engine, one tool set, limits, mode and context.
@@ -281,6 +286,8 @@ pub struct HarnessBuilder {
     tasks: Option<Arc<DetachedTasks>>,
     no_retry: bool,
     worker: Option<ProcessOptions>,
+    pool: Option<(usize, u32)>,
+    tool_settings: std::collections::BTreeMap<String, config::ToolSettings>,
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -394,6 +401,25 @@ impl HarnessBuilder {
         self
     }
 
+    /// The worker-process pool of `isolation = process`: at most
+    /// `max_workers` processes, each replaced after `max_runs_per_worker`
+    /// runs (0: never).
+    pub fn workers(mut self, max_workers: usize, max_runs_per_worker: u32) -> Self {
+        self.pool = Some((max_workers, max_runs_per_worker));
+        self
+    }
+
+    /// Per-tool settings (`[tools.NAME]` of the configuration file): each
+    /// named tool of the registry gets its own timeout, approval rule and
+    /// output cap when the harness is built.
+    pub fn tool_settings(
+        mut self,
+        settings: std::collections::BTreeMap<String, config::ToolSettings>,
+    ) -> Self {
+        self.tool_settings = settings;
+        self
+    }
+
     /// Builds the harness: picks and starts the engine (worker processes for `isolation = process`).
     pub fn build(self) -> Result<Harness, BuildError> {
         let adapter = match self.adapter {
@@ -405,17 +431,50 @@ impl HarnessBuilder {
                     .isolation
                     .unwrap_or_else(|| engine.default_isolation());
                 let worker = self.worker;
-                engine.adapter_with(isolation, |name| match worker {
-                    Some(mut w) => {
-                        w.engine = name.to_owned();
-                        Ok(w)
+                let pool = self.pool;
+                engine.adapter_with(isolation, |name| {
+                    let mut w = match worker {
+                        Some(mut w) => {
+                            w.engine = name.to_owned();
+                            w
+                        }
+                        None => ProcessOptions::current_exe(name)?,
+                    };
+                    if let Some((max, runs)) = pool {
+                        w.max_workers = max.max(1);
+                        w.max_runs_per_worker = (runs > 0).then_some(runs);
                     }
-                    None => ProcessOptions::current_exe(name),
+                    Ok(w)
                 })?
             }
         };
+        let registry = self.registry.unwrap_or_default();
+        let registry = if self.tool_settings.is_empty() {
+            registry
+        } else {
+            if let Some(unknown) = self
+                .tool_settings
+                .keys()
+                .find(|n| registry.get(n).is_none())
+            {
+                return Err(BuildError::Config(config::ConfigError::Invalid {
+                    key: format!("tools.{unknown}"),
+                    source_name: "the configuration".into(),
+                    message: format!("there is no tool named `{unknown}`"),
+                }));
+            }
+            Arc::new(
+                config::apply_tool_settings(&registry, &self.tool_settings).map_err(|e| {
+                    BuildError::Config(config::ConfigError::Invalid {
+                        key: "tools".into(),
+                        source_name: "the configuration".into(),
+                        message: e.to_string(),
+                    })
+                })?,
+            )
+        };
         let tools = ToolSet {
-            registry: self.registry.unwrap_or_default(),
+            registry,
             allow: self.allow,
             approvals: self
                 .approvals

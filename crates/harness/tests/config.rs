@@ -1,0 +1,112 @@
+//! The configuration file applied: per-tool settings, exposure, spawn,
+//! per-turn overrides against ceilings.
+
+use harness::config::{Config, Overrides};
+use harness::{ErrorCode, FnTool, ToolRegistry};
+use serde_json::json;
+use std::time::Duration;
+
+fn tools() -> ToolRegistry {
+    let mut r = ToolRegistry::new();
+    r.register(FnTool::new(
+        "slow",
+        "sleeps 5 s",
+        json!({"type": "object"}),
+        |_, _| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(json!("late"))
+        },
+    ))
+    .unwrap();
+    r.register(FnTool::new(
+        "echo",
+        "echo",
+        json!({"type": "object"}),
+        |a, _| async move { Ok(a) },
+    ))
+    .unwrap();
+    r.register(FnTool::new(
+        "big",
+        "1 KiB",
+        json!({"type": "object"}),
+        |_, _| async { Ok(json!("x".repeat(1024))) },
+    ))
+    .unwrap();
+    r
+}
+
+const FILE: &str = r#"
+[expose]
+tools = ["slow", "echo", "big"]
+
+[tools.slow]
+timeout_ms = 100
+
+[tools.echo]
+needs_approval = true
+
+[tools.big]
+max_output_bytes = 100
+
+[ceilings]
+max_tool_calls = 40
+
+[providers.narrow.expose]
+tools = ["echo"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_tool_settings_apply_without_touching_the_run() {
+    let cfg = Config::from_toml_str(FILE, "test.toml").unwrap();
+    let h = cfg.builder().unwrap().tools(tools()).build().unwrap();
+    let r = h
+        .run("try { await tools.slow({}) } catch (e) { return [e.name, e.message] }")
+        .await;
+    let v = r.value.unwrap();
+    assert_eq!(v[0], "ToolExecutionError");
+    assert!(
+        v[1].as_str().unwrap().contains("tools.slow.timeout_ms"),
+        "{v}"
+    );
+    assert!(r.metrics.duration_ms < 2000.0);
+    // approvals.default is deny: echo now needs approval.
+    let r = h
+        .run("try { await tools.echo({}) } catch (e) { return e.name }")
+        .await;
+    assert_eq!(r.value, Some(json!("ApprovalDeniedError")));
+    let r = h
+        .run("try { await tools.big({}) } catch (e) { return e.message }")
+        .await;
+    assert!(r
+        .value
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .contains("max_output_bytes is 100"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn providers_narrow_exposure_and_overrides_respect_ceilings() {
+    let cfg = Config::from_toml_str(FILE, "test.toml").unwrap();
+    let narrow = cfg.with_provider("narrow").unwrap();
+    let h = narrow.builder().unwrap().tools(tools()).build().unwrap();
+    let r = h.run("return context.capabilities.tools").await;
+    assert_eq!(r.value, Some(json!(["echo"])));
+    let turn = narrow
+        .with_overrides(&Overrides::new().set("limits.max_tool_calls", 40).unwrap())
+        .unwrap();
+    let h = turn.builder().unwrap().tools(tools()).build().unwrap();
+    assert_eq!(
+        h.run("return context.limits.maxToolCalls").await.value,
+        Some(json!(40))
+    );
+    let e = narrow
+        .with_overrides(&Overrides::new().set("limits.max_tool_calls", 41).unwrap())
+        .unwrap_err();
+    assert!(e.to_string().contains("ceiling of 40"), "{e}");
+    // A [tools.NAME] for a tool the registry lacks is refused at build.
+    let cfg = Config::from_toml_str("[tools.nope]\ntimeout_ms = 1\n", "t.toml").unwrap();
+    let err = cfg.builder().unwrap().tools(tools()).build().unwrap_err();
+    assert!(err.to_string().contains("nope"), "{err}");
+    let _ = ErrorCode::ALL;
+}
