@@ -154,6 +154,10 @@ struct EngineArgs {
     /// `tools.spawn` is undefined).
     #[arg(long)]
     enable_spawn: bool,
+    /// Append one JSON line per run to FILE (script id, source SHA-256,
+    /// provider, outcome, durations, tool calls, approvals).
+    #[arg(long, value_name = "FILE")]
+    audit_log: Option<PathBuf>,
     /// How long to wait for the detached tasks scripts started before
     /// exiting; tasks still running then are cancelled.
     #[arg(long, value_name = "MS", default_value_t = 60_000)]
@@ -432,7 +436,12 @@ fn build_harness(args: &EngineArgs, cfg: &Config) -> Result<Harness, ExitCode> {
     };
     let root = args.root.canonicalize().unwrap_or(args.root.clone());
     let ctx = parse_context(args.context.as_deref()).map_err(usage_error)?;
-    let builder = cfg.builder().map_err(usage_error)?;
+    let mut builder = cfg.builder().map_err(usage_error)?;
+    if let Some(path) = &args.audit_log {
+        let log = harness::audit::AuditLog::open(path)
+            .map_err(|e| usage_error(format!("cannot open audit log {}: {e}", path.display())))?;
+        builder = builder.audit_log(Arc::new(log));
+    }
     builder
         .tools(tools)
         .approvals(approvals)

@@ -567,3 +567,69 @@ fn config_layers_ceilings_and_checks_from_the_command_line() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// The audit log holds whole lines only, even when the process is killed
+/// in the middle of a run.
+#[test]
+fn the_audit_log_survives_a_kill_with_whole_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let log_arg = log.to_str().unwrap();
+    let o = harness(
+        &[
+            "run",
+            "--audit-log",
+            log_arg,
+            "--context",
+            r#"{"provider": "acme"}"#,
+            "-",
+        ],
+        "await tools.list_dir({path: '.'}); return 1",
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let response = "<tool-calls>\nreturn 1\n</tool-calls>\n<tool-calls>\nnull.x\n</tool-calls>";
+    let o = harness(
+        &[
+            "respond",
+            "--continue-on-error",
+            "--audit-log",
+            log_arg,
+            "-",
+        ],
+        response,
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    // A run killed mid-way writes nothing.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["run", "--audit-log", log_arg, "--timeout-ms", "60000", "-"])
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"while (true) {}")
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.ends_with('\n'));
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(lines[0]["provider"], "acme");
+    assert_eq!(lines[0]["outcome"], "ok");
+    assert_eq!(lines[0]["tool_calls"][0]["tool"], "list_dir");
+    assert_eq!(lines[0]["sha256"].as_str().unwrap().len(), 64);
+    assert!(lines[0]["script_id"].as_str().unwrap().starts_with("scr_"));
+    assert_eq!(lines[2]["outcome"], "ScriptRuntimeError");
+}

@@ -294,6 +294,11 @@ pub struct ExecutionRequest {
     /// turns `tools.spawn` off: it is `undefined` to the script.
     #[serde(skip)]
     pub tasks: Option<Arc<crate::tasks::DetachedTasks>>,
+    /// The host's span this run's `script_run` span belongs under (the
+    /// run happens on another thread, where the current span is not the
+    /// host's).
+    #[serde(skip)]
+    pub trace: Option<tracing::Span>,
 }
 
 /// Live events of one run, called on the run's host thread as they happen

@@ -384,6 +384,17 @@ pub fn run_script<E: Engine + ?Sized>(
     let (tx, rx) = mpsc::channel::<LoopEvent>();
 
     let config = prelude_config(&request, &facade, &script_id);
+    // One span per run (no source, no arguments at info level); tool calls
+    // are spans inside it. A host's span in the request is the parent.
+    let span = tracing::info_span!(
+        parent: request.trace.as_ref().and_then(|s| s.id()),
+        "script_run",
+        script_id = %script_id,
+        engine = engine_name,
+        provider = request.context.provider.as_deref().unwrap_or(""),
+        outcome = tracing::field::Empty,
+    );
+    let _entered = span.enter();
     let setup = EngineSetup {
         prelude: PRELUDE,
         config_json: &config,
@@ -409,6 +420,9 @@ pub fn run_script<E: Engine + ?Sized>(
     let pending_at_end = host.borrow().tracker.pending_count() as u32;
     let timed_out = matches!(end, End::Timeout);
     let orphans = wind_down(&host, &rx, &limits);
+    if !orphans.is_empty() {
+        tracing::warn!(orphans = orphans.len(), calls = %orphans.join(", "), "tool calls left pending at the end of the script were cancelled");
+    }
 
     // An engine that hit a fault, was stopped, or ran out of memory (even
     // if the script caught it) is not trusted with another run.
@@ -443,6 +457,8 @@ pub fn run_script<E: Engine + ?Sized>(
         (value, error),
         (memory_used, fuel_consumed),
     );
+    crate::telemetry::record_run(&report, orphans.len());
+    span.record("outcome", crate::telemetry::outcome(report.code()));
     RunOutput {
         report,
         engine_tainted,
@@ -809,7 +825,25 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 line: at.map(|l| l.line),
                 column: at.map(|l| l.column),
             };
-            let mut fut = Box::pin(self.facade.clone().call(site, name, args, token));
+            let span = tracing::info_span!(
+                "tool_call",
+                tool = %name,
+                call_id = id,
+                outcome = tracing::field::Empty,
+            );
+            let call = self.facade.clone().call(site, name, args, token);
+            let mut fut = Box::pin(tracing::Instrument::instrument(
+                async move {
+                    let outcome = call.await;
+                    let label = match &outcome {
+                        Ok(_) => "ok",
+                        Err(f) => f.code.as_str(),
+                    };
+                    tracing::Span::current().record("outcome", label);
+                    outcome
+                },
+                span,
+            ));
             let first = {
                 let _rt = self.tokio.enter();
                 let mut cx = Context::from_waker(Waker::noop());
@@ -871,6 +905,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 line: t.at.map(|l| l.line),
                 column: t.at.map(|l| l.column),
             };
+            let tool_name = t.tool.clone();
             self.tokio.spawn(async move {
                 let started = Instant::now();
                 let call = facade.call_until(site, t.tool, t.args, t.cancel.clone(), deadline);
@@ -908,7 +943,14 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                         }),
                     ),
                 };
-                tasks.finish(&t.id, status, result, error, ms(started.elapsed()));
+                let took = ms(started.elapsed());
+                let label = match &outcome {
+                    Ok(_) => "ok",
+                    Err(f) if f.code == ErrorCode::ScriptCancelledError => "cancelled",
+                    Err(f) => f.code.as_str(),
+                };
+                crate::telemetry::record_tool_call(&tool_name, label, took);
+                tasks.finish(&t.id, status, result, error, took);
                 if let (Some(o), Some(task)) = (observer, tasks.get(&t.id)) {
                     o.0.task_finished(&task);
                 }

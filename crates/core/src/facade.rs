@@ -303,6 +303,14 @@ impl ToolFacade {
         if let Ok(mut last) = self.last_request_id.lock() {
             *last = Some(req.request_id.clone());
         }
+        metrics::counter!("approval_request_count", "tool" => name.to_owned()).increment(1);
+        tracing::info!(
+            request_id = %req.request_id,
+            script_id = %req.script_id,
+            tool = name,
+            line = req.line,
+            "approval requested"
+        );
         let started = Instant::now();
         let answer = tokio::select! {
             a = tokio::time::timeout(self.limits.approval_timeout(), self.tools.approvals.request(&req)) => Some(a),
@@ -334,6 +342,17 @@ impl ToolFacade {
             ),
             None => (ApprovalOutcome::Cancelled, None, Err(cancelled(name))),
         };
+        let refused = match outcome {
+            ApprovalOutcome::Approved => None,
+            ApprovalOutcome::Denied => Some("denied"),
+            ApprovalOutcome::TimedOut => Some("timed_out"),
+            _ => Some("cancelled"),
+        };
+        if let Some(how) = refused {
+            metrics::counter!("approval_denial_count", "tool" => name.to_owned(), "outcome" => how)
+                .increment(1);
+        }
+        tracing::info!(request_id = %req.request_id, tool = name, outcome = ?outcome, "approval answered");
         if let Ok(mut a) = self.approvals.lock() {
             a.push(ApprovalRecord {
                 request_id: req.request_id.clone(),

@@ -22,6 +22,7 @@ pub mod report;
 mod sinks;
 pub mod source;
 pub mod tasks;
+pub mod telemetry;
 pub mod tool;
 mod tracker;
 mod watchdog;

@@ -282,6 +282,7 @@ impl DetachedTasks {
                 cancel: cancel.clone(),
             },
         );
+        metrics::gauge!("detached_tasks_running").increment(1.0);
         Ok((id, cancel))
     }
 
@@ -310,6 +311,7 @@ impl DetachedTasks {
             let ended = e.state.borrow().clone();
             ended
         };
+        metrics::gauge!("detached_tasks_running").decrement(1.0);
         self.prune(id);
         if let Ok(mut l) = self.listeners.lock() {
             l.retain(|tx| tx.send(ended.clone()).is_ok());

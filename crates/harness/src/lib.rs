@@ -29,12 +29,15 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod audit;
 #[cfg(feature = "builtin-tools")]
 pub mod builtin;
 #[cfg(feature = "cli-support")]
 pub mod cli_support;
 pub mod config;
 mod engine;
+#[cfg(feature = "prometheus")]
+pub mod telemetry;
 
 pub use engine::{engines, serve_worker_if_requested, EngineKind, UnknownEngine};
 /// The engine-neutral core crate. Everything a user of the harness needs is
@@ -91,6 +94,7 @@ pub struct Harness {
     language: ScriptLanguage,
     tasks: Option<Arc<DetachedTasks>>,
     retry_internal: bool,
+    audit: Option<Arc<audit::AuditLog>>,
 }
 
 impl fmt::Debug for Harness {
@@ -164,6 +168,7 @@ impl Harness {
             cancel,
             observer: None,
             tasks: self.tasks.clone(),
+            trace: Some(tracing::Span::current()),
         };
         self.execute(request).await
     }
@@ -172,6 +177,17 @@ impl Harness {
     /// once on HarnessInternalError when that is safe (see
     /// [`HarnessBuilder::retry_internal_errors`]).
     pub async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+        let Some(audit) = &self.audit else {
+            return self.execute_with_retry(request).await;
+        };
+        let source = request.source.clone();
+        let provider = request.context.provider.clone();
+        let report = self.execute_with_retry(request).await;
+        audit.record(&source, provider.as_deref(), &report);
+        report
+    }
+
+    async fn execute_with_retry(&self, request: ExecutionRequest) -> ExecutionReport {
         if !self.retry_internal {
             return self.adapter.execute(request).await;
         }
@@ -180,6 +196,10 @@ impl Harness {
         if !safe_to_retry(&report) || again.cancel.is_cancelled() {
             return report;
         }
+        tracing::warn!(
+            script_id = %report.script_id,
+            "the run ended in HarnessInternalError with no effects; running it once more on a fresh engine"
+        );
         let mut second = self.adapter.execute(again).await;
         second.retried = true;
         second
@@ -230,7 +250,8 @@ impl Harness {
     /// ```
     pub fn orchestrator(&self, continue_on_error: bool) -> harness_respond::Orchestrator {
         harness_respond::Orchestrator::new(
-            self.adapter.clone(),
+            // Blocks run as `Harness::execute` runs them: retried and audited.
+            Arc::new(Runs(self.clone())),
             self.tools.clone(),
             harness_respond::Options {
                 mode: self.mode,
@@ -288,6 +309,7 @@ pub struct HarnessBuilder {
     worker: Option<ProcessOptions>,
     pool: Option<(usize, u32)>,
     tool_settings: std::collections::BTreeMap<String, config::ToolSettings>,
+    audit: Option<Arc<audit::AuditLog>>,
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -401,6 +423,12 @@ impl HarnessBuilder {
         self
     }
 
+    /// Appends one line per run to `log` (see [`audit::AuditLog`]).
+    pub fn audit_log(mut self, log: Arc<audit::AuditLog>) -> Self {
+        self.audit = Some(log);
+        self
+    }
+
     /// The worker-process pool of `isolation = process`: at most
     /// `max_workers` processes, each replaced after `max_runs_per_worker`
     /// runs (0: never).
@@ -489,11 +517,28 @@ impl HarnessBuilder {
             language: self.language,
             tasks: self.tasks,
             retry_internal: !self.no_retry,
+            audit: self.audit,
             tools,
             limits: self.limits,
             mode: self.mode,
             context: self.context,
         })
+    }
+}
+
+/// A harness as an adapter: every run goes through [`Harness::execute`].
+struct Runs(Harness);
+
+#[async_trait::async_trait]
+impl ScriptRuntimeAdapter for Runs {
+    fn info(&self) -> EngineInfo {
+        self.0.adapter.info()
+    }
+    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+        self.0.adapter.check_syntax(source).await
+    }
+    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+        self.0.execute(request).await
     }
 }
 

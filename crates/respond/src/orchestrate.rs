@@ -337,6 +337,7 @@ impl Orchestrator {
             // Already JavaScript: its types, if any, were stripped above.
             language: harness_core::ScriptLanguage::JavaScript,
             tasks: self.options.tasks.clone(),
+            trace: None,
             limits: self.options.limits.clone(),
             context: self.options.context.clone(),
             mode: self.options.mode,

@@ -590,7 +590,13 @@ impl Slot {
     fn take(&mut self) -> Result<Proc, String> {
         match self.proc.take() {
             Some(p) if p.alive() => Ok(p),
-            _ => self.spawn(),
+            Some(_) => {
+                // The prepared worker died while idle.
+                metrics::counter!("worker_restarts_total", "engine" => self.opts.engine.clone())
+                    .increment(1);
+                self.spawn()
+            }
+            None => self.spawn(),
         }
     }
 
@@ -621,6 +627,12 @@ impl Slot {
         let out = run_script(&mut engine, &self.opts.engine, request, tokio);
         respond(out.report);
         self.proc = engine.into_reusable(self.opts.start_timeout);
+        if self.proc.is_none() {
+            // Killed (deadline, cancel) or dead: a fresh one replaces it.
+            metrics::counter!("worker_restarts_total", "engine" => self.opts.engine.clone())
+                .increment(1);
+            tracing::info!(engine = %self.opts.engine, "worker process replaced after a kill or death");
+        }
         if let Some(p) = &mut self.proc {
             p.runs = p.runs.saturating_add(1);
             if self
@@ -630,6 +642,8 @@ impl Slot {
             {
                 // Dropping it kills and reaps it; a fresh one follows.
                 self.proc = None;
+                metrics::counter!("worker_restarts_total", "engine" => self.opts.engine.clone())
+                    .increment(1);
             }
         }
         self.prewarm();

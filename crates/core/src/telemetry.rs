@@ -1,0 +1,54 @@
+//! Metrics (through the `metrics` facade) and tracing for operators. The
+//! names are a contract: dashboards are built on them.
+//!
+//! | name | kind | labels |
+//! |---|---|---|
+//! | `script_execution_duration_ms` | histogram | `engine`, `outcome` (`ok` or the error code) |
+//! | `script_runs_total` | counter | `engine`, `outcome` |
+//! | `tool_call_duration_ms` | histogram | `tool`, `outcome` |
+//! | `tool_calls_total` | counter | `tool`, `outcome` |
+//! | `orphaned_promise_count` | counter | |
+//! | `approval_request_count` | counter | `tool` |
+//! | `approval_denial_count` | counter | `tool`, `outcome` (`denied`, `timed_out`, `cancelled`) |
+//! | `detached_tasks_running` | gauge | |
+//! | `worker_restarts_total` | counter | `engine` |
+//!
+//! Nothing is recorded unless the host installs a recorder (a Prometheus
+//! exporter: `harness::telemetry`).
+
+use crate::error::ErrorCode;
+use crate::report::{CallStatus, ExecutionReport};
+
+/// `ok`, or the error code.
+pub(crate) fn outcome(code: Option<ErrorCode>) -> &'static str {
+    code.map_or("ok", ErrorCode::as_str)
+}
+
+/// One finished run: its duration, outcome and tool calls.
+pub(crate) fn record_run(report: &ExecutionReport, orphans: usize) {
+    let engine = report.metrics.engine.clone();
+    let out = outcome(report.code());
+    metrics::histogram!("script_execution_duration_ms", "engine" => engine.clone(), "outcome" => out)
+        .record(report.metrics.duration_ms);
+    metrics::counter!("script_runs_total", "engine" => engine, "outcome" => out).increment(1);
+    for c in &report.tool_calls {
+        let out = match c.status {
+            CallStatus::Ok => "ok",
+            CallStatus::Cancelled => "cancelled",
+            CallStatus::Detached => "detached",
+            _ => outcome(c.error.as_ref().map(|e| e.code)),
+        };
+        record_tool_call(&c.tool, out, c.duration_ms);
+    }
+    if orphans > 0 {
+        metrics::counter!("orphaned_promise_count").increment(orphans as u64);
+    }
+}
+
+/// One finished tool call (of a run, or a detached task).
+pub(crate) fn record_tool_call(tool: &str, outcome: &'static str, duration_ms: f64) {
+    metrics::histogram!("tool_call_duration_ms", "tool" => tool.to_owned(), "outcome" => outcome)
+        .record(duration_ms);
+    metrics::counter!("tool_calls_total", "tool" => tool.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
