@@ -154,6 +154,11 @@ struct EngineArgs {
     /// `tools.spawn` is undefined).
     #[arg(long)]
     enable_spawn: bool,
+    /// The caller's W3C trace context (`00-<trace id>-<span id>-<flags>`):
+    /// the run's spans join that trace (exported over OTLP when
+    /// OTEL_EXPORTER_OTLP_ENDPOINT is set).
+    #[arg(long, value_name = "TRACEPARENT", env = "TRACEPARENT")]
+    traceparent: Option<String>,
     /// Append one JSON line per run to FILE (script id, source SHA-256,
     /// provider, outcome, durations, tool calls, approvals).
     #[arg(long, value_name = "FILE")]
@@ -461,6 +466,10 @@ fn build_harness(args: &EngineArgs, cfg: &Config) -> Result<Harness, ExitCode> {
             c
         })
         .build()
+        .map(|h| match &args.traceparent {
+            Some(tp) => h.with_traceparent(tp.clone()),
+            None => h,
+        })
         .map_err(usage_error)
 }
 

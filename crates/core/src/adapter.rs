@@ -299,6 +299,10 @@ pub struct ExecutionRequest {
     /// host's).
     #[serde(skip)]
     pub trace: Option<tracing::Span>,
+    /// The caller's W3C `traceparent`: the `harness` facade makes the
+    /// run's spans part of that trace.
+    #[serde(skip)]
+    pub traceparent: Option<String>,
 }
 
 /// Live events of one run, called on the run's host thread as they happen

@@ -25,7 +25,7 @@ where
             };
         }
     };
-    init_logging();
+    let _otlp = init_logging();
     match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -39,14 +39,47 @@ where
     }
 }
 
+/// What keeps exported spans flowing until the program ends (flushes on drop).
+#[cfg(feature = "otlp")]
+pub type LoggingGuard = Option<crate::telemetry::OtlpGuard>;
+/// What keeps exported spans flowing until the program ends (flushes on drop).
+#[cfg(not(feature = "otlp"))]
+pub type LoggingGuard = Option<()>;
+
 /// Logs to stderr with tracing-subscriber's env filter (`RUST_LOG`, e.g.
-/// `RUST_LOG=harness_core=info`); warnings and errors by default.
-pub fn init_logging() {
+/// `RUST_LOG=harness_core=info`); warnings and errors by default. With the
+/// `otlp` feature and `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) set, every span is also shipped
+/// to that collector; keep the guard until the program ends.
+pub fn init_logging() -> LoggingGuard {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .try_init();
+        .with_filter(filter);
+    #[cfg(feature = "otlp")]
+    if crate::telemetry::otlp_configured() {
+        match crate::telemetry::otlp_layer() {
+            Ok((layer, guard)) => {
+                // Spans of the harness go to the collector whatever RUST_LOG says.
+                let layer = layer.with_filter(
+                    tracing_subscriber::filter::Targets::new()
+                        .with_target("harness", tracing::Level::INFO)
+                        .with_target("harness_core", tracing::Level::INFO),
+                );
+                let _ = tracing_subscriber::registry()
+                    .with(fmt)
+                    .with(layer)
+                    .try_init();
+                return Some(guard);
+            }
+            Err(e) => eprintln!("harness: OTLP export is off: {e}"),
+        }
+    }
+    let _ = tracing_subscriber::registry().with(fmt).try_init();
+    None
 }

@@ -36,7 +36,7 @@ pub mod builtin;
 pub mod cli_support;
 pub mod config;
 mod engine;
-#[cfg(feature = "prometheus")]
+#[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub mod telemetry;
 
 pub use engine::{engines, serve_worker_if_requested, EngineKind, UnknownEngine};
@@ -95,6 +95,7 @@ pub struct Harness {
     tasks: Option<Arc<DetachedTasks>>,
     retry_internal: bool,
     audit: Option<Arc<audit::AuditLog>>,
+    traceparent: Option<String>,
 }
 
 impl fmt::Debug for Harness {
@@ -169,6 +170,7 @@ impl Harness {
             observer: None,
             tasks: self.tasks.clone(),
             trace: Some(tracing::Span::current()),
+            traceparent: self.traceparent.clone(),
         };
         self.execute(request).await
     }
@@ -176,7 +178,18 @@ impl Harness {
     /// Runs a request you built (its engine is this harness's), retrying
     /// once on HarnessInternalError when that is safe (see
     /// [`HarnessBuilder::retry_internal_errors`]).
-    pub async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+    pub async fn execute(&self, mut request: ExecutionRequest) -> ExecutionReport {
+        // A caller's W3C traceparent: the run's spans join its trace.
+        if let Some(tp) = request.traceparent.as_deref() {
+            #[cfg(feature = "otlp")]
+            {
+                request.trace = Some(telemetry::span_from_traceparent(tp));
+            }
+            #[cfg(not(feature = "otlp"))]
+            {
+                request.trace = Some(tracing::info_span!("harness_run", traceparent = tp));
+            }
+        }
         let Some(audit) = &self.audit else {
             return self.execute_with_retry(request).await;
         };
@@ -203,6 +216,16 @@ impl Harness {
         let mut second = self.adapter.execute(again).await;
         second.retried = true;
         second
+    }
+
+    /// The same harness, its runs part of the caller's trace: `traceparent`
+    /// is a W3C trace context header (`00-<trace id>-<span id>-<flags>`).
+    /// With the `otlp` feature the runs' spans are exported under it.
+    pub fn with_traceparent(&self, traceparent: impl Into<String>) -> Harness {
+        Harness {
+            traceparent: Some(traceparent.into()),
+            ..self.clone()
+        }
     }
 
     /// The detached tasks runs start with `tools.spawn`, when enabled.
@@ -259,6 +282,7 @@ impl Harness {
                 limits: self.limits.clone(),
                 context: self.context.clone(),
                 tasks: self.tasks.clone(),
+                traceparent: self.traceparent.clone(),
             },
         )
     }
@@ -518,6 +542,7 @@ impl HarnessBuilder {
             tasks: self.tasks,
             retry_internal: !self.no_retry,
             audit: self.audit,
+            traceparent: None,
             tools,
             limits: self.limits,
             mode: self.mode,

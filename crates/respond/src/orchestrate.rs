@@ -76,6 +76,8 @@ pub struct Options {
     pub context: ScriptContext,
     /// Where `tools.spawn` starts detached tasks; `None` turns it off.
     pub tasks: Option<Arc<DetachedTasks>>,
+    /// The caller's W3C `traceparent`, for every block's run.
+    pub traceparent: Option<String>,
 }
 
 impl Default for Options {
@@ -86,6 +88,7 @@ impl Default for Options {
             limits: Limits::default(),
             context: ScriptContext::default(),
             tasks: None,
+            traceparent: None,
         }
     }
 }
@@ -338,6 +341,7 @@ impl Orchestrator {
             language: harness_core::ScriptLanguage::JavaScript,
             tasks: self.options.tasks.clone(),
             trace: None,
+            traceparent: self.options.traceparent.clone(),
             limits: self.options.limits.clone(),
             context: self.options.context.clone(),
             mode: self.options.mode,
