@@ -575,8 +575,10 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
         self.pool.ask(move |t| t.check(&source)).await?
     }
 
-    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+    async fn execute(&self, mut request: ExecutionRequest) -> ExecutionReport {
         let name = self.name;
+        // Where it runs, for the run's span.
+        request.limits.isolation = Some(Isolation::InProcess);
         self.pool
             .execute(name, request, move |thread, request, tokio, reply| {
                 let mut job = Some((request, reply));

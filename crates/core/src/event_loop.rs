@@ -391,6 +391,7 @@ pub fn run_script<E: Engine + ?Sized>(
         "script_run",
         script_id = %script_id,
         engine = engine_name,
+        isolation = request.limits.isolation.map_or("", |i| i.as_str()),
         provider = request.context.provider.as_deref().unwrap_or(""),
         outcome = tracing::field::Empty,
     );

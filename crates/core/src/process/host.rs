@@ -781,7 +781,9 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
         }
     }
 
-    async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+    async fn execute(&self, mut request: ExecutionRequest) -> ExecutionReport {
+        // Where it runs, for the run's span.
+        request.limits.isolation = Some(crate::limits::Isolation::Process);
         self.pool
             .execute(&self.opts.engine, request, |s, request, tokio, reply| {
                 s.execute(request, tokio, |report| reply.send(report))
