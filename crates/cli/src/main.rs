@@ -39,11 +39,38 @@ enum Command {
     /// Show or check the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// List the tools a script may call: names, schemas, TypeScript
+    /// declarations, or a ranked search.
+    Tools(ToolsArgs),
     /// Run a program in a session's workspace sandbox (WASI-QuickJS): the
     /// session directory is /app, `require('fs')` works inside it, and the
     /// result lists the files the program created or modified.
     #[cfg(feature = "wasi")]
     Sandbox(SandboxArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ToolsArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Root directory the built-in tools are confined to.
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+    /// Only the tools of these packs (repeatable).
+    #[arg(long = "pack", value_name = "PACK")]
+    packs: Vec<String>,
+    /// Print TypeScript declarations (`declare const tools: {…}`, `context`, `console`).
+    #[arg(long)]
+    typescript: bool,
+    /// With --typescript or --json: only these tools (repeatable).
+    #[arg(long = "only", value_name = "NAME")]
+    only: Vec<String>,
+    /// Print the tools with their schemas as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Rank the tools by how well their name and description match QUERY.
+    #[arg(long, value_name = "QUERY")]
+    search: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -159,6 +186,10 @@ struct EngineArgs {
     /// OTEL_EXPORTER_OTLP_ENDPOINT is set).
     #[arg(long, value_name = "TRACEPARENT", env = "TRACEPARENT")]
     traceparent: Option<String>,
+    /// Expose only the tools of these packs (repeatable), instead of the
+    /// configuration's [expose].
+    #[arg(long = "pack", value_name = "PACK")]
+    packs: Vec<String>,
     /// Append one JSON line per run to FILE (script id, source SHA-256,
     /// provider, outcome, durations, tool calls, approvals).
     #[arg(long, value_name = "FILE")]
@@ -258,6 +289,17 @@ struct RespondArgs {
 struct CheckArgs {
     #[command(flatten)]
     config: ConfigArgs,
+    /// Also type-check the script against the tools' TypeScript
+    /// declarations with `tsc` (HARNESS_TSC, else `tsc` on PATH); the
+    /// script is checked as the body of an async function.
+    #[arg(long)]
+    types: bool,
+    /// With --types: the root of the built-in tools the declarations describe.
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+    /// With --types: only the tools of these packs.
+    #[arg(long = "pack", value_name = "PACK")]
+    packs: Vec<String>,
     #[arg(long)]
     engine: Option<String>,
     /// Where the parser runs: in_process or process.
@@ -349,6 +391,10 @@ fn flag_overrides(
     }
     if args.enable_spawn {
         o = set(o, "spawn.enabled", true.into())?;
+    }
+    if !args.packs.is_empty() {
+        o = set(o, "expose.packs", args.packs.clone().into())?;
+        o = set(o, "expose.tools", serde_json::json!([]))?;
     }
     Ok(o)
 }
@@ -723,7 +769,13 @@ async fn check(args: CheckArgs) -> ExitCode {
     };
     let result =
         match harness::core::source::decode_source(&bytes, harness.limits().max_source_bytes) {
-            Ok(src) => harness.check(&src).await,
+            Ok(src) => match harness.check(&src).await {
+                Ok(()) if args.types => match type_check(&args, &cfg, &src) {
+                    Ok(r) => r,
+                    Err(code) => return code,
+                },
+                other => other,
+            },
             Err(e) => Err(e),
         };
     if args.json {
@@ -819,6 +871,166 @@ fn sandbox(args: SandboxArgs) -> ExitCode {
     }
 }
 
+/// The harness `tools` and `check --types` describe: the configuration's
+/// tools (the built-ins under `root`), narrowed to `packs` when given.
+fn described(cfg: &Config, root: &std::path::Path, packs: &[String]) -> Result<Harness, ExitCode> {
+    let tools = harness::builtin::registry(root)
+        .map_err(|e| usage_error(format!("cannot open root {}: {e}", root.display())))?;
+    let mut b = cfg.builder().map_err(usage_error)?.tools(tools);
+    if !packs.is_empty() {
+        b = b.allow(harness::Allowlist::only(packs.iter().cloned()));
+    }
+    b.build().map_err(usage_error)
+}
+
+/// `tsc` on the script (wrapped as an async function body) with the
+/// declarations; a ScriptSyntaxError-shaped error per diagnostic.
+fn type_check(
+    args: &CheckArgs,
+    cfg: &Config,
+    source: &str,
+) -> Result<Result<(), ScriptError>, ExitCode> {
+    let h = described(cfg, &args.root, &args.packs)?;
+    let tsc = std::env::var_os("HARNESS_TSC").unwrap_or_else(|| "tsc".into());
+    let dir = std::env::temp_dir().join(format!("harness-types-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| usage_error(format!("cannot write {}: {e}", dir.display())))?;
+    let decl = dir.join("harness.d.ts");
+    let script = dir.join("script.ts");
+    // No ambient types (no DOM, no @types/node): the declarations are
+    // the whole world the script sees.
+    let tsconfig = serde_json::json!({"compilerOptions": {
+        "noEmit": true, "strict": true, "target": "es2022", "lib": ["es2022"],
+        "types": [], "pretty": false, "skipLibCheck": false},
+        "files": ["harness.d.ts", "script.ts"]});
+    let written = std::fs::write(&decl, h.typescript())
+        .and_then(|()| std::fs::write(&script, harness::declarations::wrap_for_check(source)))
+        .and_then(|()| std::fs::write(dir.join("tsconfig.json"), tsconfig.to_string()));
+    if let Err(e) = written {
+        return Err(usage_error(format!("cannot write {}: {e}", dir.display())));
+    }
+    let out = std::process::Command::new(&tsc)
+        .arg("-p")
+        .arg(&dir)
+        .output();
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            return Err(usage_error(format!(
+                "cannot run {} ({e}): install TypeScript (npm install -g typescript) or set HARNESS_TSC",
+                std::path::Path::new(&tsc).display()
+            )))
+        }
+    };
+    if out.status.success() {
+        return Ok(Ok(()));
+    }
+    // `script.ts(L,C): error TS…`: line L of the wrapped file is line L-1 of the script.
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let first = text
+        .lines()
+        .find(|l| l.contains("error TS"))
+        .unwrap_or("")
+        .to_owned();
+    let location = first
+        .split_once("script.ts(")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .and_then(|(lc, _)| lc.split_once(','))
+        .and_then(|(l, c)| {
+            Some((
+                l.parse::<u32>().ok()?.saturating_sub(1).max(1),
+                c.parse::<u32>().ok()?,
+            ))
+        });
+    let message = first
+        .split_once(": error ")
+        .map(|(_, m)| m.to_owned())
+        .unwrap_or_else(|| text.trim().to_owned());
+    let mut e = ScriptError::new(
+        harness::ErrorCode::ScriptSyntaxError,
+        harness::Phase::Parsing,
+        match location {
+            Some((l, c)) => format!("type error: {message} (script.js:{l}:{c})"),
+            None => format!("type error: {message}"),
+        },
+    )
+    .with_name("TypeError");
+    if let Some((line, column)) = location {
+        e = e.with_location(Some(harness::Location { line, column }));
+    }
+    Ok(Err(e))
+}
+
+fn tools_command(args: ToolsArgs) -> ExitCode {
+    let cfg = match load_config(&args.config, Overrides::new()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let h = match described(&cfg, &args.root, &args.packs) {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    let mut names = h.tool_names();
+    if !args.only.is_empty() {
+        if let Some(missing) = args.only.iter().find(|n| !names.contains(n)) {
+            return usage_error(format!("no tool `{missing}` among: {}", names.join(", ")));
+        }
+        names.retain(|n| args.only.contains(n));
+    }
+    let registry = h.registry();
+    if let Some(q) = &args.search {
+        let ranked = harness::declarations::search(registry, &names, q);
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!(ranked
+                    .iter()
+                    .map(|(n, s)| serde_json::json!({"name": n, "score": s}))
+                    .collect::<Vec<_>>())
+            );
+        } else {
+            for (n, score) in ranked {
+                let d = registry
+                    .get(&n)
+                    .map(|t| t.description().to_owned())
+                    .unwrap_or_default();
+                println!("{score:.2}  {n}  {}", d.lines().next().unwrap_or(""));
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
+    if args.typescript {
+        print!("{}", harness::declarations::declarations(registry, &names));
+        return ExitCode::SUCCESS;
+    }
+    if args.json {
+        let list: Vec<serde_json::Value> = names
+            .iter()
+            .filter_map(|n| registry.get(n))
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name(),
+                    "description": t.description(),
+                    "schema": t.schema(),
+                    "output_schema": t.output_schema(),
+                    "packs": registry.pack_names().filter(|p| registry.pack(p).is_some_and(|m| m.contains(t.name()))).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::from(list));
+        return ExitCode::SUCCESS;
+    }
+    for n in &names {
+        let d = registry
+            .get(n)
+            .map(|t| t.description().to_owned())
+            .unwrap_or_default();
+        println!("{n}  {}", d.lines().next().unwrap_or(""));
+    }
+    ExitCode::SUCCESS
+}
+
 fn config_command(cmd: ConfigCommand) -> ExitCode {
     match cmd {
         ConfigCommand::Show { config, json } => {
@@ -900,6 +1112,7 @@ harness::main! {
                 Command::Check(a) => check(a).await,
                 Command::Respond(a) => respond(a).await,
                 Command::Config(c) => config_command(c),
+                Command::Tools(a) => tools_command(a),
                 #[cfg(feature = "wasi")]
                 Command::Sandbox(a) => sandbox(a),
             }

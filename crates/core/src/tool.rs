@@ -72,6 +72,11 @@ pub trait Tool: Send + Sync {
     fn description(&self) -> &str;
     /// JSON Schema of the arguments object.
     fn schema(&self) -> &Value;
+    /// JSON Schema of the result, where the tool declares one (TypeScript
+    /// declarations then type the result; otherwise it is `unknown`).
+    fn output_schema(&self) -> Option<&Value> {
+        None
+    }
     /// Whether this particular call needs a human (or policy) to approve it.
     fn requires_approval(&self, _args: &Value) -> bool {
         false
@@ -99,6 +104,7 @@ pub struct FnTool {
     name: String,
     description: String,
     schema: Value,
+    output_schema: Option<Value>,
     handler: Box<Handler>,
     approval: Option<Box<ApprovalRule>>,
 }
@@ -119,9 +125,16 @@ impl FnTool {
             name: name.into(),
             description: description.into(),
             schema,
+            output_schema: None,
             handler: Box::new(move |a, c| Box::pin(f(a, c))),
             approval: None,
         }
+    }
+
+    /// Declares the JSON Schema of the tool's result.
+    pub fn with_output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
     }
 
     /// Requires approval for the calls where `rule(args)` is true.
@@ -150,6 +163,9 @@ impl Tool for FnTool {
     }
     fn schema(&self) -> &Value {
         &self.schema
+    }
+    fn output_schema(&self) -> Option<&Value> {
+        self.output_schema.as_ref()
     }
     fn requires_approval(&self, args: &Value) -> bool {
         self.approval.as_ref().is_some_and(|r| r(args))

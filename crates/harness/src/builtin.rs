@@ -157,6 +157,9 @@ fn read_file(dir: Arc<Dir>) -> FnTool {
             Ok(json!({"path": p, "content": content}))
         },
     )
+    .with_output_schema(json!({"type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"], "additionalProperties": false}))
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -194,6 +197,9 @@ fn write_file(dir: Arc<Dir>) -> FnTool {
             Ok(json!({"path": p, "bytes": content.len()}))
         },
     )
+    .with_output_schema(json!({"type": "object",
+        "properties": {"path": {"type": "string"}, "bytes": {"type": "integer"}},
+        "required": ["path", "bytes"], "additionalProperties": false}))
 }
 
 fn list_dir(dir: Arc<Dir>) -> FnTool {
@@ -235,6 +241,12 @@ fn list_dir(dir: Arc<Dir>) -> FnTool {
             Ok(json!({"path": p, "entries": entries}))
         },
     )
+    .with_output_schema(json!({"type": "object",
+        "properties": {"path": {"type": "string"}, "entries": {"type": "array", "items": {"type": "object",
+            "properties": {"name": {"type": "string"}, "type": {"enum": ["file", "dir", "symlink", "other"]},
+                           "size": {"type": "integer"}},
+            "required": ["name", "type", "size"], "additionalProperties": false}}},
+        "required": ["path", "entries"], "additionalProperties": false}))
 }
 
 fn exec(root: PathBuf) -> FnTool {
@@ -266,6 +278,12 @@ fn exec(root: PathBuf) -> FnTool {
         },
     )
     .requiring_approval(|_| true)
+    .with_output_schema(json!({"type": "object",
+        "properties": {"exitCode": {"type": ["integer", "null"]}, "stdout": {"type": "string"},
+                       "stderr": {"type": "string"}, "stdoutTruncated": {"type": "boolean"},
+                       "stderrTruncated": {"type": "boolean"}, "timedOut": {"type": "boolean"}},
+        "required": ["exitCode", "stdout", "stderr", "stdoutTruncated", "stderrTruncated", "timedOut"],
+        "additionalProperties": false}))
 }
 
 async fn read_capped<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> (Vec<u8>, bool) {

@@ -783,6 +783,9 @@ impl Tool for Configured {
     fn schema(&self) -> &Value {
         self.inner.schema()
     }
+    fn output_schema(&self) -> Option<&Value> {
+        self.inner.output_schema()
+    }
     fn requires_approval(&self, args: &Value) -> bool {
         self.settings
             .needs_approval

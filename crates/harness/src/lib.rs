@@ -35,9 +35,11 @@ pub mod builtin;
 #[cfg(feature = "cli-support")]
 pub mod cli_support;
 pub mod config;
+pub mod declarations;
 mod engine;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub mod telemetry;
+pub mod typed;
 
 pub use engine::{engines, serve_worker_if_requested, EngineKind, UnknownEngine};
 /// The engine-neutral core crate. Everything a user of the harness needs is
@@ -226,6 +228,26 @@ impl Harness {
             traceparent: Some(traceparent.into()),
             ..self.clone()
         }
+    }
+
+    /// The tools a script of this harness may call (the allowlist applied;
+    /// none in `disabled` mode), sorted.
+    pub fn tool_names(&self) -> Vec<String> {
+        if self.mode == Mode::Disabled {
+            return Vec::new();
+        }
+        self.tools.allow.resolve(&self.tools.registry)
+    }
+
+    /// The tool registry.
+    pub fn registry(&self) -> &Arc<ToolRegistry> {
+        &self.tools.registry
+    }
+
+    /// TypeScript declarations of what this harness's scripts may call
+    /// (see [`declarations`]).
+    pub fn typescript(&self) -> String {
+        declarations::declarations(&self.tools.registry, &self.tool_names())
     }
 
     /// The detached tasks runs start with `tools.spawn`, when enabled.

@@ -1,0 +1,99 @@
+//! TypeScript declarations of the tools, checked by the real TypeScript
+//! compiler (`tsc` from npm, installed under target/npm by scripts/test):
+//! a script that uses the tools right passes, one wrong argument name fails.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn tsc() -> Option<PathBuf> {
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/npm/node_modules/.bin/tsc");
+    p.exists().then_some(p)
+}
+
+fn harness(args: &[&str], dir: &std::path::Path, tsc: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(args)
+        .current_dir(dir)
+        .env("HARNESS_TSC", tsc)
+        .output()
+        .unwrap()
+}
+
+const GOOD: &str = r#"const r = await tools.read_file({path: "a.txt"});
+const l = await tools.list_dir({path: "."});
+const w = await tools.write_file({path: "b.txt", content: r.content.toUpperCase()});
+const x = await tools.exec({command: ["true"], timeoutMs: 1000});
+if (tools.spawn) tools.spawn.exec("read_file", {path: "a.txt"});
+context.telemetry.emitProgress("done", "warn", {bytes: w.bytes});
+console.log(context.model ?? "none", context.sandbox.timeoutMs, x.exitCode);
+return l.entries.filter((e) => e.type === "file").length;"#;
+
+#[test]
+fn declarations_pass_a_right_script_and_fail_a_wrong_one() {
+    let Some(tsc) = tsc() else {
+        // scripts/test installs tsc and sets HARNESS_REQUIRE_TSC: there a
+        // missing compiler is a failure, not a skip.
+        assert!(
+            std::env::var_os("HARNESS_REQUIRE_TSC").is_none(),
+            "tsc is required but not installed under target/npm"
+        );
+        println!("SKIPPED: tsc is not installed under target/npm (scripts/test installs it)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("good.ts"), GOOD).unwrap();
+    std::fs::write(
+        dir.path().join("bad.ts"),
+        GOOD.replace(
+            "{path: \"a.txt\"});\nconst l",
+            "{pth: \"a.txt\"});\nconst l",
+        ),
+    )
+    .unwrap();
+    let o = harness(&["check", "--types", "good.ts"], dir.path(), &tsc);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = harness(&["check", "--types", "--json", "bad.ts"], dir.path(), &tsc);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"]["location"]["line"], 1, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("'pth'"),
+        "{v}"
+    );
+    // A pack narrows the declarations: exec is not in `fs`.
+    let o = harness(
+        &["check", "--types", "--pack", "fs", "good.ts"],
+        dir.path(),
+        &tsc,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    // The declarations alone, and the list with schemas.
+    let o = harness(
+        &["tools", "--typescript", "--only", "read_file"],
+        dir.path(),
+        &tsc,
+    );
+    let dts = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        dts.contains("read_file(args: {") && !dts.contains("write_file("),
+        "{dts}"
+    );
+    let o = harness(&["tools", "--json", "--pack", "shell"], dir.path(), &tsc);
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list[0]["name"], "exec");
+    assert_eq!(list[0]["packs"], serde_json::json!(["shell"]));
+    assert!(list[0]["output_schema"]["properties"]["exitCode"].is_object());
+    let o = harness(
+        &["tools", "--search", "read a file", "--json"],
+        dir.path(),
+        &tsc,
+    );
+    let ranked: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(ranked[0]["name"], "read_file", "{ranked}");
+}
