@@ -30,7 +30,7 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let h = harness::Harness::builder().tools(tools).build().unwrap();
 //! let r = h.run("return (await tools.add({a: 1, b: 2})).sum").await;
-//! assert_eq!(r.value, Some(serde_json::json!(3.0)));
+//! assert_eq!(r.value, Some(serde_json::json!(3)));
 //! # });
 //! ```
 
