@@ -87,13 +87,69 @@ fn declarations_pass_a_right_script_and_fail_a_wrong_one() {
     let o = harness(&["tools", "--json", "--pack", "shell"], dir.path(), &tsc);
     let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(list[0]["name"], "exec");
-    assert_eq!(list[0]["packs"], serde_json::json!(["shell"]));
+    assert_eq!(
+        list[0]["packs"],
+        serde_json::json!(["anthropic-standard", "core-codex", "shell"])
+    );
     assert!(list[0]["output_schema"]["properties"]["exitCode"].is_object());
     let o = harness(
-        &["tools", "--search", "read a file", "--json"],
+        &["tools", "--pack", "fs", "--search", "read a file", "--json"],
         dir.path(),
         &tsc,
     );
     let ranked: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(ranked[0]["name"], "read_file", "{ranked}");
+}
+
+const CODEX: &str = r#"const found = await tools.grepFiles({pattern: "fn main", include: "*.rs", limit: 5});
+const head = await tools.readFile({filePath: found.files[0], offset: 1, limit: 20, mode: "slice"});
+const near = await tools.fileSearch({pattern: "main", limit: 3, exclude: ["target/**"]});
+const tree = await tools.listDir({dirPath: ".", depth: 2});
+const patched = await tools.applyPatch({patch: "*** Begin Patch\n*** Add File: x.txt\n+x\n*** End Patch"});
+const run = await tools.exec({command: ["git", "diff", "--stat"], timeoutMs: 5000});
+return [head.totalLines, near.matches[0]?.score ?? 0, tree.entries.length, patched.files.length, run.exitCode];"#;
+
+#[test]
+fn the_core_codex_declarations_type_a_script_using_every_tool() {
+    let Some(tsc) = tsc() else {
+        assert!(
+            std::env::var_os("HARNESS_REQUIRE_TSC").is_none(),
+            "tsc is required but not installed"
+        );
+        println!("SKIPPED: tsc is not installed under target/npm (scripts/test installs it)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("good.ts"), CODEX).unwrap();
+    std::fs::write(
+        dir.path().join("bad.ts"),
+        CODEX.replace("filePath: found", "path: found"),
+    )
+    .unwrap();
+    let o = harness(
+        &["check", "--types", "--pack", "core-codex", "good.ts"],
+        dir.path(),
+        &tsc,
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = harness(
+        &[
+            "check",
+            "--types",
+            "--pack",
+            "core-codex",
+            "--json",
+            "bad.ts",
+        ],
+        dir.path(),
+        &tsc,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"]["location"]["line"], 2, "{v}");
 }

@@ -39,7 +39,8 @@ pub const MAX_EXEC_OUTPUT_BYTES: usize = 64 * 1024;
 pub const DEFAULT_EXEC_TIMEOUT_MS: u64 = 10_000;
 
 /// Opens `root` and returns a registry with the four built-in tools and the
-/// packs `fs` and `shell`.
+/// packs `fs` and `shell`, and the coding pack's tools ([`crate::coding`]:
+/// packs `core-codex`, `anthropic-standard`, `file-ops`).
 pub fn registry(root: &Path) -> io::Result<ToolRegistry> {
     let dir = Arc::new(Dir::open_ambient_dir(root, cap_std::ambient_authority())?);
     let root_path = root.canonicalize()?;
@@ -51,11 +52,12 @@ pub fn registry(root: &Path) -> io::Result<ToolRegistry> {
     };
     reg(&mut r, read_file(dir.clone()))?;
     reg(&mut r, write_file(dir.clone()))?;
-    reg(&mut r, list_dir(dir))?;
-    reg(&mut r, exec(root_path))?;
+    reg(&mut r, list_dir(dir.clone()))?;
+    reg(&mut r, exec(root_path.clone()))?;
     r.define_pack("fs", ["read_file", "write_file", "list_dir"])
         .and_then(|r| r.define_pack("shell", ["exec"]))
         .map_err(|e| io::Error::other(e.to_string()))?;
+    crate::coding::register(&mut r, dir, &root_path)?;
     Ok(r)
 }
 
@@ -64,7 +66,7 @@ fn path_schema() -> Value {
 }
 
 /// Checks a script-supplied path before cap-std resolves it, for clearer errors.
-fn relative(p: &str) -> Result<PathBuf, ToolError> {
+pub(crate) fn relative(p: &str) -> Result<PathBuf, ToolError> {
     if p.contains('\0') {
         return Err(ToolError::new("path contains a NUL byte"));
     }
@@ -77,7 +79,32 @@ fn relative(p: &str) -> Result<PathBuf, ToolError> {
     Ok(path.to_path_buf())
 }
 
-fn io_error(e: io::Error, p: &str) -> ToolError {
+/// Writes `bytes` to `rel` under `dir` atomically (a temporary file in the
+/// same directory, then a rename), creating parent directories.
+pub(crate) fn write_atomic(dir: &Dir, p: &str, rel: &Path, bytes: &[u8]) -> Result<(), ToolError> {
+    let name = rel
+        .file_name()
+        .ok_or_else(|| ToolError::new(format!("{p} does not name a file")))?
+        .to_string_lossy()
+        .into_owned();
+    let parent = rel.parent().unwrap_or(Path::new("")).to_path_buf();
+    if !parent.as_os_str().is_empty() {
+        dir.create_dir_all(&parent).map_err(|e| io_error(e, p))?;
+    }
+    let tmp = parent.join(format!(
+        ".{name}.harness-tmp-{}-{}",
+        std::process::id(),
+        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    dir.write(&tmp, bytes).map_err(|e| io_error(e, p))?;
+    if let Err(e) = dir.rename(&tmp, dir, rel) {
+        let _ = dir.remove_file(&tmp);
+        return Err(io_error(e, p));
+    }
+    Ok(())
+}
+
+pub(crate) fn io_error(e: io::Error, p: &str) -> ToolError {
     let text = e.to_string();
     if text.contains("outside of the filesystem") || text.contains("outside the filesystem") {
         return ToolError::new(format!("path {p} leads outside the root directory"));
@@ -89,7 +116,7 @@ fn io_error(e: io::Error, p: &str) -> ToolError {
     }
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
 ) -> Result<T, ToolError> {
     tokio::task::spawn_blocking(f)
@@ -174,26 +201,7 @@ fn write_file(dir: Arc<Dir>) -> FnTool {
         dir,
         |dir, p, rel, args| {
             let content = arg_str(args, "content");
-            let name = rel
-                .file_name()
-                .ok_or_else(|| ToolError::new(format!("{p} does not name a file")))?
-                .to_string_lossy()
-                .into_owned();
-            let parent = rel.parent().unwrap_or(Path::new("")).to_path_buf();
-            if !parent.as_os_str().is_empty() {
-                dir.create_dir_all(&parent).map_err(|e| io_error(e, p))?;
-            }
-            let tmp = parent.join(format!(
-                ".{name}.harness-tmp-{}-{}",
-                std::process::id(),
-                TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-            ));
-            dir.write(&tmp, content.as_bytes())
-                .map_err(|e| io_error(e, p))?;
-            if let Err(e) = dir.rename(&tmp, dir, rel) {
-                let _ = dir.remove_file(&tmp);
-                return Err(io_error(e, p));
-            }
+            write_atomic(dir, p, rel, content.as_bytes())?;
             Ok(json!({"path": p, "bytes": content.len()}))
         },
     )

@@ -34,9 +34,13 @@ pub mod audit;
 pub mod builtin;
 #[cfg(feature = "cli-support")]
 pub mod cli_support;
+#[cfg(feature = "builtin-tools")]
+pub mod coding;
 pub mod config;
 pub mod declarations;
 mod engine;
+#[cfg(feature = "builtin-tools")]
+mod patch;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub mod telemetry;
 pub mod typed;

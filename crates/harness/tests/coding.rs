@@ -1,0 +1,183 @@
+//! The coding pack on a fixture tree: nested directories, a `.gitignore`,
+//! a symlink out of the root and a binary file.
+
+use harness::{AutoApprove, Harness};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+fn fixture() -> (tempfile::TempDir, tempfile::TempDir) {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "needle outside\n").unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    std::fs::create_dir_all(r.join("src/deep/er")).unwrap();
+    std::fs::create_dir_all(r.join("target")).unwrap();
+    std::fs::write(r.join(".gitignore"), "target/\n*.log\n").unwrap();
+    std::fs::write(
+        r.join("src/main.rs"),
+        "fn main() {\n    let x = 1;\n    if x > 0 {\n        println!(\"needle\");\n    }\n}\n",
+    )
+    .unwrap();
+    std::fs::write(r.join("src/deep/er/mod.rs"), "// needle here too\n").unwrap();
+    std::fs::write(r.join("target/built.rs"), "needle in ignored\n").unwrap();
+    std::fs::write(r.join("debug.log"), "needle in log\n").unwrap();
+    std::fs::write(r.join("blob.bin"), b"needle\0\x01\x02binary").unwrap();
+    std::os::unix::fs::symlink(outside.path(), r.join("escape")).unwrap();
+    // A 2x1 PNG, and a file that only starts like one.
+    let mut png = Vec::new();
+    image::RgbImage::new(2, 1)
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    std::fs::write(r.join("pic.png"), png).unwrap();
+    std::fs::write(r.join("fake.png"), b"\x89PNG\r\n\x1a\nnot really").unwrap();
+    (root, outside)
+}
+
+fn harness(root: &std::path::Path) -> Harness {
+    let tools = harness::builtin::registry(root).unwrap();
+    Harness::builder()
+        .tools(tools)
+        .approvals(Arc::new(AutoApprove))
+        .allow(harness::Allowlist::only([
+            "core-codex",
+            "anthropic-standard",
+            "file-ops",
+            "viewImage",
+        ]))
+        .build()
+        .unwrap()
+}
+
+async fn value(h: &Harness, src: &str) -> Value {
+    let r = h.run(src).await;
+    assert!(r.ok, "{src}: {:?}", r.error);
+    r.value.unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grep_respects_gitignore_skips_binaries_and_stays_inside() {
+    let (root, _outside) = fixture();
+    let h = harness(root.path());
+    let v = value(&h, "return await tools.grepFiles({pattern: 'needle'})").await;
+    assert_eq!(
+        v["files"],
+        json!(["src/deep/er/mod.rs", "src/main.rs"]),
+        "{v}"
+    );
+    let v = value(
+        &h,
+        "return await tools.grepFiles({pattern: 'needle', include: '*.rs', path: 'src/deep'})",
+    )
+    .await;
+    assert_eq!(v["files"], json!(["src/deep/er/mod.rs"]));
+    let r = h
+        .run("return await tools.grepFiles({pattern: 'needle', path: 'escape'})")
+        .await;
+    assert_eq!(r.code(), Some(harness::ErrorCode::ToolExecutionError));
+    let r = h.run("return await tools.grepFiles({pattern: '('})").await;
+    assert!(r.error.unwrap().message.contains("bad pattern"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_file_slices_and_indentation_blocks() {
+    let (root, _outside) = fixture();
+    let h = harness(root.path());
+    let v = value(
+        &h,
+        "return await tools.readFile({filePath: 'src/main.rs', offset: 2, limit: 2})",
+    )
+    .await;
+    assert_eq!(v["content"], "L2:     let x = 1;\nL3:     if x > 0 {");
+    assert_eq!(v["totalLines"], 6);
+    assert_eq!(v["truncated"], true);
+    let v = value(&h, "return (await tools.readFile({filePath: 'src/main.rs', mode: 'indentation', anchorLine: 4, maxLevels: 1})).content").await;
+    assert_eq!(
+        v,
+        "L3:     if x > 0 {\nL4:         println!(\"needle\");\nL5:     }"
+    );
+    for bad in ["blob.bin", "escape/secret.txt", "src", "../x"] {
+        let r = h
+            .run(&format!(
+                "return await tools.readFile({{filePath: '{bad}'}})"
+            ))
+            .await;
+        assert_eq!(
+            r.code(),
+            Some(harness::ErrorCode::ToolExecutionError),
+            "{bad}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_dir_marks_kinds_and_pages() {
+    let (root, _outside) = fixture();
+    let h = harness(root.path());
+    let v = value(&h, "return await tools.listDir({dirPath: '.', depth: 3})").await;
+    let entries: Vec<&str> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        entries.contains(&"escape@") && entries.contains(&"src/") && entries.contains(&"    er/"),
+        "{entries:?}"
+    );
+    assert!(
+        !entries.iter().any(|e| e.contains("secret")),
+        "the symlink is not followed"
+    );
+    let v = value(
+        &h,
+        "return await tools.listDir({dirPath: '.', depth: 3, offset: 2, limit: 2})",
+    )
+    .await;
+    assert_eq!(v["entries"].as_array().unwrap().len(), 2);
+    assert_eq!(v["hasMore"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_search_is_fuzzy_and_ignores_what_git_ignores() {
+    let (root, _outside) = fixture();
+    let h = harness(root.path());
+    let v = value(&h, "return await tools.fileSearch({pattern: 'srcmain'})").await;
+    assert_eq!(v["matches"][0]["path"], "src/main.rs", "{v}");
+    let v = value(
+        &h,
+        "return (await tools.fileSearch({pattern: 'built'})).totalMatched",
+    )
+    .await;
+    assert_eq!(v, 0, "target/ is ignored");
+    let v = value(&h, "return (await tools.fileSearch({pattern: 'rs', exclude: ['src/deep/**']})).matches.map(m => m.path)").await;
+    assert_eq!(v, json!(["src/main.rs"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_patch_is_all_or_nothing_and_plans_and_images_are_checked() {
+    let (root, _outside) = fixture();
+    let h = harness(root.path());
+    let r = h.run("return await tools.applyPatch({patch: '*** Begin Patch\\n*** Add File: new.txt\\n+hi\\n*** Update File: src/main.rs\\n@@\\n-    let y = 2;\\n+    let y = 3;\\n*** End Patch'})").await;
+    assert!(r.error.unwrap().message.contains("hunk 1 of src/main.rs"));
+    assert!(!root.path().join("new.txt").exists());
+    let v = value(&h, "return await tools.applyPatch({patch: '*** Begin Patch\\n*** Update File: src/main.rs\\n@@ fn main() {\\n-    let x = 1;\\n+    let x = 2;\\n*** End Patch'})").await;
+    assert_eq!(v["files"][0]["action"], "update");
+    assert!(std::fs::read_to_string(root.path().join("src/main.rs"))
+        .unwrap()
+        .contains("let x = 2;"));
+    let r = h.run("return await tools.applyPatch({patch: '*** Begin Patch\\n*** Add File: escape/evil.txt\\n+x\\n*** End Patch'})").await;
+    assert!(!r.ok);
+    let v = value(&h, "return await tools.updatePlan({plan: [{step: 'a', status: 'completed'}, {step: 'b', status: 'in_progress'}]})").await;
+    assert_eq!(v["plan"][1]["status"], "in_progress");
+    let r = h.run("return await tools.updatePlan({plan: [{step: 'a', status: 'in_progress'}, {step: 'b', status: 'in_progress'}]})").await;
+    assert!(r.error.unwrap().message.contains("at most one"));
+    let v = value(&h, "return await tools.viewImage({path: 'pic.png'})").await;
+    assert_eq!(
+        v,
+        json!({"path": "pic.png", "type": "png", "width": 2, "height": 1})
+    );
+    let r = h
+        .run("return await tools.viewImage({path: 'fake.png'})")
+        .await;
+    assert!(r.error.unwrap().message.contains("not a readable image"));
+}
