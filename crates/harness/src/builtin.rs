@@ -34,7 +34,7 @@ use tokio::io::AsyncReadExt;
 /// Largest file `read_file` returns.
 pub const MAX_READ_BYTES: u64 = 1024 * 1024;
 /// Output kept from each of `exec`'s stdout and stderr.
-pub const MAX_EXEC_OUTPUT_BYTES: usize = 64 * 1024;
+pub const MAX_EXEC_OUTPUT_BYTES: usize = 256 * 1024;
 /// `exec`'s timeout when the script gives none.
 pub const DEFAULT_EXEC_TIMEOUT_MS: u64 = 10_000;
 
@@ -260,12 +260,21 @@ fn list_dir(dir: Arc<Dir>) -> FnTool {
 fn exec(root: PathBuf) -> FnTool {
     FnTool::new(
         "exec",
-        "Runs a command (argv list, no shell) in the root directory. Always needs approval. \
-         Returns {exitCode, stdout, stderr, stdoutTruncated, stderrTruncated, timedOut}.",
+        "Runs a command (argv list, no shell) in the root directory, or in `cwd` under it, \
+         with `env` added to its environment. Always needs approval. The whole process group \
+         is killed on timeout or cancel. Returns {exitCode, stdout, stderr, aggregatedOutput, \
+         stdoutTruncated, stderrTruncated, timedOut, durationMs, confined}; each stream keeps \
+         at most 256 KiB, then `...<truncated>`.",
         json!({"type": "object",
                "properties": {
-                   "command": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 256},
-                   "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 600000}
+                   "command": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 256,
+                               "description": "The program and its arguments; no shell."},
+                   "cwd": {"type": "string", "minLength": 1, "maxLength": 4096,
+                           "description": "Directory to run in, relative to the root (default: the root)."},
+                   "env": {"type": "object", "additionalProperties": {"type": "string"},
+                           "description": "Variables added to the child's environment."},
+                   "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 600000,
+                                 "description": "Kill the process group after this long (default 10000)."}
                },
                "required": ["command"], "additionalProperties": false}),
         move |args, ctx| {
@@ -280,86 +289,180 @@ fn exec(root: PathBuf) -> FnTool {
                         .and_then(Value::as_u64)
                         .unwrap_or(DEFAULT_EXEC_TIMEOUT_MS),
                 );
+                let cwd = match args.get("cwd").and_then(Value::as_str) {
+                    None => root.clone(),
+                    Some(c) => {
+                        let full = root
+                            .join(relative(c)?)
+                            .canonicalize()
+                            .map_err(|e| io_error(e, c))?;
+                        if !full.starts_with(&root) || !full.is_dir() {
+                            return Err(ToolError::new(format!(
+                                "cwd {c} is not a directory inside the root"
+                            )));
+                        }
+                        full
+                    }
+                };
+                let env: Vec<(String, String)> = args
+                    .get("env")
+                    .and_then(Value::as_object)
+                    .map(|m| {
+                        m.iter()
+                            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 let until = (Instant::now() + timeout).min(ctx.deadline);
-                run_command(&root, &argv, until, &ctx.cancel).await
+                run_command(&cwd, &argv, &env, until, &ctx.cancel).await
             }
         },
     )
     .requiring_approval(|_| true)
     .with_output_schema(json!({"type": "object",
         "properties": {"exitCode": {"type": ["integer", "null"]}, "stdout": {"type": "string"},
-                       "stderr": {"type": "string"}, "stdoutTruncated": {"type": "boolean"},
-                       "stderrTruncated": {"type": "boolean"}, "timedOut": {"type": "boolean"}},
-        "required": ["exitCode", "stdout", "stderr", "stdoutTruncated", "stderrTruncated", "timedOut"],
+                       "stderr": {"type": "string"}, "aggregatedOutput": {"type": "string"},
+                       "stdoutTruncated": {"type": "boolean"}, "stderrTruncated": {"type": "boolean"},
+                       "timedOut": {"type": "boolean"}, "durationMs": {"type": "number"},
+                       "confined": {"type": "boolean",
+                                    "description": "Whether the child was confined (writes only under the root, no network). Not yet on any platform: the child runs unconfined."}},
+        "required": ["exitCode", "stdout", "stderr", "aggregatedOutput", "stdoutTruncated",
+                     "stderrTruncated", "timedOut", "durationMs", "confined"],
         "additionalProperties": false}))
 }
 
-async fn read_capped<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut buf = [0u8; 8192];
-    let mut truncated = false;
-    loop {
-        match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let room = MAX_EXEC_OUTPUT_BYTES.saturating_sub(kept.len());
-                if n > room {
-                    truncated = true;
-                }
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
+/// What one stream of the child produced, kept up to the cap.
+#[derive(Default)]
+struct Captured {
+    kept: Vec<u8>,
+    truncated: bool,
+}
+
+/// Marks a stream cut at [`MAX_EXEC_OUTPUT_BYTES`].
+const TRUNCATED: &str = "...<truncated>";
+
+impl Captured {
+    /// Keeps what fits (the marker included, the whole string stays within
+    /// the cap) and returns it.
+    fn push<'a>(&mut self, chunk: &'a [u8]) -> &'a [u8] {
+        let cap = MAX_EXEC_OUTPUT_BYTES - TRUNCATED.len();
+        let room = cap.saturating_sub(self.kept.len());
+        if chunk.len() > room {
+            self.truncated = true;
+        }
+        let take = &chunk[..chunk.len().min(room)];
+        self.kept.extend_from_slice(take);
+        take
+    }
+
+    fn text(&self) -> String {
+        let mut s = String::from_utf8_lossy(&self.kept).into_owned();
+        if self.truncated {
+            s.push_str(TRUNCATED);
+        }
+        s
+    }
+}
+
+/// Kills the child's whole process group (it was started as its leader;
+/// `pgid` is its pid, taken at spawn: tokio forgets it once reaped).
+// One FFI call with no memory involved; std has no killpg.
+#[allow(unsafe_code)]
+fn kill_group(pgid: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = pgid {
+        // SAFETY: killpg only sends a signal; the group is the child's own.
+        unsafe {
+            libc::killpg(pid as libc::pid_t, libc::SIGKILL);
         }
     }
-    (kept, truncated)
+    #[cfg(not(unix))]
+    let _ = pgid;
 }
 
 async fn run_command(
-    root: &Path,
+    cwd: &Path,
     argv: &[String],
-    until: Instant,
+    env: &[(String, String)],
+    mut until: Instant,
     cancel: &harness_core::CancellationToken,
 ) -> Result<Value, ToolError> {
+    let started = Instant::now();
     let (program, rest) = argv
         .split_first()
         .ok_or_else(|| ToolError::new("command must not be empty"))?;
-    let mut child = tokio::process::Command::new(program)
-        .args(rest)
-        .current_dir(root)
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(rest)
+        .current_dir(cwd)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    cmd.process_group(0);
+    let mut child = cmd
         .spawn()
         .map_err(|e| ToolError::new(format!("could not start {program}: {e}")))?;
-    let out = tokio::spawn(read_capped(child.stdout.take().expect("piped")));
-    let err = tokio::spawn(read_capped(child.stderr.take().expect("piped")));
+    let pgid = child.id();
+    let mut out = child.stdout.take().expect("piped");
+    let mut err = child.stderr.take().expect("piped");
+    let (mut so, mut se, mut agg) = (Captured::default(), Captured::default(), Vec::new());
+    let (mut so_open, mut se_open) = (true, true);
+    let (mut bo, mut be) = ([0u8; 8192], [0u8; 8192]);
     let mut timed_out = false;
-    let status = tokio::select! {
-        s = child.wait() => Some(s),
-        _ = tokio::time::sleep_until(until.into()) => { timed_out = true; None }
-        _ = cancel.cancelled() => None,
-    };
-    let status = match status {
-        Some(s) => s.map_err(|e| ToolError::new(format!("waiting for {program}: {e}")))?,
-        None => {
-            let _ = child.kill().await;
-            if !timed_out {
+    let mut status = None;
+    // Read both streams as they come (aggregatedOutput keeps their order)
+    // until the child exits and both are closed, or time runs out.
+    while so_open || se_open || status.is_none() {
+        tokio::select! {
+            n = out.read(&mut bo), if so_open => match n {
+                Ok(0) | Err(_) => so_open = false,
+                Ok(n) => agg.extend_from_slice(so.push(&bo[..n])),
+            },
+            n = err.read(&mut be), if se_open => match n {
+                Ok(0) | Err(_) => se_open = false,
+                Ok(n) => agg.extend_from_slice(se.push(&be[..n])),
+            },
+            s = child.wait(), if status.is_none() => {
+                status = Some(s.map_err(|e| ToolError::new(format!("waiting for {program}: {e}")))?);
+                // What the child left running in its group would hold the
+                // pipes open: it goes now, and the rest is drained briefly.
+                kill_group(pgid);
+                until = until.min(Instant::now() + Duration::from_millis(250));
+            }
+            _ = tokio::time::sleep_until(until.into()), if status.is_none() || so_open || se_open => {
+                if status.is_some() {
+                    break;
+                }
+                timed_out = true;
+                break;
+            }
+            _ = cancel.cancelled() => {
+                kill_group(pgid);
+                let _ = child.wait().await;
                 return Err(ToolError::cancelled());
             }
-            child
-                .wait()
-                .await
-                .map_err(|e| ToolError::new(format!("waiting for {program}: {e}")))?
         }
-    };
-    let (stdout, so_trunc) = out.await.unwrap_or_default();
-    let (stderr, se_trunc) = err.await.unwrap_or_default();
+    }
+    if timed_out {
+        kill_group(pgid);
+        let _ = child.kill().await;
+        status = child.wait().await.ok();
+    }
+    let mut both = Captured::default();
+    both.push(&agg);
+    both.truncated |= so.truncated || se.truncated;
+    let aggregated = both.text();
     Ok(json!({
-        "exitCode": status.code(),
-        "stdout": String::from_utf8_lossy(&stdout),
-        "stderr": String::from_utf8_lossy(&stderr),
-        "stdoutTruncated": so_trunc,
-        "stderrTruncated": se_trunc,
+        "exitCode": status.and_then(|s| s.code()),
+        "stdout": so.text(),
+        "stderr": se.text(),
+        "aggregatedOutput": aggregated,
+        "stdoutTruncated": so.truncated,
+        "stderrTruncated": se.truncated,
         "timedOut": timed_out,
+        "durationMs": started.elapsed().as_secs_f64() * 1000.0,
+        "confined": false,
     }))
 }

@@ -181,3 +181,52 @@ async fn apply_patch_is_all_or_nothing_and_plans_and_images_are_checked() {
         .await;
     assert!(r.error.unwrap().message.contains("not a readable image"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_runs_in_cwd_with_env_caps_output_and_kills_the_group() {
+    let (root, _outside) = fixture();
+    let h = harness(root.path());
+    let v = value(&h, "return await tools.exec({command: ['sh', '-c', 'echo $FOO; pwd; echo e >&2'], cwd: 'src/deep', env: {FOO: 'bar'}})").await;
+    assert_eq!(v["exitCode"], 0);
+    assert!(
+        v["stdout"].as_str().unwrap().starts_with("bar\n")
+            && v["stdout"]
+                .as_str()
+                .unwrap()
+                .trim_end()
+                .ends_with("src/deep"),
+        "{v}"
+    );
+    assert!(v["aggregatedOutput"].as_str().unwrap().contains("e\n"));
+    assert_eq!(v["confined"], false);
+    assert!(v["durationMs"].as_f64().unwrap() >= 0.0);
+    let r = h
+        .run("return await tools.exec({command: ['pwd'], cwd: 'escape'})")
+        .await;
+    assert!(r.error.unwrap().message.contains("inside the root"));
+    // A grandchild left running is killed with the group; the call ends at once.
+    let marker = format!("sleep 30.{:03}", std::process::id() % 1000);
+    let v = value(
+        &h,
+        &format!(
+            "return await tools.exec({{command: ['sh', '-c', '({marker} &); echo started']}})"
+        ),
+    )
+    .await;
+    assert_eq!(v["stdout"], "started\n", "{v}");
+    assert!(v["durationMs"].as_f64().unwrap() < 5000.0, "{v}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &marker])
+        .output()
+        .unwrap();
+    assert!(left.stdout.is_empty(), "the group was not killed");
+    let v = value(
+        &h,
+        "return await tools.exec({command: ['sh', '-c', 'sleep 30'], timeoutMs: 200})",
+    )
+    .await;
+    assert_eq!(v["timedOut"], true);
+    let v = value(&h, "const r = await tools.exec({command: ['head', '-c', '300000', '/dev/zero']}); return [r.stdout.length, r.stdoutTruncated, r.stdout.endsWith('...<truncated>')]").await;
+    assert_eq!(v, json!([262144, true, true]));
+}
