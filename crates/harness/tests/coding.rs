@@ -230,3 +230,41 @@ async fn exec_runs_in_cwd_with_env_caps_output_and_kills_the_group() {
     let v = value(&h, "const r = await tools.exec({command: ['head', '-c', '300000', '/dev/zero']}); return [r.stdout.length, r.stdoutTruncated, r.stdout.endsWith('...<truncated>')]").await;
     assert_eq!(v, json!([262144, true, true]));
 }
+
+/// The user guide's tool reference names every built-in tool and every
+/// argument its schema has: it cannot fall behind the schemas.
+#[test]
+fn the_user_guide_documents_every_tool_and_argument() {
+    let guide = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/user-guide.md"
+    ))
+    .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let reg = harness::builtin::registry(root.path()).unwrap();
+    for name in reg.names() {
+        let row = guide
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{name}` |")))
+            .unwrap_or_else(|| panic!("no row for {name} in docs/user-guide.md"));
+        let schema = reg.get(name).unwrap().schema();
+        for arg in schema["properties"].as_object().unwrap().keys() {
+            assert!(
+                row.contains(arg.as_str()),
+                "{name}'s argument {arg} is not in its row"
+            );
+        }
+        if let Some(out) = reg.get(name).unwrap().output_schema() {
+            for field in out["properties"]
+                .as_object()
+                .into_iter()
+                .flat_map(|m| m.keys())
+            {
+                assert!(
+                    row.contains(field.as_str()),
+                    "{name}'s result field {field} is not in its row"
+                );
+            }
+        }
+    }
+}
