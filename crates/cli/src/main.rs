@@ -134,7 +134,7 @@ struct ConfigArgs {
     /// read unless named here or in HARNESS_CONFIG.
     #[arg(long, value_name = "FILE", env = "HARNESS_CONFIG")]
     config: Option<PathBuf>,
-    /// Apply the file's [providers.NAME] table over its global settings.
+    /// Apply the file's `[providers.NAME]` table over its global settings.
     #[arg(long, value_name = "NAME")]
     provider: Option<String>,
 }
@@ -187,7 +187,7 @@ struct EngineArgs {
     #[arg(long, value_name = "TRACEPARENT", env = "TRACEPARENT")]
     traceparent: Option<String>,
     /// Expose only the tools of these packs (repeatable), instead of the
-    /// configuration's [expose].
+    /// configuration's `[expose]`.
     #[arg(long = "pack", value_name = "PACK")]
     packs: Vec<String>,
     /// Append one JSON line per run to FILE (script id, source SHA-256,
