@@ -53,18 +53,6 @@ pub(crate) struct CallSite {
     pub column: Option<u32>,
 }
 
-/// The allowed tool name closest to `name`, if one is close enough to be
-/// a likely typo (edit distance at most a third of the name, and 3).
-pub(crate) fn closest<'a>(name: &str, candidates: &'a [String]) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).clamp(1, 3);
-    candidates
-        .iter()
-        .map(|c| (strsim::damerau_levenshtein(name, c), c))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c.as_str())
-}
-
 /// A call's result: the output as JSON text, or a failure.
 pub(crate) type CallOutcome = Result<String, CallFailure>;
 
@@ -149,7 +137,7 @@ impl ToolFacade {
         if self.mode == Mode::Disabled {
             return format!("unknown tool '{name}': tools are disabled for this run");
         }
-        match closest(name, &self.visible) {
+        match crate::tool::closest_name(name, &self.visible) {
             Some(near) => {
                 format!("unknown tool '{name}'; did you mean \"{near}\"? available tools: {list}")
             }
@@ -379,7 +367,7 @@ fn cancelled(name: &str) -> CallFailure {
 
 #[cfg(test)]
 mod tests {
-    use super::closest;
+    use crate::tool::closest_name as closest;
 
     #[test]
     fn close_names_are_suggested_and_far_ones_are_not() {

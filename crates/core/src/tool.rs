@@ -175,6 +175,27 @@ impl Tool for FnTool {
     }
 }
 
+/// The candidate closest to `name`, if one is close enough to be a likely
+/// typo (Damerau-Levenshtein distance at most a third of `name`'s length,
+/// at least 1 and at most 3): the "did you mean" of unknown tool names
+/// and unknown configuration keys.
+///
+/// # Examples
+/// ```
+/// let names = ["read_file".to_owned(), "exec".to_owned()];
+/// assert_eq!(harness_core::tool::closest_name("read_fil", &names), Some("read_file"));
+/// assert_eq!(harness_core::tool::closest_name("search", &names), None);
+/// ```
+pub fn closest_name<'a>(name: &str, candidates: &'a [String]) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).clamp(1, 3);
+    candidates
+        .iter()
+        .map(|c| (strsim::damerau_levenshtein(name, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c.as_str())
+}
+
 /// Names no tool may have: `tools.spawn` (detached tasks), `tools.http`
 /// and `tools.mcp` belong to the harness.
 pub const HARNESS_TOOL_NAMES: &[&str] = &["spawn", "http", "mcp"];

@@ -606,13 +606,7 @@ const APPROVAL_KEYS: &[&str] = &["default"];
 const TOOL_KEYS: &[&str] = &["timeout_ms", "needs_approval", "max_output_bytes"];
 
 fn unknown(key: &str, table: &str, source: &str, known: &[String]) -> ConfigError {
-    let limit = (key.chars().count() / 3).clamp(1, 3);
-    let suggestion = known
-        .iter()
-        .map(|k| (strsim::damerau_levenshtein(key, k), k))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k.clone());
+    let suggestion = harness_core::tool::closest_name(key, known).map(str::to_owned);
     ConfigError::UnknownKey {
         key: key.to_owned(),
         table: table.to_owned(),

@@ -44,6 +44,27 @@ struct Hunk {
     at_end: bool,
 }
 
+impl Hunk {
+    /// Takes one body line (`+new`, `-old`, ` both`, or an empty line as
+    /// empty context); false for any other line.
+    fn push_line(&mut self, l: &str) -> bool {
+        match l.chars().next() {
+            Some('+') => self.new.push(l[1..].to_owned()),
+            Some('-') => self.old.push(l[1..].to_owned()),
+            Some(' ') => {
+                self.old.push(l[1..].to_owned());
+                self.new.push(l[1..].to_owned());
+            }
+            None => {
+                self.old.push(String::new());
+                self.new.push(String::new());
+            }
+            _ => return false,
+        }
+        true
+    }
+}
+
 #[derive(Debug)]
 enum Op {
     Add {
@@ -136,23 +157,11 @@ fn parse_codex(text: &str) -> Result<Vec<Op>, ToolError> {
                     });
                 } else {
                     let h = cur.get_or_insert_with(Hunk::default);
-                    match l.chars().next() {
-                        Some('+') => h.new.push(l[1..].to_owned()),
-                        Some('-') => h.old.push(l[1..].to_owned()),
-                        Some(' ') => {
-                            h.old.push(l[1..].to_owned());
-                            h.new.push(l[1..].to_owned());
-                        }
-                        None => {
-                            h.old.push(String::new());
-                            h.new.push(String::new());
-                        }
-                        _ => {
-                            return Err(bad(format!(
-                                "line {}: a hunk line starts with ' ', '-' or '+' (got {l:?})",
-                                i + 1
-                            )))
-                        }
+                    if !h.push_line(l) {
+                        return Err(bad(format!(
+                            "line {}: a hunk line starts with ' ', '-' or '+' (got {l:?})",
+                            i + 1
+                        )));
                     }
                 }
                 i += 1;
@@ -215,19 +224,9 @@ fn parse_unified(text: &str) -> Result<Vec<Op>, ToolError> {
             };
             while i < lines.len() && !lines[i].starts_with("@@") && !lines[i].starts_with("--- ") {
                 let l = lines[i];
-                match l.chars().next() {
-                    Some('+') => h.new.push(l[1..].to_owned()),
-                    Some('-') => h.old.push(l[1..].to_owned()),
-                    Some(' ') => {
-                        h.old.push(l[1..].to_owned());
-                        h.new.push(l[1..].to_owned());
-                    }
-                    Some('\\') => {}
-                    None => {
-                        h.old.push(String::new());
-                        h.new.push(String::new());
-                    }
-                    _ => break,
+                // `\ No newline at end of file` belongs to no side.
+                if !l.starts_with('\\') && !h.push_line(l) {
+                    break;
                 }
                 i += 1;
             }
