@@ -190,6 +190,13 @@ struct EngineArgs {
     /// configuration's `[expose]`.
     #[arg(long = "pack", value_name = "PACK")]
     packs: Vec<String>,
+    /// Turn `tools.http` on and let it reach HOST (repeatable; patterns
+    /// `api.example.com`, `*.example.com`, `*`). Replaces the
+    /// configuration's `[http] allow_hosts`; loopback, private and
+    /// cloud-metadata addresses stay refused unless the configuration
+    /// allows the first two (metadata never).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
     /// Append one JSON line per run to FILE (script id, source SHA-256,
     /// provider, outcome, durations, tool calls, approvals).
     #[arg(long, value_name = "FILE")]
@@ -392,6 +399,10 @@ fn flag_overrides(
     if args.enable_spawn {
         o = set(o, "spawn.enabled", true.into())?;
     }
+    if !args.allow_hosts.is_empty() {
+        o = set(o, "expose.http", true.into())?;
+        o = set(o, "http.allow_hosts", args.allow_hosts.clone().into())?;
+    }
     if !args.packs.is_empty() {
         o = set(o, "expose.packs", args.packs.clone().into())?;
         o = set(o, "expose.tools", serde_json::json!([]))?;
@@ -462,7 +473,7 @@ fn has_terminal() -> bool {
 /// flags on top, built-in tools under the root, approvals from the flag,
 /// the configuration or the terminal.
 fn build_harness(args: &EngineArgs, cfg: &Config) -> Result<Harness, ExitCode> {
-    let tools = harness::builtin::registry(&args.root)
+    let tools = harness::builtin::registry_with(&args.root, cfg.settings().exec.policy())
         .map_err(|e| usage_error(format!("cannot open root {}: {e}", args.root.display())))?;
     // Without a configured answer the CLI asks on its terminal.
     let configured = cfg

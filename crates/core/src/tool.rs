@@ -303,12 +303,31 @@ impl ToolRegistry {
 
     /// Registers a shared tool.
     pub fn register_arc(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, RegistryError> {
+        if HARNESS_TOOL_NAMES.contains(&tool.name()) {
+            return Err(RegistryError::Reserved(tool.name().to_owned()));
+        }
+        self.insert(tool)
+    }
+
+    /// Registers one of the harness's own tools under its reserved name
+    /// (`http`, `mcp`): how the facade turns on `tools.http` once the host
+    /// has set an egress policy. Hosts register their tools with
+    /// [`ToolRegistry::register`]; this call exists so that a reserved
+    /// name only ever holds the harness's implementation.
+    pub fn register_harness_tool(
+        &mut self,
+        tool: Arc<dyn Tool>,
+    ) -> Result<&mut Self, RegistryError> {
+        if !HARNESS_TOOL_NAMES.contains(&tool.name()) || tool.name() == "spawn" {
+            return Err(RegistryError::InvalidName(tool.name().to_owned()));
+        }
+        self.insert(tool)
+    }
+
+    fn insert(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, RegistryError> {
         let name = tool.name().to_owned();
         if !valid_identifier(&name) {
             return Err(RegistryError::InvalidName(name));
-        }
-        if HARNESS_TOOL_NAMES.contains(&name.as_str()) {
-            return Err(RegistryError::Reserved(name));
         }
         if self.tools.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));

@@ -31,6 +31,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 
+#[cfg(target_os = "linux")]
+use crate::confine::Confinement;
+
+/// Elsewhere than Linux there is nothing to confine with.
+#[cfg(not(target_os = "linux"))]
+enum Confinement {
+    #[allow(dead_code)]
+    Ready(()),
+    Unavailable(String),
+}
+
+#[cfg(not(target_os = "linux"))]
+impl Confinement {
+    fn for_root(_: &Path, _: bool) -> Confinement {
+        Confinement::Unavailable("no confinement on this OS".into())
+    }
+    fn apply(self, _: &mut tokio::process::Command) {}
+}
+
 /// Largest file `read_file` returns.
 pub const MAX_READ_BYTES: u64 = 1024 * 1024;
 /// Output kept from each of `exec`'s stdout and stderr.
@@ -38,10 +57,55 @@ pub const MAX_EXEC_OUTPUT_BYTES: usize = 256 * 1024;
 /// `exec`'s timeout when the script gives none.
 pub const DEFAULT_EXEC_TIMEOUT_MS: u64 = 10_000;
 
+/// How `exec` runs its children.
+///
+/// ```
+/// let p = harness::builtin::ExecPolicy::default();
+/// assert!(p.confine && !p.allow_network);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExecPolicy {
+    /// Confine children where the OS allows (Linux Landlock): writes only
+    /// under the root, and no TCP unless `allow_network`. Where it cannot,
+    /// children run unconfined and each result says `confined: false`.
+    pub confine: bool,
+    /// Let confined children connect and bind TCP sockets.
+    pub allow_network: bool,
+}
+
+impl Default for ExecPolicy {
+    fn default() -> Self {
+        ExecPolicy {
+            confine: true,
+            allow_network: false,
+        }
+    }
+}
+
+impl ExecPolicy {
+    /// Whether to confine children.
+    pub fn with_confine(mut self, confine: bool) -> Self {
+        self.confine = confine;
+        self
+    }
+    /// Whether confined children may use the network.
+    pub fn with_allow_network(mut self, allow: bool) -> Self {
+        self.allow_network = allow;
+        self
+    }
+}
+
 /// Opens `root` and returns a registry with the four built-in tools and the
 /// packs `fs` and `shell`, and the coding pack's tools ([`crate::coding`]:
-/// packs `core-codex`, `anthropic-standard`, `file-ops`).
+/// packs `core-codex`, `anthropic-standard`, `file-ops`); `exec` under the
+/// default [`ExecPolicy`] (confined, no network).
 pub fn registry(root: &Path) -> io::Result<ToolRegistry> {
+    registry_with(root, ExecPolicy::default())
+}
+
+/// [`registry`] with `exec` under `exec_policy`.
+pub fn registry_with(root: &Path, exec_policy: ExecPolicy) -> io::Result<ToolRegistry> {
     let dir = Arc::new(Dir::open_ambient_dir(root, cap_std::ambient_authority())?);
     let root_path = root.canonicalize()?;
     let mut r = ToolRegistry::new();
@@ -53,7 +117,7 @@ pub fn registry(root: &Path) -> io::Result<ToolRegistry> {
     reg(&mut r, read_file(dir.clone()))?;
     reg(&mut r, write_file(dir.clone()))?;
     reg(&mut r, list_dir(dir.clone()))?;
-    reg(&mut r, exec(root_path.clone()))?;
+    reg(&mut r, exec(root_path.clone(), exec_policy))?;
     r.define_pack("fs", ["read_file", "write_file", "list_dir"])
         .and_then(|r| r.define_pack("shell", ["exec"]))
         .map_err(|e| io::Error::other(e.to_string()))?;
@@ -257,12 +321,13 @@ fn list_dir(dir: Arc<Dir>) -> FnTool {
         "required": ["path", "entries"], "additionalProperties": false}))
 }
 
-fn exec(root: PathBuf) -> FnTool {
+fn exec(root: PathBuf, policy: ExecPolicy) -> FnTool {
     FnTool::new(
         "exec",
         "Runs a command (argv list, no shell) in the root directory, or in `cwd` under it, \
-         with `env` added to its environment. Always needs approval. The whole process group \
-         is killed on timeout or cancel. Returns {exitCode, stdout, stderr, aggregatedOutput, \
+         with `env` added to its environment. Always needs approval. Where the OS allows, the \
+         child may write only under the root and has no network (`confined: true`). The whole \
+         process group is killed on timeout or cancel. Returns {exitCode, stdout, stderr, aggregatedOutput, \
          stdoutTruncated, stderrTruncated, timedOut, durationMs, confined}; each stream keeps \
          at most 256 KiB, then `...<truncated>`.",
         json!({"type": "object",
@@ -279,6 +344,7 @@ fn exec(root: PathBuf) -> FnTool {
                "required": ["command"], "additionalProperties": false}),
         move |args, ctx| {
             let root = root.clone();
+            let policy = policy.clone();
             async move {
                 let argv: Vec<String> = args["command"]
                     .as_array()
@@ -314,7 +380,10 @@ fn exec(root: PathBuf) -> FnTool {
                     })
                     .unwrap_or_default();
                 let until = (Instant::now() + timeout).min(ctx.deadline);
-                run_command(&cwd, &argv, &env, until, &ctx.cancel).await
+                let confinement = policy
+                    .confine
+                    .then(|| Confinement::for_root(&root, policy.allow_network));
+                run_command(&cwd, &argv, &env, confinement, until, &ctx.cancel).await
             }
         },
     )
@@ -325,7 +394,7 @@ fn exec(root: PathBuf) -> FnTool {
                        "stdoutTruncated": {"type": "boolean"}, "stderrTruncated": {"type": "boolean"},
                        "timedOut": {"type": "boolean"}, "durationMs": {"type": "number"},
                        "confined": {"type": "boolean",
-                                    "description": "Whether the child was confined (writes only under the root, no network). Not yet on any platform: the child runs unconfined."}},
+                                    "description": "Whether the child was confined (Linux Landlock: writes only under the root, no TCP unless the host allows it). False where the OS cannot, or the host turned confinement off."}},
         "required": ["exitCode", "stdout", "stderr", "aggregatedOutput", "stdoutTruncated",
                      "stderrTruncated", "timedOut", "durationMs", "confined"],
         "additionalProperties": false}))
@@ -384,6 +453,7 @@ async fn run_command(
     cwd: &Path,
     argv: &[String],
     env: &[(String, String)],
+    confinement: Option<Confinement>,
     mut until: Instant,
     cancel: &harness_core::CancellationToken,
 ) -> Result<Value, ToolError> {
@@ -401,9 +471,21 @@ async fn run_command(
         .kill_on_drop(true);
     #[cfg(unix)]
     cmd.process_group(0);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| ToolError::new(format!("could not start {program}: {e}")))?;
+    let confined = match confinement {
+        Some(c @ Confinement::Ready(_)) => {
+            c.apply(&mut cmd);
+            true
+        }
+        Some(Confinement::Unavailable(why)) => {
+            tracing::debug!(%why, "exec runs unconfined");
+            false
+        }
+        None => false,
+    };
+    let mut child = cmd.spawn().map_err(|e| {
+        let how = if confined { " (confined)" } else { "" };
+        ToolError::new(format!("could not start {program}{how}: {e}"))
+    })?;
     let pgid = child.id();
     let mut out = child.stdout.take().expect("piped");
     let mut err = child.stderr.take().expect("piped");
@@ -463,6 +545,6 @@ async fn run_command(
         "stderrTruncated": se.truncated,
         "timedOut": timed_out,
         "durationMs": started.elapsed().as_secs_f64() * 1000.0,
-        "confined": false,
+        "confined": confined,
     }))
 }

@@ -152,6 +152,94 @@ pub struct Expose {
     /// Pack names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packs: Option<Vec<String>>,
+    /// `tools.http` on, under the `[http]` policy.
+    pub http: bool,
+}
+
+/// `[exec]`: how the built-in `exec` tool runs its children.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct ExecSettings {
+    /// Confine children (Linux Landlock): writes only under the root.
+    pub confine: bool,
+    /// Let confined children use TCP.
+    pub allow_network: bool,
+}
+
+impl Default for ExecSettings {
+    fn default() -> Self {
+        ExecSettings {
+            confine: true,
+            allow_network: false,
+        }
+    }
+}
+
+#[cfg(feature = "builtin-tools")]
+impl ExecSettings {
+    /// As the built-in tools take it.
+    pub fn policy(&self) -> crate::builtin::ExecPolicy {
+        crate::builtin::ExecPolicy::default()
+            .with_confine(self.confine)
+            .with_allow_network(self.allow_network)
+    }
+}
+
+/// `[http]`: the egress policy of `tools.http` (see [`crate::http`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct HttpSettings {
+    /// Host patterns: `api.example.com`, `*.example.com`, `*`.
+    pub allow_hosts: Vec<String>,
+    /// URL schemes allowed.
+    pub schemes: Vec<String>,
+    /// Methods allowed.
+    pub methods: Vec<String>,
+    /// Response body bytes kept.
+    pub max_response_bytes: u64,
+    /// The longest a request may take.
+    pub timeout_ms: u64,
+    /// Redirects followed, each checked again.
+    pub max_redirects: u32,
+    /// Loopback addresses reachable.
+    pub allow_loopback: bool,
+    /// Private addresses (RFC 1918, CGNAT, unique-local) reachable.
+    pub allow_private: bool,
+    /// `[http.secrets.NAME]`: secrets bound to hosts.
+    pub secrets: BTreeMap<String, HttpSecret>,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            allow_hosts: Vec::new(),
+            schemes: vec!["http".into(), "https".into()],
+            methods: ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+                .map(String::from)
+                .into(),
+            max_response_bytes: 1024 * 1024,
+            timeout_ms: 30_000,
+            max_redirects: 5,
+            allow_loopback: false,
+            allow_private: false,
+            secrets: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[http.secrets.NAME]`: a secret read from the host's environment,
+/// substituted for `{{secret:NAME}}` on requests to `hosts` only. The
+/// file names the variable, never the value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct HttpSecret {
+    /// The environment variable holding the value.
+    pub env: String,
+    /// Host patterns the secret may be sent to.
+    pub hosts: Vec<String>,
 }
 
 /// `[spawn]`: detached tasks (`tools.spawn`).
@@ -238,6 +326,10 @@ pub struct Settings {
     pub approvals: Approvals,
     /// Per-tool settings.
     pub tools: BTreeMap<String, ToolSettings>,
+    /// The egress policy of `tools.http`.
+    pub http: HttpSettings,
+    /// How `exec` runs its children.
+    pub exec: ExecSettings,
 }
 
 impl Default for Settings {
@@ -254,6 +346,8 @@ impl Default for Settings {
             workers: Workers::default(),
             approvals: Approvals::default(),
             tools: BTreeMap::new(),
+            http: HttpSettings::default(),
+            exec: ExecSettings::default(),
         }
     }
 }
@@ -550,6 +644,18 @@ impl Config {
                     .with_timeout_ms(s.spawn.timeout_ms),
             );
         }
+        if s.expose.http {
+            #[cfg(feature = "http")]
+            {
+                b = b.http(self.http_policy()?);
+            }
+            #[cfg(not(feature = "http"))]
+            return Err(invalid(
+                "expose.http",
+                &self.source_name,
+                "this build of harness has no `http` feature",
+            ));
+        }
         match s.approvals.default {
             ApprovalDefault::Approve => b = b.approvals(Arc::new(AutoApprove)),
             ApprovalDefault::Deny | ApprovalDefault::Ask => {
@@ -562,6 +668,37 @@ impl Config {
         b = b.workers(s.workers.max_workers, s.workers.max_runs_per_worker);
         b = b.tool_settings(s.tools.clone());
         Ok(b)
+    }
+}
+
+#[cfg(feature = "http")]
+impl Config {
+    /// The `[http]` table as an egress policy; each secret's value read
+    /// from the environment variable it names (missing: an error).
+    pub fn http_policy(&self) -> Result<crate::http::HttpPolicy, ConfigError> {
+        let h = &self.settings.http;
+        let mut p = crate::http::HttpPolicy::new()
+            .schemes(&h.schemes)
+            .methods(&h.methods)
+            .max_response_bytes(h.max_response_bytes)
+            .timeout_ms(h.timeout_ms)
+            .max_redirects(h.max_redirects)
+            .allow_loopback(h.allow_loopback)
+            .allow_private(h.allow_private);
+        for host in &h.allow_hosts {
+            p = p.allow_host(host);
+        }
+        for (name, secret) in &h.secrets {
+            let value = std::env::var(&secret.env).map_err(|_| {
+                invalid(
+                    &format!("http.secrets.{name}.env"),
+                    &self.source_name,
+                    &format!("environment variable {} is not set", secret.env),
+                )
+            })?;
+            p = p.secret(name, value, &secret.hosts);
+        }
+        Ok(p)
     }
 }
 
@@ -598,8 +735,23 @@ const ROOT_KEYS: &[&str] = &[
     "workers",
     "approvals",
     "tools",
+    "http",
+    "exec",
 ];
-const EXPOSE_KEYS: &[&str] = &["tools", "packs"];
+const EXEC_KEYS: &[&str] = &["confine", "allow_network"];
+const EXPOSE_KEYS: &[&str] = &["tools", "packs", "http"];
+const HTTP_KEYS: &[&str] = &[
+    "allow_hosts",
+    "schemes",
+    "methods",
+    "max_response_bytes",
+    "timeout_ms",
+    "max_redirects",
+    "allow_loopback",
+    "allow_private",
+    "secrets",
+];
+const SECRET_KEYS: &[&str] = &["env", "hosts"];
 const SPAWN_KEYS: &[&str] = &["enabled", "max_per_run", "max_running", "timeout_ms"];
 const WORKER_KEYS: &[&str] = &["max_workers", "max_runs_per_worker"];
 const APPROVAL_KEYS: &[&str] = &["default"];
@@ -654,8 +806,10 @@ fn validate_layer(table: &Map<String, Value>, name: &str, source: &str) -> Resul
         root_known.extend(["ceilings".to_owned(), "providers".to_owned()]);
     }
     check_keys(table, &root_known, name, source)?;
-    let sections: [(&str, Vec<String>); 5] = [
+    let sections: [(&str, Vec<String>); 7] = [
         ("limits", limit_keys()),
+        ("exec", strs(EXEC_KEYS)),
+        ("http", strs(HTTP_KEYS)),
         ("expose", strs(EXPOSE_KEYS)),
         ("spawn", strs(SPAWN_KEYS)),
         ("workers", strs(WORKER_KEYS)),
@@ -665,6 +819,18 @@ fn validate_layer(table: &Map<String, Value>, name: &str, source: &str) -> Resul
         let section = format!("[{prefix}{key}]");
         if let Some(t) = sub_table(table, key, &section, source)? {
             check_keys(t, &known, &section, source)?;
+        }
+    }
+    if let Some(http) = sub_table(table, "http", &format!("[{prefix}http]"), source)? {
+        let name = format!("[{prefix}http.secrets]");
+        if let Some(secrets) = sub_table(http, "secrets", &name, source)? {
+            for (secret, t) in secrets {
+                let section = format!("[{prefix}http.secrets.{secret}]");
+                let Value::Object(t) = t else {
+                    return Err(invalid(&section, source, "must be a table"));
+                };
+                check_keys(t, &strs(SECRET_KEYS), &section, source)?;
+            }
         }
     }
     if let Some(tools) = sub_table(table, "tools", &format!("[{prefix}tools]"), source)? {
@@ -829,7 +995,11 @@ pub(crate) fn apply_tool_settings(
             }) as Arc<dyn Tool>,
             None => tool.clone(),
         };
-        out.register_arc(tool)?;
+        if harness_core::tool::HARNESS_TOOL_NAMES.contains(&name) {
+            out.register_harness_tool(tool)?;
+        } else {
+            out.register_arc(tool)?;
+        }
     }
     for pack in registry.pack_names() {
         if let Some(members) = registry.pack(pack) {

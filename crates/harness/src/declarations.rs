@@ -365,11 +365,16 @@ fn object(schema: &Value, root: &Value, level: usize, depth: usize) -> String {
         }
     }
     // Extra properties allowed (by default, or by a schema): an index
-    // signature of `unknown`, which every declared property fits.
-    let closed = matches!(schema.get("additionalProperties"), Some(Value::Bool(false)));
-    if !closed {
+    // signature. With declared properties it is `unknown` (which every
+    // property fits); alone, a map's value type (`Record<string, string>`).
+    let extra = schema.get("additionalProperties");
+    if !matches!(extra, Some(Value::Bool(false))) {
+        let value = match extra {
+            Some(v @ Value::Object(_)) if !any => ts_type(v, root, level + 1, depth),
+            _ => "unknown".into(),
+        };
         any = true;
-        let _ = writeln!(out, "{indent}[key: string]: unknown;");
+        let _ = writeln!(out, "{indent}[key: string]: {value};");
     }
     if !any {
         return "Record<string, never>".into();
@@ -446,6 +451,8 @@ mod tests {
             open.contains("a?: string;") && open.contains("[key: string]: unknown;"),
             "{open}"
         );
+        let map = t(json!({"type": "object", "additionalProperties": {"type": "string"}}));
+        assert!(map.contains("[key: string]: string;"), "{map}");
         let r = json!({"$ref": "#/$defs/N", "$defs": {"N": {"type": "object", "properties": {"next": {"$ref": "#/$defs/N"}}, "additionalProperties": false}}});
         let rec = t(r);
         assert!(rec.contains("next?:") && rec.contains("unknown"), "{rec}");

@@ -37,8 +37,12 @@ pub mod cli_support;
 #[cfg(feature = "builtin-tools")]
 pub mod coding;
 pub mod config;
+#[cfg(all(feature = "builtin-tools", target_os = "linux"))]
+mod confine;
 pub mod declarations;
 mod engine;
+#[cfg(feature = "http")]
+pub mod http;
 #[cfg(feature = "builtin-tools")]
 mod patch;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
@@ -86,6 +90,9 @@ pub enum BuildError {
     /// tool that does not exist).
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    /// A harness tool (`tools.http`) could not join the registry.
+    #[error("cannot add the harness's own tool: {0}")]
+    Registry(RegistryError),
 }
 
 /// A configured harness: one engine, one tool set, limits, mode and context.
@@ -360,6 +367,8 @@ pub struct HarnessBuilder {
     pool: Option<(usize, u32)>,
     tool_settings: std::collections::BTreeMap<String, config::ToolSettings>,
     audit: Option<Arc<audit::AuditLog>>,
+    #[cfg(feature = "http")]
+    http: Option<http::HttpPolicy>,
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -487,6 +496,16 @@ impl HarnessBuilder {
         self
     }
 
+    /// Turns `tools.http` on under `policy` (off by default: `tools.http`
+    /// is `undefined`). The tool joins the registry under its reserved
+    /// name and the allowlist, so `[tools.http]` settings and approvals
+    /// apply to it like to any tool. See [`http`].
+    #[cfg(feature = "http")]
+    pub fn http(mut self, policy: http::HttpPolicy) -> Self {
+        self.http = Some(policy);
+        self
+    }
+
     /// Per-tool settings (`[tools.NAME]` of the configuration file): each
     /// named tool of the registry gets its own timeout, approval rule and
     /// output cap when the harness is built.
@@ -527,6 +546,22 @@ impl HarnessBuilder {
             }
         };
         let registry = self.registry.unwrap_or_default();
+        #[allow(unused_mut)]
+        let mut allow = self.allow;
+        #[cfg(feature = "http")]
+        let registry = match self.http {
+            Some(policy) => {
+                let mut r = config::apply_tool_settings(&registry, &Default::default())
+                    .map_err(BuildError::Registry)?;
+                r.register_harness_tool(Arc::new(http::tool(policy)))
+                    .map_err(BuildError::Registry)?;
+                if let Allowlist::Only(names) = &mut allow {
+                    names.insert("http".into());
+                }
+                Arc::new(r)
+            }
+            None => registry,
+        };
         let registry = if self.tool_settings.is_empty() {
             registry
         } else {
@@ -553,7 +588,7 @@ impl HarnessBuilder {
         };
         let tools = ToolSet {
             registry,
-            allow: self.allow,
+            allow,
             approvals: self
                 .approvals
                 .unwrap_or_else(|| Arc::new(AutoDeny::default())),

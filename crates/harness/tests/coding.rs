@@ -198,7 +198,7 @@ async fn exec_runs_in_cwd_with_env_caps_output_and_kills_the_group() {
         "{v}"
     );
     assert!(v["aggregatedOutput"].as_str().unwrap().contains("e\n"));
-    assert_eq!(v["confined"], false);
+    assert_eq!(v["confined"], landlock_abi() >= 4);
     assert!(v["durationMs"].as_f64().unwrap() >= 0.0);
     let r = h
         .run("return await tools.exec({command: ['pwd'], cwd: 'escape'})")
@@ -229,6 +229,83 @@ async fn exec_runs_in_cwd_with_env_caps_output_and_kills_the_group() {
     assert_eq!(v["timedOut"], true);
     let v = value(&h, "const r = await tools.exec({command: ['head', '-c', '300000', '/dev/zero']}); return [r.stdout.length, r.stdoutTruncated, r.stdout.endsWith('...<truncated>')]").await;
     assert_eq!(v, json!([262144, true, true]));
+}
+
+/// The kernel's Landlock ABI version (0 or less: none).
+#[allow(unsafe_code)]
+fn landlock_abi() -> i64 {
+    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    // reads no memory and only returns a number.
+    unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    }
+}
+
+fn exec_harness(root: &std::path::Path, policy: harness::builtin::ExecPolicy) -> Harness {
+    let tools = harness::builtin::registry_with(root, policy).unwrap();
+    Harness::builder()
+        .tools(tools)
+        .approvals(Arc::new(AutoApprove))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_writes_only_under_the_root_and_has_no_network_where_landlock_is() {
+    let (root, outside) = fixture();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "return await tools.exec({{command: ['bash', '-c', \
+         'echo in > inside.txt; echo out > {}/x.txt; echo > /dev/tcp/127.0.0.1/{port}; true']}})",
+        outside.path().display()
+    );
+    let policy = harness::builtin::ExecPolicy::default;
+    let abi = landlock_abi();
+    let v = value(&exec_harness(root.path(), policy()), &script).await;
+    if abi < 4 {
+        // Visible, not silent: this kernel cannot confine, and exec says so.
+        eprintln!("SKIPPED: Landlock ABI {abi} on this kernel (4 needed): exec runs unconfined");
+        assert_eq!(v["confined"], false);
+        return;
+    }
+    assert_eq!(v["confined"], true, "{v}");
+    assert!(root.path().join("inside.txt").exists(), "{v}");
+    assert!(
+        !outside.path().join("x.txt").exists(),
+        "wrote outside the root: {v}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "connected with the network denied"
+    );
+    // The policy may allow the network: the connection is made.
+    let v = value(
+        &exec_harness(root.path(), policy().with_allow_network(true)),
+        &script,
+    )
+    .await;
+    assert_eq!(v["confined"], true, "{v}");
+    assert!(!outside.path().join("x.txt").exists(), "{v}");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(
+        listener.accept().is_ok(),
+        "no connection with the network allowed: {v}"
+    );
+    // And confinement off: the child can write anywhere the user can.
+    let v = value(
+        &exec_harness(root.path(), policy().with_confine(false)),
+        &script,
+    )
+    .await;
+    assert_eq!(v["confined"], false, "{v}");
+    assert!(outside.path().join("x.txt").exists(), "{v}");
 }
 
 /// The user guide's tool reference names every built-in tool and every
