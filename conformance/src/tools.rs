@@ -1,7 +1,7 @@
 //! Test tools for the suite: echo, a sleep that honours cancellation, a
 //! sleep that ignores it, fail, a counter that records peak concurrency, a
 //! tool that requires approval, a tool with a strict schema, and one with
-//! a long output.
+//! a long output, and one named as an upstream MCP tool (`mcp.up.echo-x`).
 
 use harness_core::tool::{FnTool, ToolError, ToolRegistry};
 use serde_json::{json, Value};
@@ -144,6 +144,14 @@ pub fn registry(c: Arc<Counters>) -> ToolRegistry {
             |a, _| async move { Ok(json!({"text": "x".repeat(a["n"].as_u64().unwrap_or(0) as usize)})) },
         ),
     );
+    // As an upstream MCP server's tool is registered: `tools.mcp.up["echo-x"]`.
+    r.register_harness_tool(Arc::new(FnTool::new(
+        "mcp.up.echo-x",
+        "an upstream MCP tool's shape: returns its arguments",
+        json!({"type": "object"}),
+        |a, _| async move { Ok(a) },
+    )))
+    .expect("mcp-named tool registers");
     r.define_pack("basic", ["echo", "fail"]).expect("pack");
     r.define_pack("slow", ["sleep", "stubborn_sleep"])
         .expect("pack");

@@ -62,7 +62,12 @@ pub const CASES: &[Case] = &[
             ensure(o, o.report.progress.first().is_some_and(|p| p.kind == ProgressKind::Info && p.data.is_none()), "an info event")
          })]),
     case!("contract::spawn_off", "without spawn enabled, tools.spawn is undefined; spawn, http and mcp are the harness's names", Tools, Nothing,
-        [Spec::new("return [typeof tools.spawn, 'spawn' in tools, typeof tools.http, typeof tools.mcp, typeof tools.echo]", |o| expect_value(o, json!(["undefined", false, "undefined", "undefined", "function"])))]),
+        [Spec::new("return [typeof tools.spawn, 'spawn' in tools, typeof tools.http, 'http' in tools, typeof tools.echo]", |o| expect_value(o, json!(["undefined", false, "undefined", false, "function"])))]),
+    case!("contract::mcp_tools", "upstream MCP tools (mcp.SERVER.TOOL) are tools.mcp.SERVER.TOOL: frozen, named as upstream, unknown names throw ToolNotFoundError", Tools, Nothing,
+        [Spec::new("const f = tools.mcp.up['echo-x']; let a, b; try { tools.mcp.up.nope() } catch (e) { a = [e.name, e.tool] } try { tools.mcp.down.x() } catch (e) { b = e.name } return ['mcp' in tools, Object.isFrozen(tools.mcp), Object.isFrozen(tools.mcp.up), f.name, (await f({v: 1})).v, a, b, context.capabilities.tools.includes('mcp.up.echo-x')]", |o| {
+            expect_value(o, json!([true, true, true, "echo-x", 1, ["ToolNotFoundError", "mcp.up.nope"], "TypeError", true]))?;
+            ensure(o, o.report.tool_calls.iter().any(|c| c.tool == "mcp.up.echo-x"), "the report names the call mcp.up.echo-x")
+         })]),
     case!("contract::spawn_detached", "tools.spawn.exec returns a frozen handle at once; the task outlives the script, is no DetachedPromiseError, and is reported", Tools, Nothing,
         [Spec::new("const t = tools.spawn.exec('sleep', {ms: 300}); return [t.id, Object.isFrozen(t), typeof t.done.then, typeof t.cancel, 'spawn' in tools]", |o| {
             expect_value(o, json!(["task_1", true, "function", "function", true]))?;
@@ -90,7 +95,7 @@ pub const CASES: &[Case] = &[
          }).spawn()]),
     case!("contract::tool_not_found_suggests", "ToolNotFoundError suggests the closest allowed name and still lists them all", Tools, Nothing,
         [Spec::new("try { await tools.ech({}) } catch (e) { return e.message }", |o| {
-            expect_value(o, json!("unknown tool 'ech'; did you mean \"echo\"? available tools: big, count, echo, fail, guarded, sleep, strict, stubborn_sleep"))
+            expect_value(o, json!("unknown tool 'ech'; did you mean \"echo\"? available tools: big, count, echo, fail, guarded, mcp.up.echo-x, sleep, strict, stubborn_sleep"))
          }),
          Spec::new("try { await tools.zzzzzz({}) } catch (e) { return e.message.includes('did you mean') }", |o| expect_value(o, json!(false)))]),
     case!("contract::error_metadata", "every error has metadata (elapsedMs, completedTools, pendingTools); tool errors name tool and call", Tools, Nothing,

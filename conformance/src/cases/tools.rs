@@ -29,7 +29,7 @@ pub const CASES: &[Case] = &[
         [Spec::new("const r = await tools.echo({a: {b: 1}}); return [Object.isFrozen(r), Object.isFrozen(r.a)]", |o| expect_value(o, json!([true, true])))]),
     case!("tools::unknown_tool", "an unknown tool throws ToolNotFoundError listing the available tools", Tools, Nothing,
         [Spec::new("try { await tools.serach({}) } catch (e) { return [e.name, e.message] }", |o| {
-            expect_value(o, json!(["ToolNotFoundError", "unknown tool 'serach'; available tools: big, count, echo, fail, guarded, sleep, strict, stubborn_sleep"]))
+            expect_value(o, json!(["ToolNotFoundError", "unknown tool 'serach'; available tools: big, count, echo, fail, guarded, mcp.up.echo-x, sleep, strict, stubborn_sleep"]))
         })]),
     case!("tools::bad_arguments", "arguments the schema rejects are ToolValidationError naming each problem", Tools, Nothing,
         [Spec::new("try { await tools.strict({n: 0, extra: 1}) } catch (e) { return [e.name, e.message.includes('/n'), e.message.includes('extra')] }", |o| expect_value(o, json!(["ToolValidationError", true, true]))),

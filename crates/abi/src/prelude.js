@@ -296,9 +296,23 @@
   }
 
   const toolFns = create(null);
+  // Upstream MCP tools, `mcp.SERVER.TOOL`, are `tools.mcp.SERVER.TOOL`.
+  const mcpServers = create(null);
+  let hasMcp = false;
   for (let i = 0; i < toolNames.length; i++) {
     const name = toolNames[i];
     const fn = function (args) { return callTool(name, args); };
+    if (apply(stringSlice, name, [0, 4]) === 'mcp.') {
+      const rest = apply(stringSlice, name, [4]);
+      const dot = apply(stringIndexOf, rest, ['.']);
+      const server = apply(stringSlice, rest, [0, dot]);
+      const tool = apply(stringSlice, rest, [dot + 1]);
+      defineProperty(fn, 'name', { value: tool });
+      if (mcpServers[server] === undefined) mcpServers[server] = create(null);
+      mcpServers[server][tool] = freeze(fn);
+      hasMcp = true;
+      continue;
+    }
     defineProperty(fn, 'name', { value: name });
     toolFns[name] = freeze(fn);
   }
@@ -339,6 +353,25 @@
   defineProperty(spawnExec, 'name', { value: 'exec' });
   const spawnObj = freeze({ exec: freeze(spawnExec), cancel: freeze(function cancel(id) { return cancelTask(id); }) });
 
+  // `tools.mcp.fs.nope` throws ToolNotFoundError like `tools.nope`.
+  function sealedTools(target, prefix) {
+    return new ProxyCtor(freeze(target), {
+      get: function (t, key) {
+        if (typeof key !== 'string') return undefined;
+        if (apply(hasOwn, t, [key])) return t[key];
+        if (key === 'then' || key === 'toJSON') return undefined;
+        return unknownTool(prefix + key);
+      },
+      set: function () { return false; },
+      defineProperty: function () { return false; },
+      deleteProperty: function () { return false; },
+      setPrototypeOf: function () { return false; },
+    });
+  }
+  const mcpObj = create(null);
+  for (const server in mcpServers) mcpObj[server] = sealedTools(mcpServers[server], 'mcp.' + server + '.');
+  const mcpTools = sealedTools(mcpObj, 'mcp.');
+
   const tools = new ProxyCtor(toolFns, {
     get: function (t, key) {
       if (typeof key !== 'string') return undefined;
@@ -346,11 +379,13 @@
       if (key === 'then' || key === 'toJSON') return undefined;
       // The harness's own names: `if (tools.spawn)` must be false when off.
       if (key === 'spawn') return config.spawn ? spawnObj : undefined;
-      if (key === 'http' || key === 'mcp') return undefined;
+      if (key === 'mcp') return hasMcp ? mcpTools : undefined;
+      if (key === 'http') return undefined;
       return unknownTool(key);
     },
     has: function (t, key) {
-      return (key === 'spawn' && config.spawn === true) || apply(hasOwn, t, [key]);
+      return (key === 'spawn' && config.spawn === true) || (key === 'mcp' && hasMcp) ||
+        apply(hasOwn, t, [key]);
     },
     set: function () { return false; },
     defineProperty: function () { return false; },

@@ -472,7 +472,35 @@ fn has_terminal() -> bool {
 /// Builds the harness `run` and `respond` use: the configuration with the
 /// flags on top, built-in tools under the root, approvals from the flag,
 /// the configuration or the terminal.
-fn build_harness(args: &EngineArgs, cfg: &Config) -> Result<Harness, ExitCode> {
+/// Starts the configuration's upstream MCP servers (`[mcp.servers.*]`).
+async fn upstreams(cfg: &Config) -> Result<Option<harness::mcp::Upstreams>, ExitCode> {
+    let servers = &cfg.settings().mcp.servers;
+    if servers.is_empty() {
+        return Ok(None);
+    }
+    harness::mcp::Upstreams::connect(servers)
+        .await
+        .map(Some)
+        .map_err(usage_error)
+}
+
+/// The configuration with the flags on top, its MCP servers started, and
+/// the harness `run` and `respond` use.
+async fn configured_harness(
+    args: &EngineArgs,
+    mode: Option<Mode>,
+    language: Option<ScriptLanguage>,
+) -> Result<Harness, ExitCode> {
+    let cfg = flag_overrides(args, mode, language).and_then(|o| load_config(&args.config, o))?;
+    let up = upstreams(&cfg).await?;
+    build_harness(args, &cfg, up)
+}
+
+fn build_harness(
+    args: &EngineArgs,
+    cfg: &Config,
+    upstreams: Option<harness::mcp::Upstreams>,
+) -> Result<Harness, ExitCode> {
     let tools = harness::builtin::registry_with(&args.root, cfg.settings().exec.policy())
         .map_err(|e| usage_error(format!("cannot open root {}: {e}", args.root.display())))?;
     // Without a configured answer the CLI asks on its terminal.
@@ -499,6 +527,9 @@ fn build_harness(args: &EngineArgs, cfg: &Config) -> Result<Harness, ExitCode> {
     let root = args.root.canonicalize().unwrap_or(args.root.clone());
     let ctx = parse_context(args.context.as_deref()).map_err(usage_error)?;
     let mut builder = cfg.builder().map_err(usage_error)?;
+    if let Some(up) = upstreams {
+        builder = builder.mcp(up);
+    }
     if let Some(path) = &args.audit_log {
         let log = harness::audit::AuditLog::open(path)
             .map_err(|e| usage_error(format!("cannot open audit log {}: {e}", path.display())))?;
@@ -546,10 +577,7 @@ async fn run(args: RunArgs) -> ExitCode {
         let l = ScriptLanguage::from_file_name(&args.file);
         (l != ScriptLanguage::Auto).then_some(l)
     });
-    let harness = match flag_overrides(&args.engine, None, language)
-        .and_then(|o| load_config(&args.engine.config, o))
-        .and_then(|cfg| build_harness(&args.engine, &cfg))
-    {
+    let harness = match configured_harness(&args.engine, None, language).await {
         Ok(h) => h,
         Err(code) => return code,
     };
@@ -580,10 +608,7 @@ async fn respond(args: RespondArgs) -> ExitCode {
         ModeArg::DryRun => Mode::DryRun,
         ModeArg::Disabled => Mode::Disabled,
     });
-    let harness = match flag_overrides(&args.engine, mode, None)
-        .and_then(|o| load_config(&args.engine.config, o))
-        .and_then(|cfg| build_harness(&args.engine, &cfg))
-    {
+    let harness = match configured_harness(&args.engine, mode, None).await {
         Ok(h) => h,
         Err(code) => return code,
     };
@@ -781,7 +806,7 @@ async fn check(args: CheckArgs) -> ExitCode {
     let result =
         match harness::core::source::decode_source(&bytes, harness.limits().max_source_bytes) {
             Ok(src) => match harness.check(&src).await {
-                Ok(()) if args.types => match type_check(&args, &cfg, &src) {
+                Ok(()) if args.types => match type_check(&args, &cfg, &src).await {
                     Ok(r) => r,
                     Err(code) => return code,
                 },
@@ -884,10 +909,17 @@ fn sandbox(args: SandboxArgs) -> ExitCode {
 
 /// The harness `tools` and `check --types` describe: the configuration's
 /// tools (the built-ins under `root`), narrowed to `packs` when given.
-fn described(cfg: &Config, root: &std::path::Path, packs: &[String]) -> Result<Harness, ExitCode> {
+async fn described(
+    cfg: &Config,
+    root: &std::path::Path,
+    packs: &[String],
+) -> Result<Harness, ExitCode> {
     let tools = harness::builtin::registry(root)
         .map_err(|e| usage_error(format!("cannot open root {}: {e}", root.display())))?;
     let mut b = cfg.builder().map_err(usage_error)?.tools(tools);
+    if let Some(up) = upstreams(cfg).await? {
+        b = b.mcp(up);
+    }
     if !packs.is_empty() {
         b = b.allow(harness::Allowlist::only(packs.iter().cloned()));
     }
@@ -896,12 +928,12 @@ fn described(cfg: &Config, root: &std::path::Path, packs: &[String]) -> Result<H
 
 /// `tsc` on the script (wrapped as an async function body) with the
 /// declarations; a ScriptSyntaxError-shaped error per diagnostic.
-fn type_check(
+async fn type_check(
     args: &CheckArgs,
     cfg: &Config,
     source: &str,
 ) -> Result<Result<(), ScriptError>, ExitCode> {
-    let h = described(cfg, &args.root, &args.packs)?;
+    let h = described(cfg, &args.root, &args.packs).await?;
     let tsc = std::env::var_os("HARNESS_TSC").unwrap_or_else(|| "tsc".into());
     let dir = std::env::temp_dir().join(format!("harness-types-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
@@ -973,12 +1005,12 @@ fn type_check(
     Ok(Err(e))
 }
 
-fn tools_command(args: ToolsArgs) -> ExitCode {
+async fn tools_command(args: ToolsArgs) -> ExitCode {
     let cfg = match load_config(&args.config, Overrides::new()) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let h = match described(&cfg, &args.root, &args.packs) {
+    let h = match described(&cfg, &args.root, &args.packs).await {
         Ok(h) => h,
         Err(code) => return code,
     };
@@ -1123,7 +1155,7 @@ harness::main! {
                 Command::Check(a) => check(a).await,
                 Command::Respond(a) => respond(a).await,
                 Command::Config(c) => config_command(c),
-                Command::Tools(a) => tools_command(a),
+                Command::Tools(a) => tools_command(a).await,
                 #[cfg(feature = "wasi")]
                 Command::Sandbox(a) => sandbox(a),
             }

@@ -153,3 +153,74 @@ fn the_core_codex_declarations_type_a_script_using_every_tool() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["error"]["location"]["line"], 2, "{v}");
 }
+
+/// Upstream MCP servers' tools are typed under `tools.mcp.SERVER`: `harness
+/// tools --typescript` prints them and `check --types` (tsc --strict)
+/// accepts a right call and refuses a wrong argument.
+#[test]
+fn upstream_mcp_tools_are_declared_and_checked() {
+    let Some(tsc) = tsc() else {
+        assert!(
+            std::env::var_os("HARNESS_REQUIRE_TSC").is_none(),
+            "tsc is required but not installed under target/npm"
+        );
+        println!("SKIPPED: tsc is not installed under target/npm (scripts/test installs it)");
+        return;
+    };
+    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/npm/node_modules/.bin");
+    if !bin.join("mcp-server-everything").exists() {
+        assert!(
+            std::env::var_os("HARNESS_REQUIRE_MCP_SERVERS").is_none(),
+            "the MCP servers are not installed under target/npm"
+        );
+        println!("SKIPPED: the MCP servers are not installed under target/npm");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("harness.toml"),
+        format!(
+            "[mcp.servers.everything]\ncommand = \"{}\"\n",
+            bin.join("mcp-server-everything").display()
+        ),
+    )
+    .unwrap();
+    let o = harness(
+        &["tools", "--config", "harness.toml", "--typescript"],
+        dir.path(),
+        &tsc,
+    );
+    let d = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        d.contains("readonly mcp: {") && d.contains("\"get-sum\"(args: {"),
+        "{d}"
+    );
+    let good = r#"const s = await tools.mcp.everything["get-sum"]({a: 1, b: 2});
+const w = await tools.mcp.everything["get-structured-content"]({location: "Chicago"});
+const e = await tools.mcp.everything.echo({message: "hi"});
+return [s, w.temperature + w.humidity, e];"#;
+    std::fs::write(dir.path().join("good.ts"), good).unwrap();
+    std::fs::write(
+        dir.path().join("bad.ts"),
+        good.replace("{a: 1, b: 2}", "{a: 1, c: 2}"),
+    )
+    .unwrap();
+    let check = |f: &str| {
+        harness(
+            &["check", "--types", "--config", "harness.toml", f],
+            dir.path(),
+            &tsc,
+        )
+    };
+    let o = check("good.ts");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = check("bad.ts");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("TS2345") && out.contains(":1:"), "{out}");
+}

@@ -290,6 +290,20 @@ fn valid_identifier(name: &str) -> bool {
         && !CLASHING_NAMES.contains(&name)
 }
 
+/// `mcp.SERVER.TOOL`: an upstream MCP server's tool.
+fn valid_mcp_name(name: &str) -> bool {
+    let Some((server, tool)) = name
+        .strip_prefix("mcp.")
+        .and_then(|rest| rest.split_once('.'))
+    else {
+        return false;
+    };
+    valid_identifier(server)
+        && !tool.is_empty()
+        && tool.chars().count() <= 128
+        && !tool.chars().any(char::is_control)
+}
+
 impl ToolRegistry {
     /// No tools.
     pub fn new() -> Self {
@@ -303,22 +317,24 @@ impl ToolRegistry {
 
     /// Registers a shared tool.
     pub fn register_arc(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, RegistryError> {
-        if HARNESS_TOOL_NAMES.contains(&tool.name()) {
+        if HARNESS_TOOL_NAMES.contains(&tool.name()) || tool.name().starts_with("mcp.") {
             return Err(RegistryError::Reserved(tool.name().to_owned()));
         }
         self.insert(tool)
     }
 
-    /// Registers one of the harness's own tools under its reserved name
-    /// (`http`, `mcp`): how the facade turns on `tools.http` once the host
-    /// has set an egress policy. Hosts register their tools with
-    /// [`ToolRegistry::register`]; this call exists so that a reserved
-    /// name only ever holds the harness's implementation.
+    /// Registers one of the harness's own tools under a reserved name:
+    /// `http` (how the facade turns on `tools.http` once the host has set
+    /// an egress policy) or `mcp.SERVER.TOOL` (an upstream MCP server's
+    /// tool, called as `tools.mcp.SERVER.TOOL`; `SERVER` is an identifier,
+    /// `TOOL` the upstream's name as it is, up to 128 characters). Hosts
+    /// register their tools with [`ToolRegistry::register`]; this call
+    /// exists so that a reserved name only ever holds the harness's own.
     pub fn register_harness_tool(
         &mut self,
         tool: Arc<dyn Tool>,
     ) -> Result<&mut Self, RegistryError> {
-        if !HARNESS_TOOL_NAMES.contains(&tool.name()) || tool.name() == "spawn" {
+        if tool.name() != "http" && !valid_mcp_name(tool.name()) {
             return Err(RegistryError::InvalidName(tool.name().to_owned()));
         }
         self.insert(tool)
@@ -326,7 +342,7 @@ impl ToolRegistry {
 
     fn insert(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, RegistryError> {
         let name = tool.name().to_owned();
-        if !valid_identifier(&name) {
+        if !valid_identifier(&name) && !valid_mcp_name(&name) {
             return Err(RegistryError::InvalidName(name));
         }
         if self.tools.contains_key(&name) {

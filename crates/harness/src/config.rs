@@ -186,6 +186,44 @@ impl ExecSettings {
     }
 }
 
+/// `[mcp.servers.NAME]`: an upstream MCP server whose tools scripts call
+/// as `tools.mcp.NAME.TOOL` (see [`crate::mcp`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct McpServerSettings {
+    /// The program to start (stdio transport).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Variables added to its environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The server's URL (streamable HTTP), instead of `command`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The upstream tools scripts may call (default: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Upstream tools whose calls need approval; `"*"`: every one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs_approval: Vec<String>,
+    /// How long one call may take (default: the run's deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `[mcp]`: upstream MCP servers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct McpSettings {
+    /// `[mcp.servers.NAME]`, by name.
+    pub servers: BTreeMap<String, McpServerSettings>,
+}
+
 /// `[http]`: the egress policy of `tools.http` (see [`crate::http`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -330,6 +368,8 @@ pub struct Settings {
     pub http: HttpSettings,
     /// How `exec` runs its children.
     pub exec: ExecSettings,
+    /// Upstream MCP servers.
+    pub mcp: McpSettings,
 }
 
 impl Default for Settings {
@@ -348,6 +388,7 @@ impl Default for Settings {
             tools: BTreeMap::new(),
             http: HttpSettings::default(),
             exec: ExecSettings::default(),
+            mcp: McpSettings::default(),
         }
     }
 }
@@ -737,6 +778,16 @@ const ROOT_KEYS: &[&str] = &[
     "tools",
     "http",
     "exec",
+    "mcp",
+];
+const MCP_SERVER_KEYS: &[&str] = &[
+    "command",
+    "args",
+    "env",
+    "url",
+    "tools",
+    "needs_approval",
+    "timeout_ms",
 ];
 const EXEC_KEYS: &[&str] = &["confine", "allow_network"];
 const EXPOSE_KEYS: &[&str] = &["tools", "packs", "http"];
@@ -806,8 +857,9 @@ fn validate_layer(table: &Map<String, Value>, name: &str, source: &str) -> Resul
         root_known.extend(["ceilings".to_owned(), "providers".to_owned()]);
     }
     check_keys(table, &root_known, name, source)?;
-    let sections: [(&str, Vec<String>); 7] = [
+    let sections: [(&str, Vec<String>); 8] = [
         ("limits", limit_keys()),
+        ("mcp", vec!["servers".to_owned()]),
         ("exec", strs(EXEC_KEYS)),
         ("http", strs(HTTP_KEYS)),
         ("expose", strs(EXPOSE_KEYS)),
@@ -830,6 +882,35 @@ fn validate_layer(table: &Map<String, Value>, name: &str, source: &str) -> Resul
                     return Err(invalid(&section, source, "must be a table"));
                 };
                 check_keys(t, &strs(SECRET_KEYS), &section, source)?;
+            }
+        }
+    }
+    if let Some(mcp) = sub_table(table, "mcp", &format!("[{prefix}mcp]"), source)? {
+        let name = format!("[{prefix}mcp.servers]");
+        if let Some(servers) = sub_table(mcp, "servers", &name, source)? {
+            for (server, t) in servers {
+                let section = format!("[{prefix}mcp.servers.{server}]");
+                let Value::Object(t) = t else {
+                    return Err(invalid(&section, source, "must be a table"));
+                };
+                check_keys(t, &strs(MCP_SERVER_KEYS), &section, source)?;
+                let ident = server
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && server
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !ident {
+                    return Err(invalid(
+                        &section,
+                        source,
+                        "a server name must be an identifier (letters, digits, _): scripts call tools.mcp.NAME",
+                    ));
+                }
+                if t.contains_key("command") == t.contains_key("url") {
+                    return Err(invalid(&section, source, "give either `command` or `url`"));
+                }
             }
         }
     }

@@ -41,26 +41,49 @@ pub fn declarations(registry: &ToolRegistry, names: &[String]) -> String {
     );
     out.push_str("/** The tools this script may call. Every call returns a Promise. */\n");
     out.push_str("declare const tools: {\n");
+    // Upstream MCP tools (`mcp.SERVER.TOOL`) nest: `tools.mcp.SERVER.TOOL`.
+    let mut mcp: std::collections::BTreeMap<&str, Vec<(&str, &String)>> = Default::default();
     for name in names {
-        let Some(tool) = registry.get(name) else {
+        if let Some((server, tool)) = name.strip_prefix("mcp.").and_then(|r| r.split_once('.')) {
+            mcp.entry(server).or_default().push((tool, name));
             continue;
-        };
-        doc(&mut out, tool.description(), "  ");
-        let args = ts_type(tool.schema(), tool.schema(), 1, 0);
-        let result = match tool.output_schema() {
-            Some(s) => ts_type(s, s, 1, 0),
-            None => "unknown".to_owned(),
-        };
-        let _ = writeln!(
-            out,
-            "  {}(args: {args}): Promise<{result}>;",
-            property_name(name)
-        );
+        }
+        tool_member(&mut out, registry, name, name, 1);
+    }
+    if !mcp.is_empty() {
+        out.push_str("  /** Tools of the upstream MCP servers, by server. */\n  readonly mcp: {\n");
+        for (server, tools) in mcp {
+            let _ = writeln!(out, "    readonly {}: {{", property_name(server));
+            for (tool, full) in tools {
+                tool_member(&mut out, registry, tool, full, 3);
+            }
+            out.push_str("    };\n");
+        }
+        out.push_str("  };\n");
     }
     out.push_str(SPAWN);
     out.push_str("};\n\n");
     out.push_str(CONTEXT);
     out
+}
+
+/// One `name(args): Promise<result>;` member for the registry's tool `full`.
+fn tool_member(out: &mut String, registry: &ToolRegistry, name: &str, full: &str, level: usize) {
+    let Some(tool) = registry.get(full) else {
+        return;
+    };
+    let indent = "  ".repeat(level);
+    doc(out, tool.description(), &indent);
+    let args = ts_type(tool.schema(), tool.schema(), level, 0);
+    let result = match tool.output_schema() {
+        Some(s) => ts_type(s, s, level, 0),
+        None => "unknown".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "{indent}{}(args: {args}): Promise<{result}>;",
+        property_name(name)
+    );
 }
 
 /// A script as `tsc` should see it: the body of an async function (top

@@ -43,6 +43,8 @@ pub mod declarations;
 mod engine;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 #[cfg(feature = "builtin-tools")]
 mod patch;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
@@ -369,6 +371,8 @@ pub struct HarnessBuilder {
     audit: Option<Arc<audit::AuditLog>>,
     #[cfg(feature = "http")]
     http: Option<http::HttpPolicy>,
+    #[cfg(feature = "mcp")]
+    mcp: Option<mcp::Upstreams>,
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -506,6 +510,14 @@ impl HarnessBuilder {
         self
     }
 
+    /// Adds the tools of connected upstream MCP servers
+    /// (`tools.mcp.SERVER.TOOL`) and the resource tools; see [`mcp`].
+    #[cfg(feature = "mcp")]
+    pub fn mcp(mut self, upstreams: mcp::Upstreams) -> Self {
+        self.mcp = Some(upstreams);
+        self
+    }
+
     /// Per-tool settings (`[tools.NAME]` of the configuration file): each
     /// named tool of the registry gets its own timeout, approval rule and
     /// output cap when the harness is built.
@@ -561,6 +573,16 @@ impl HarnessBuilder {
                 Arc::new(r)
             }
             None => registry,
+        };
+        #[cfg(feature = "mcp")]
+        let registry = match self.mcp {
+            Some(upstreams) if !upstreams.is_empty() => {
+                let mut r = config::apply_tool_settings(&registry, &Default::default())
+                    .map_err(BuildError::Registry)?;
+                upstreams.register(&mut r).map_err(BuildError::Registry)?;
+                Arc::new(r)
+            }
+            _ => registry,
         };
         let registry = if self.tool_settings.is_empty() {
             registry

@@ -1,0 +1,472 @@
+//! Upstream MCP servers as tools: every tool of a configured server is
+//! `tools.mcp.SERVER.TOOL(args)` in a script, named `mcp.SERVER.TOOL` in
+//! allowlists, `[tools."mcp.SERVER.TOOL"]` settings, `context.capabilities`
+//! and reports; and `listMcpResources`, `listMcpResourceTemplates`,
+//! `readMcpResource` reach their resources.
+//!
+//! [`Upstreams::connect`] starts the servers (`[mcp.servers.NAME]` of the
+//! configuration: `command`/`args`/`env` over stdio), lists their tools
+//! (every page) and [`crate::HarnessBuilder::mcp`] puts them in the
+//! registry. A call goes through the facade like any tool (allowlist, the
+//! upstream's input schema, budget, concurrency, approvals); a cancelled
+//! call drops its request, which tells the server with
+//! `notifications/cancelled`. A server that dies fails the calls in flight
+//! with an error that says so, and is started again by the next call
+//! (at most [`MAX_RESTARTS`] times).
+
+use crate::config::McpServerSettings;
+use crate::{Tool, ToolContext, ToolError, ToolRegistry};
+use async_trait::async_trait;
+use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
+use rmcp::service::{Peer, RoleClient, RunningService, ServiceExt};
+use rmcp::transport::TokioChildProcess;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How many times one server is started again after it died.
+pub const MAX_RESTARTS: u32 = 5;
+/// How long starting a server (spawn + initialize + listing) may take.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why the upstream servers could not be reached.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// A server could not be started or did not answer.
+    #[error("MCP server `{server}`: {message}")]
+    Start {
+        /// The server's name in the configuration.
+        server: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The configuration names a transport this build cannot use.
+    #[error("MCP server `{server}`: {message}")]
+    Unsupported {
+        /// The server's name.
+        server: String,
+        /// Why.
+        message: String,
+    },
+}
+
+type Client = RunningService<RoleClient, ()>;
+
+/// One upstream server: its settings and, while it lives, its session.
+struct Upstream {
+    name: String,
+    settings: McpServerSettings,
+    session: tokio::sync::Mutex<Option<Client>>,
+    restarts: AtomicU32,
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    async fn start(&self) -> Result<Client, String> {
+        let Some(program) = &self.settings.command else {
+            return Err("no `command` to start (`url` servers are not supported yet)".into());
+        };
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(&self.settings.args).envs(&self.settings.env);
+        #[cfg(unix)]
+        cmd.process_group(0);
+        let (transport, _) = TokioChildProcess::builder(cmd)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+        match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(e)) => Err(format!("`{program}` did not initialize: {e}")),
+            Err(_) => Err(format!(
+                "`{program}` did not initialize within {} s",
+                START_TIMEOUT.as_secs()
+            )),
+        }
+    }
+
+    /// The live session's peer, starting the server again if it died.
+    async fn peer(&self) -> Result<Peer<RoleClient>, ToolError> {
+        let mut session = self.session.lock().await;
+        if let Some(s) = session.as_ref() {
+            if !s.peer().is_transport_closed() {
+                return Ok(s.peer().clone());
+            }
+        }
+        *session = None;
+        let n = self.restarts.fetch_add(1, Ordering::SeqCst);
+        if n >= MAX_RESTARTS {
+            return Err(ToolError::new(format!(
+                "MCP server `{}` died and was restarted {MAX_RESTARTS} times; it is not started again",
+                self.name
+            )));
+        }
+        tracing::warn!(server = %self.name, restart = n + 1, "restarting MCP server");
+        let client = self
+            .start()
+            .await
+            .map_err(|e| ToolError::new(format!("MCP server `{}` is down: {e}", self.name)))?;
+        let peer = client.peer().clone();
+        *session = Some(client);
+        Ok(peer)
+    }
+
+    /// A failed request: if the session is gone, say the server died.
+    fn failure(
+        &self,
+        what: &str,
+        e: rmcp::service::ServiceError,
+        peer: &Peer<RoleClient>,
+    ) -> ToolError {
+        if peer.is_transport_closed() || matches!(e, rmcp::service::ServiceError::TransportClosed) {
+            ToolError::new(format!(
+                "MCP server `{}` exited during {what}; the next call starts it again",
+                self.name
+            ))
+        } else {
+            ToolError::new(format!("MCP server `{}`: {what} failed: {e}", self.name))
+        }
+    }
+}
+
+/// Runs `fut` until it ends, the call is cancelled (the request is
+/// dropped, which sends `notifications/cancelled`) or time runs out.
+async fn bounded<T>(
+    fut: impl std::future::Future<Output = Result<T, ToolError>>,
+    ctx: &ToolContext,
+    timeout_ms: Option<u64>,
+) -> Result<T, ToolError> {
+    let mut until = ctx.deadline;
+    if let Some(ms) = timeout_ms {
+        until = until.min(Instant::now() + Duration::from_millis(ms));
+    }
+    tokio::select! {
+        r = fut => r,
+        _ = ctx.cancel.cancelled() => Err(ToolError::cancelled()),
+        _ = tokio::time::sleep_until(until.into()) => Err(ToolError::new("the MCP call timed out")),
+    }
+}
+
+/// The connected upstream servers and the tools they offer.
+#[derive(Debug, Clone, Default)]
+pub struct Upstreams {
+    servers: Vec<Arc<Upstream>>,
+    tools: Vec<Arc<McpTool>>,
+}
+
+impl Upstreams {
+    /// Starts every server of `servers` (in parallel) and lists its tools.
+    /// A server that cannot be started is an error naming it.
+    pub async fn connect(servers: &BTreeMap<String, McpServerSettings>) -> Result<Self, McpError> {
+        let starts = servers.iter().map(|(name, settings)| async move {
+            if settings.command.is_none() {
+                return Err(McpError::Unsupported {
+                    server: name.clone(),
+                    message: "only stdio servers (`command`) are supported so far; `url` is not"
+                        .into(),
+                });
+            }
+            let up = Arc::new(Upstream {
+                name: name.clone(),
+                settings: settings.clone(),
+                session: tokio::sync::Mutex::new(None),
+                restarts: AtomicU32::new(0),
+            });
+            let err = |message: String| McpError::Start {
+                server: name.clone(),
+                message,
+            };
+            let client = up.start().await.map_err(err)?;
+            let listed = tokio::time::timeout(START_TIMEOUT, client.peer().list_all_tools())
+                .await
+                .map_err(|_| err("tools/list timed out".into()))?
+                .map_err(|e| err(format!("tools/list failed: {e}")))?;
+            *up.session.lock().await = Some(client);
+            let tools: Vec<Arc<McpTool>> = listed
+                .into_iter()
+                .filter(|t| {
+                    settings
+                        .tools
+                        .as_ref()
+                        .is_none_or(|allow| allow.iter().any(|a| a == t.name.as_ref()))
+                })
+                .map(|t| Arc::new(McpTool::new(up.clone(), t)))
+                .collect();
+            Ok::<_, McpError>((up, tools))
+        });
+        let mut out = Upstreams::default();
+        for r in futures::future::join_all(starts).await {
+            let (up, tools) = r?;
+            out.servers.push(up);
+            out.tools.extend(tools);
+        }
+        Ok(out)
+    }
+
+    /// Whether no server is configured.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// The registry names of the upstream tools (`mcp.SERVER.TOOL`).
+    pub fn tool_names(&self) -> Vec<String> {
+        self.tools.iter().map(|t| t.full_name.clone()).collect()
+    }
+
+    /// Adds the upstream tools and the three resource tools to `registry`
+    /// (nothing when no server is configured).
+    pub fn register(&self, registry: &mut ToolRegistry) -> Result<(), crate::RegistryError> {
+        if self.servers.is_empty() {
+            return Ok(());
+        }
+        for t in &self.tools {
+            registry.register_harness_tool(t.clone())?;
+        }
+        // `mcp.SERVER` names a server's tools in allowlists.
+        for up in &self.servers {
+            let members = self
+                .tools
+                .iter()
+                .filter(|t| Arc::ptr_eq(&t.server, up))
+                .map(|t| t.full_name.clone());
+            registry.define_pack(&format!("mcp.{}", up.name), members)?;
+        }
+        for tool in resource_tools(&self.servers) {
+            registry.register(tool)?;
+        }
+        Ok(())
+    }
+}
+
+/// One upstream tool.
+struct McpTool {
+    server: Arc<Upstream>,
+    upstream_name: String,
+    full_name: String,
+    description: String,
+    schema: Value,
+    output_schema: Option<Value>,
+    needs_approval: bool,
+}
+
+impl fmt::Debug for McpTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.full_name)
+    }
+}
+
+impl McpTool {
+    fn new(server: Arc<Upstream>, t: rmcp::model::Tool) -> McpTool {
+        let upstream_name = t.name.to_string();
+        let mut schema = Value::Object((*t.input_schema).clone());
+        // An upstream schema the validator cannot compile must not take the
+        // whole server down: the tool then checks only that it gets an object.
+        if jsonschema::validator_for(&schema).is_err() {
+            tracing::warn!(server = %server.name, tool = %upstream_name,
+                "upstream input schema does not compile; accepting any object");
+            schema = json!({"type": "object"});
+        }
+        let approval = &server.settings.needs_approval;
+        McpTool {
+            full_name: format!("mcp.{}.{}", server.name, upstream_name),
+            description: t
+                .description
+                .map(|d| d.to_string())
+                .or(t.title)
+                .unwrap_or_default(),
+            output_schema: t.output_schema.map(|s| Value::Object((*s).clone())),
+            needs_approval: approval.iter().any(|a| a == "*" || *a == upstream_name),
+            upstream_name,
+            schema,
+            server,
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.full_name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn schema(&self) -> &Value {
+        &self.schema
+    }
+    fn output_schema(&self) -> Option<&Value> {
+        self.output_schema.as_ref()
+    }
+    fn requires_approval(&self, _args: &Value) -> bool {
+        self.needs_approval
+    }
+    async fn execute(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        let up = &self.server;
+        let call = async {
+            let peer = up.peer().await?;
+            let mut params = CallToolRequestParams::new(self.upstream_name.clone());
+            if let Value::Object(m) = args {
+                params = params.with_arguments(m);
+            }
+            let result = peer.call_tool(params).await.map_err(|e| {
+                up.failure(&format!("the call to {}", self.upstream_name), e, &peer)
+            })?;
+            let text = content_text(&result.content);
+            if result.is_error == Some(true) {
+                return Err(ToolError::new(if text.is_empty() {
+                    format!("{} reported an error", self.full_name)
+                } else {
+                    text
+                }));
+            }
+            Ok(match result.structured_content {
+                Some(v) => v,
+                None if !text.is_empty() || result.content.is_empty() => Value::String(text),
+                // Only non-text content (images, resources): as MCP gives it.
+                None => serde_json::to_value(&result.content).unwrap_or(Value::Null),
+            })
+        };
+        bounded(call, &ctx, up.settings.timeout_ms).await
+    }
+}
+
+/// The text parts of a result, joined by newlines.
+fn content_text(content: &[rmcp::model::ContentBlock]) -> String {
+    content
+        .iter()
+        .filter_map(|c| {
+            let v = serde_json::to_value(c).ok()?;
+            (v.get("type")? == "text")
+                .then(|| v.get("text")?.as_str().map(str::to_owned))
+                .flatten()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `listMcpResources`, `listMcpResourceTemplates`, `readMcpResource`.
+fn resource_tools(servers: &[Arc<Upstream>]) -> Vec<crate::FnTool> {
+    let names: Vec<Value> = servers.iter().map(|s| json!(s.name)).collect();
+    let by_name: Arc<BTreeMap<String, Arc<Upstream>>> = Arc::new(
+        servers
+            .iter()
+            .map(|s| (s.name.clone(), s.clone()))
+            .collect(),
+    );
+    let server_arg = json!({"type": "string", "enum": names,
+        "description": "The MCP server (default: every server)."});
+    let pick = |by_name: &BTreeMap<String, Arc<Upstream>>, args: &Value| -> Vec<Arc<Upstream>> {
+        match args.get("server").and_then(Value::as_str) {
+            Some(s) => by_name.get(s).cloned().into_iter().collect(),
+            None => by_name.values().cloned().collect(),
+        }
+    };
+    let list = |name: &str, description: &str, key: &'static str, templates: bool| {
+        let by_name = by_name.clone();
+        crate::FnTool::new(
+            name,
+            description,
+            json!({"type": "object", "properties": {"server": server_arg.clone()},
+                   "additionalProperties": false}),
+            move |args, ctx| {
+                let servers = pick(&by_name, &args);
+                async move {
+                    let work = async {
+                        let mut all = Vec::new();
+                        for up in servers {
+                            let peer = up.peer().await?;
+                            let items: Vec<Value> = if templates {
+                                peer.list_all_resource_templates()
+                                    .await
+                                    .map_err(|e| up.failure("resources/templates/list", e, &peer))?
+                                    .into_iter()
+                                    .filter_map(|r| serde_json::to_value(r).ok())
+                                    .collect()
+                            } else {
+                                peer.list_all_resources()
+                                    .await
+                                    .map_err(|e| up.failure("resources/list", e, &peer))?
+                                    .into_iter()
+                                    .filter_map(|r| serde_json::to_value(r).ok())
+                                    .collect()
+                            };
+                            for mut item in items {
+                                if let Value::Object(m) = &mut item {
+                                    m.insert("server".into(), json!(up.name));
+                                }
+                                all.push(item);
+                            }
+                        }
+                        Ok(json!({ key: all }))
+                    };
+                    bounded(work, &ctx, None).await
+                }
+            },
+        )
+        .with_output_schema(
+            json!({"type": "object", "properties": {key: {"type": "array",
+            "items": {"type": "object", "properties": {"server": {"type": "string"},
+                "uri": {"type": "string"}, "uriTemplate": {"type": "string"},
+                "name": {"type": "string"}, "description": {"type": "string"},
+                "mimeType": {"type": "string"}}}}}, "required": [key]}),
+        )
+    };
+    let read = {
+        let by_name = by_name.clone();
+        crate::FnTool::new(
+            "readMcpResource",
+            "Reads one resource of an MCP server by its URI. Returns {contents: [{uri, mimeType?, text?, blob?}]}.",
+            json!({"type": "object", "properties": {"server": server_arg.clone(),
+                       "uri": {"type": "string", "minLength": 1, "description": "The resource's URI."}},
+                   "required": ["server", "uri"], "additionalProperties": false}),
+            move |args, ctx| {
+                let up = pick(&by_name, &args).into_iter().next();
+                let uri = args["uri"].as_str().unwrap_or_default().to_owned();
+                async move {
+                    let up = up.ok_or_else(|| ToolError::new("no such MCP server"))?;
+                    let work = async {
+                        let peer = up.peer().await?;
+                        let r = peer
+                            .read_resource(ReadResourceRequestParams::new(uri))
+                            .await
+                            .map_err(|e| up.failure("resources/read", e, &peer))?;
+                        let contents = serde_json::to_value(&r.contents).unwrap_or(Value::Null);
+                        let mut m = Map::new();
+                        m.insert("contents".into(), contents);
+                        Ok(Value::Object(m))
+                    };
+                    bounded(work, &ctx, up.settings.timeout_ms).await
+                }
+            },
+        )
+        .with_output_schema(json!({"type": "object", "properties": {"contents": {"type": "array",
+            "items": {"type": "object", "properties": {"uri": {"type": "string"},
+                "mimeType": {"type": "string"}, "text": {"type": "string"},
+                "blob": {"type": "string"}}, "required": ["uri"]}}}, "required": ["contents"]}))
+    };
+    vec![
+        list(
+            "listMcpResources",
+            "Lists the resources of the MCP servers (or of one). Returns {resources: [{server, uri, name, description?, mimeType?}]}.",
+            "resources",
+            false,
+        ),
+        list(
+            "listMcpResourceTemplates",
+            "Lists the resource templates of the MCP servers (or of one). Returns {resourceTemplates: [{server, uriTemplate, name, description?, mimeType?}]}.",
+            "resourceTemplates",
+            true,
+        ),
+        read,
+    ]
+}
