@@ -3,6 +3,8 @@
 //! Exit status: 0 when the script succeeded, 1 when it failed, 2 for usage
 //! errors (bad flags, unreadable input file, unknown engine).
 
+mod mcp_server;
+
 use async_trait::async_trait;
 use clap::{Parser, Subcommand, ValueEnum};
 use harness::config::{ApprovalDefault, Config, Overrides};
@@ -42,6 +44,10 @@ enum Command {
     /// List the tools a script may call: names, schemas, TypeScript
     /// declarations, or a ranked search.
     Tools(ToolsArgs),
+    /// Serve script runs to MCP clients ("code mode"), on stdio or, with
+    /// --http ADDR, streamable HTTP: tools run_script, check_script,
+    /// search_tools, describe_tools.
+    Mcp(McpArgs),
     /// Run a program in a session's workspace sandbox (WASI-QuickJS): the
     /// session directory is /app, `require('fs')` works inside it, and the
     /// result lists the files the program created or modified.
@@ -234,6 +240,22 @@ fn parse_context(arg: Option<&str>) -> Result<ContextArg, String> {
         None => arg.to_owned(),
     };
     serde_json::from_str(&text).map_err(|e| format!("--context is not a valid context object: {e}"))
+}
+
+#[derive(clap::Args, Debug)]
+struct McpArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Serve streamable HTTP on ADDR (e.g. 127.0.0.1:8765) instead of stdio.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// Serve Prometheus metrics on ADDR (/metrics).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+    /// Above this many bytes of declarations, run_script's description
+    /// lists tool names only and points at search_tools/describe_tools.
+    #[arg(long, value_name = "BYTES", default_value_t = mcp_server::DEFAULT_MAX_DESCRIPTION_BYTES)]
+    max_description_bytes: usize,
 }
 
 #[derive(clap::Args, Debug)]
@@ -1146,6 +1168,23 @@ fn config_command(cmd: ConfigCommand) -> ExitCode {
     }
 }
 
+async fn mcp(args: McpArgs) -> ExitCode {
+    if let Some(addr) = args.metrics {
+        if let Err(e) = harness::telemetry::serve_prometheus(addr) {
+            return usage_error(format!("cannot serve metrics on {addr}: {e}"));
+        }
+    }
+    let harness = match configured_harness(&args.engine, None, None).await {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    let server = mcp_server::CodeMode::new(harness, args.max_description_bytes);
+    match args.http {
+        Some(addr) => mcp_server::serve_http(server, addr).await,
+        None => mcp_server::serve_stdio(server).await,
+    }
+}
+
 // Also this binary's own worker processes (the process boundary).
 harness::main! {
     fn main() -> ExitCode {
@@ -1156,6 +1195,7 @@ harness::main! {
                 Command::Respond(a) => respond(a).await,
                 Command::Config(c) => config_command(c),
                 Command::Tools(a) => tools_command(a).await,
+                Command::Mcp(a) => mcp(a).await,
                 #[cfg(feature = "wasi")]
                 Command::Sandbox(a) => sandbox(a),
             }

@@ -321,6 +321,13 @@ pub trait RunObserver: Send + Sync {
     fn progress(&self, message: &str, data: Option<&Value>) {
         let _ = (message, data);
     }
+    /// The script wrote a console line (only lines kept by the caps), as
+    /// it happens: hosts stream it (MCP progress notifications, a UI).
+    /// In process only: behind the process boundary lines reach the host
+    /// with the report.
+    fn console(&self, level: crate::report::ConsoleLevel, text: &str) {
+        let _ = (level, text);
+    }
     /// A detached task this run started has ended (the run may be over).
     fn task_finished(&self, task: &crate::tasks::DetachedTask) {
         let _ = task;

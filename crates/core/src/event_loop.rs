@@ -170,8 +170,12 @@ impl HostState {
                 String::new()
             }
             HostOp::Console { level, text } => {
-                self.console
-                    .push(ConsoleLevel::parse(level), text, Instant::now());
+                let level = ConsoleLevel::parse(level);
+                if self.console.push(level, text, Instant::now()) {
+                    if let Some(o) = &self.observer {
+                        o.0.console(level, text);
+                    }
+                }
                 String::new()
             }
             HostOp::Progress {

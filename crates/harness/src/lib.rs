@@ -174,20 +174,37 @@ impl Harness {
         source: &str,
         cancel: CancellationToken,
     ) -> ExecutionReport {
-        let request = ExecutionRequest {
+        let mut request = self.request(source);
+        request.cancel = cancel;
+        self.execute(request).await
+    }
+
+    /// The request [`Harness::run`] would make for `source`, to adjust
+    /// (an observer, a cancellation token, the language) before
+    /// [`Harness::execute`].
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let h = harness::Harness::builder().build().unwrap();
+    /// let mut req = h.request("return 1");
+    /// req.language = harness::ScriptLanguage::JavaScript;
+    /// assert_eq!(h.execute(req).await.value, Some(serde_json::json!(1)));
+    /// # });
+    /// ```
+    pub fn request(&self, source: &str) -> ExecutionRequest {
+        ExecutionRequest {
             source: source.to_owned(),
             language: self.language,
             limits: self.limits.clone(),
             context: self.context.clone(),
             mode: self.mode,
             tools: self.tools.clone(),
-            cancel,
+            cancel: CancellationToken::new(),
             observer: None,
             tasks: self.tasks.clone(),
             trace: Some(tracing::Span::current()),
             traceparent: self.traceparent.clone(),
-        };
-        self.execute(request).await
+        }
     }
 
     /// Runs a request you built (its engine is this harness's), retrying

@@ -1,0 +1,156 @@
+"""A real MCP client (the Python `mcp` SDK) against `harness mcp`.
+
+Usage: client.py HARNESS CONFIG ROOT [--http]
+
+Starts `harness mcp --config CONFIG --root ROOT` (stdio), or with --http
+starts it on a free loopback port and connects over streamable HTTP; then
+checks what a model would do. Prints "ok" and exits 0 when every check
+passes; any failure raises.
+"""
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def structured(result):
+    assert result.structured_content is not None, result
+    return result.structured_content
+
+
+async def exercise(session: ClientSession, root: str) -> None:
+    await session.initialize()
+    tools = {t.name: t for t in (await session.list_tools()).tools}
+    assert set(tools) == {"run_script", "check_script", "search_tools", "describe_tools"}, tools
+    description = tools["run_script"].description or ""
+    # The declarations are in the description: a model that reads only the
+    # tool list knows the upstream tools' types.
+    assert "declare const tools" in description, description[:500]
+    assert "readonly mcp: {" in description and "list_directory(args:" in description, description
+
+    # A script that lists a directory through the upstream filesystem
+    # server and reads a file from it.
+    script = f"""
+        const listing = await tools.mcp.fs.list_directory({{path: {json.dumps(root)}}});
+        const file = await tools.mcp.fs.read_text_file({{path: {json.dumps(root + "/notes.txt")}}});
+        console.log("listed");
+        return {{listing: listing.content, text: file.content}};
+    """
+    r = await session.call_tool("run_script", {"code": script})
+    report = structured(r)
+    assert report["ok"] is True, report
+    assert "[FILE] notes.txt" in report["value"]["listing"], report
+    assert report["value"]["text"] == "remember the milk\n", report
+    assert not r.is_error
+    assert any(c.text.startswith("ok: ") for c in r.content if c.type == "text"), r.content
+
+    # Bad arguments to an upstream tool: a catchable ToolValidationError.
+    r = await session.call_tool(
+        "run_script",
+        {"code": "try { await tools.mcp.fs.read_text_file({nope: 1}); } catch (e) { return e.code; }"},
+    )
+    assert structured(r)["value"] == "ToolValidationError", structured(r)
+
+    # TypeScript, and a failing script is an error result with the report.
+    r = await session.call_tool("run_script", {"code": "const n: number = 2; return n * 21;", "language": "ts"})
+    assert structured(r)["value"] == 42, structured(r)
+    r = await session.call_tool("run_script", {"code": "null.x"})
+    assert r.is_error and structured(r)["error"]["code"] == "ScriptRuntimeError", r
+
+    # check_script: diagnostics with line and column, nothing run.
+    r = await session.call_tool("check_script", {"code": "let a = 1;\nlet = ;"})
+    d = structured(r)
+    assert d["ok"] is False and d["diagnostics"][0]["line"] == 2, d
+    r = await session.call_tool("check_script", {"code": "return 1"})
+    assert structured(r)["ok"] is True
+
+    # search_tools and describe_tools.
+    r = await session.call_tool("search_tools", {"query": "read text file", "limit": 3})
+    names = [t["name"] for t in structured(r)["tools"]]
+    assert "mcp.fs.read_text_file" in names, names
+    r = await session.call_tool("describe_tools", {"names": ["mcp.fs.read_text_file"]})
+    assert "read_text_file(args:" in structured(r)["declarations"], structured(r)
+
+    # Progress: console lines and emitProgress arrive while the script runs.
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append(message)
+
+    r = await session.call_tool(
+        "run_script",
+        {"code": "console.log('step one'); context.telemetry.emitProgress('half way'); "
+                 "await tools.mcp.fs.list_allowed_directories({}); return 1"},
+        progress_callback=on_progress,
+    )
+    assert structured(r)["value"] == 1
+    assert "console.log: step one" in seen and "half way" in seen, seen
+
+    # Cancelling a long run: the client gives up, the server cancels the run.
+    started = time.monotonic()
+    try:
+        await session.call_tool("run_script", {"code": "while (true) {}"}, read_timeout_seconds=1.0)
+        raise AssertionError("the endless script returned")
+    except Exception as e:  # the SDK raises on its timeout and sends notifications/cancelled
+        assert time.monotonic() - started < 5, e
+    # The server is still there, and the next run works.
+    r = await session.call_tool("run_script", {"code": "return 'still here'"})
+    assert structured(r)["value"] == "still here"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def main() -> None:
+    harness, config, root = sys.argv[1:4]
+    http = "--http" in sys.argv[4:]
+    args = ["mcp", "--config", config, "--root", root, "--max-description-bytes", "1000000"]
+    args += os.environ.get("HARNESS_MCP_EXTRA_ARGS", "").split()
+    if not http:
+        params = StdioServerParameters(command=harness, args=args, env=dict(os.environ))
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await exercise(session, root)
+        print("ok")
+        return
+    from mcp.client.streamable_http import streamable_http_client
+
+    port = free_port()
+    server = subprocess.Popen([harness, *args, "--http", f"127.0.0.1:{port}"])
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        async with streamable_http_client(url) as (read, write):
+            async with ClientSession(read, write) as session:
+                await exercise(session, root)
+        # Two clients at once, each with its own session.
+        async def one(i: int):
+            async with streamable_http_client(url) as (read, write):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    r = await s.call_tool("run_script", {"code": f"return {i} * 2"})
+                    assert structured(r)["value"] == i * 2
+        await asyncio.gather(*(one(i) for i in range(4)))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    print("ok")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

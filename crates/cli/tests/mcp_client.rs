@@ -1,0 +1,89 @@
+//! `harness mcp` against a real MCP client: the Python `mcp` SDK (PyPI,
+//! in a virtualenv under target/ that scripts/test creates), on stdio and
+//! on streamable HTTP, with the real filesystem server from npm as the
+//! upstream. The client's checks are in `tests/mcp/client.py`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The virtualenv's python and the npm filesystem server, or a visible skip
+/// (a failure where scripts/test set HARNESS_REQUIRE_MCP_CLIENT).
+fn parts() -> Option<(PathBuf, PathBuf)> {
+    let python = workspace().join("target/venv/bin/python");
+    let fs = workspace().join("target/npm/node_modules/.bin/mcp-server-filesystem");
+    let ok = python.exists()
+        && fs.exists()
+        && Command::new(&python)
+            .args(["-c", "import mcp"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if ok {
+        return Some((python, fs));
+    }
+    assert!(
+        std::env::var_os("HARNESS_REQUIRE_MCP_CLIENT").is_none(),
+        "the Python MCP client (target/venv) or the npm servers are missing; scripts/test installs them"
+    );
+    println!("SKIPPED: the Python MCP client or the npm MCP servers are not installed (scripts/test installs them)");
+    None
+}
+
+fn client_run(transport: &[&str]) {
+    let Some((python, fs)) = parts() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    std::fs::write(root.join("notes.txt"), "remember the milk\n").unwrap();
+    let config = dir.path().join("harness.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.servers.fs]\ncommand = \"{}\"\nargs = [\"{}\"]\n",
+            fs.display(),
+            root.display()
+        ),
+    )
+    .unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let out = Command::new(&python)
+        .arg(workspace().join("crates/cli/tests/mcp/client.py"))
+        .arg(env!("CARGO_BIN_EXE_harness"))
+        .arg(&config)
+        .arg(&root)
+        .args(transport)
+        .env(
+            "HARNESS_MCP_EXTRA_ARGS",
+            format!("--audit-log {}", audit.display()),
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("ok"),
+        "the MCP client failed:\n{stdout}\n{stderr}"
+    );
+    // The run the client gave up on was cancelled by the server, at once.
+    let log = std::fs::read_to_string(&audit).unwrap();
+    let cancelled: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["outcome"] == "ScriptCancelledError")
+        .collect();
+    assert_eq!(cancelled.len(), 1, "{log}");
+}
+
+#[test]
+fn a_python_client_over_stdio() {
+    client_run(&[]);
+}
+
+#[test]
+fn a_python_client_over_streamable_http() {
+    client_run(&["--http"]);
+}
