@@ -320,19 +320,20 @@ impl ServerHandler for CodeMode {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.clone().unwrap_or_default();
-        let result =
-            match request.name.as_ref() {
-                "run_script" => self.run_script(&args, context).await?,
-                "check_script" => self.check_script(&args).await?,
-                "search_tools" => self.search_tools(&args)?,
-                "describe_tools" => self.describe_tools(&args)?,
-                other => return Err(ErrorData::invalid_params(
+        let result = match request.name.as_ref() {
+            "run_script" => self.run_script(&args, context).await?,
+            "check_script" => self.check_script(&args).await?,
+            "search_tools" => self.search_tools(&args)?,
+            "describe_tools" => self.describe_tools(&args)?,
+            other => {
+                return Err(ErrorData::invalid_params(
                     format!(
                         "no tool `{other}`: run_script, check_script, search_tools, describe_tools"
                     ),
                     None,
-                )),
-            };
+                ))
+            }
+        };
         Ok(result.into())
     }
 }
