@@ -643,9 +643,19 @@ impl Config {
                 source_name: self.source_name.clone(),
                 message: e.to_string(),
             })?;
+        // An upstream MCP server's environment often holds tokens: shown
+        // by name only (the settings keep the values).
         self.entries = flat
             .into_iter()
-            .map(|(key, (value, layer))| Entry { key, value, layer })
+            .map(|(key, (value, layer))| {
+                let secret = key.starts_with("mcp.servers.") && key.contains(".env.");
+                let value = if secret {
+                    Value::from("<redacted>")
+                } else {
+                    value
+                };
+                Entry { key, value, layer }
+            })
             .collect();
         self.settings = settings;
         Ok(())
@@ -1173,6 +1183,39 @@ mod tests {
         assert!(matches!(e, ConfigError::Invalid { .. }), "{e}");
         assert!(Overrides::new().set("limits.nope", 1).is_err());
         assert!(Config::from_toml_str("[limits\n", "f.toml").is_err());
+    }
+
+    #[test]
+    fn mcp_servers_are_checked_and_their_env_is_not_shown() {
+        let c = Config::from_toml_str(
+            "[mcp.servers.gh]\ncommand = \"gh-mcp\"\nenv = { TOKEN = \"t0ken\" }\n",
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(c.settings().mcp.servers["gh"].env["TOKEN"], "t0ken");
+        let shown = c
+            .entries()
+            .iter()
+            .find(|e| e.key == "mcp.servers.gh.env.TOKEN")
+            .unwrap();
+        assert_eq!(shown.value, "<redacted>");
+        for (bad, why) in [
+            (
+                "[mcp.servers.gh]\ncommand = \"x\"\nurl = \"http://a\"\n",
+                "either",
+            ),
+            ("[mcp.servers.gh]\nargs = []\n", "either"),
+            ("[mcp.servers.\"my-gh\"]\ncommand = \"x\"\n", "identifier"),
+            (
+                "[mcp.servers.gh]\ncommand = \"x\"\ncomand = \"y\"\n",
+                "`command`",
+            ),
+        ] {
+            let e = Config::from_toml_str(bad, "f.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]

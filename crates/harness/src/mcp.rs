@@ -5,7 +5,8 @@
 //! `readMcpResource` reach their resources.
 //!
 //! [`Upstreams::connect`] starts the servers (`[mcp.servers.NAME]` of the
-//! configuration: `command`/`args`/`env` over stdio), lists their tools
+//! configuration: `command`/`args`/`env` over stdio, or `url` over
+//! streamable HTTP), lists their tools
 //! (every page) and [`crate::HarnessBuilder::mcp`] puts them in the
 //! registry. A call goes through the facade like any tool (allowlist, the
 //! upstream's input schema, budget, concurrency, approvals); a cancelled
@@ -44,7 +45,7 @@ pub enum McpError {
         /// What went wrong.
         message: String,
     },
-    /// The configuration names a transport this build cannot use.
+    /// The configuration does not say how to reach the server.
     #[error("MCP server `{server}`: {message}")]
     Unsupported {
         /// The server's name.
@@ -74,8 +75,21 @@ impl fmt::Debug for Upstream {
 
 impl Upstream {
     async fn start(&self) -> Result<Client, String> {
+        if let Some(url) = &self.settings.url {
+            // rmcp's HTTPS client takes the process's crypto provider.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+            return match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
+                Ok(Ok(client)) => Ok(client),
+                Ok(Err(e)) => Err(format!("{url} did not initialize: {e}")),
+                Err(_) => Err(format!(
+                    "{url} did not initialize within {} s",
+                    START_TIMEOUT.as_secs()
+                )),
+            };
+        }
         let Some(program) = &self.settings.command else {
-            return Err("no `command` to start (`url` servers are not supported yet)".into());
+            return Err("neither `command` nor `url` is set".into());
         };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&self.settings.args).envs(&self.settings.env);
@@ -169,11 +183,10 @@ impl Upstreams {
     /// A server that cannot be started is an error naming it.
     pub async fn connect(servers: &BTreeMap<String, McpServerSettings>) -> Result<Self, McpError> {
         let starts = servers.iter().map(|(name, settings)| async move {
-            if settings.command.is_none() {
+            if settings.command.is_some() == settings.url.is_some() {
                 return Err(McpError::Unsupported {
                     server: name.clone(),
-                    message: "only stdio servers (`command`) are supported so far; `url` is not"
-                        .into(),
+                    message: "give either `command` (stdio) or `url` (streamable HTTP)".into(),
                 });
             }
             let up = Arc::new(Upstream {

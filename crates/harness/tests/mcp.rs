@@ -228,3 +228,53 @@ async fn without_servers_there_is_no_tools_mcp() {
     assert_eq!(r.value, Some(json!(["undefined", false])));
     assert!(!h.tool_names().iter().any(|n| n.contains("Mcp")));
 }
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamable_http_server_by_url() {
+    let Some(bin) = npm_bin() else { return };
+    let port = free_port();
+    let mut server = std::process::Command::new(bin.join("mcp-server-everything"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let mut s = McpServerSettings::default();
+    s.url = Some(format!("http://127.0.0.1:{port}/mcp"));
+    let mut servers = BTreeMap::new();
+    servers.insert("web".to_owned(), s);
+    let h = harness(servers).await;
+    let r = h
+        .run(r#"return await tools.mcp.web.echo({message: "over http"})"#)
+        .await;
+    assert_eq!(r.value, Some(json!("Echo: over http")), "{:?}", r.error);
+    // The server goes away: a clear, catchable error, not a hang.
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let r = h
+        .run(r#"try { await tools.mcp.web.echo({message: "x"}); return "sent" } catch (e) { return e.code + ": " + e.message }"#)
+        .await;
+    let msg = r.value.unwrap();
+    let msg = msg.as_str().unwrap();
+    assert!(
+        msg.starts_with("ToolExecutionError: ") && msg.contains("MCP server `web`"),
+        "{msg}"
+    );
+    assert!(r.metrics.duration_ms < 20_000.0);
+}
