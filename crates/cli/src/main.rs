@@ -1178,7 +1178,8 @@ async fn mcp(args: McpArgs) -> ExitCode {
         Ok(h) => h,
         Err(code) => return code,
     };
-    let server = mcp_server::CodeMode::new(harness, args.max_description_bytes);
+    let ask_client = args.engine.approve.is_none();
+    let server = mcp_server::CodeMode::new(harness, args.max_description_bytes, ask_client);
     match args.http {
         Some(addr) => mcp_server::serve_http(server, addr).await,
         None => mcp_server::serve_stdio(server).await,

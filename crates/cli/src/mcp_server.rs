@@ -23,6 +23,9 @@ pub(crate) const DEFAULT_MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
 pub(crate) struct CodeMode {
     harness: Harness,
     tools: Arc<Vec<Tool>>,
+    /// Ask the client (MCP elicitation) when a call needs approval and the
+    /// client can be asked; off when `--approve` answers for everyone.
+    ask_client: bool,
 }
 
 fn schema(v: Value) -> Arc<Map<String, Value>> {
@@ -33,7 +36,11 @@ fn schema(v: Value) -> Arc<Map<String, Value>> {
 }
 
 impl CodeMode {
-    pub(crate) fn new(harness: Harness, max_description_bytes: usize) -> CodeMode {
+    pub(crate) fn new(
+        harness: Harness,
+        max_description_bytes: usize,
+        ask_client: bool,
+    ) -> CodeMode {
         let names = harness.tool_names();
         let declarations = harness.typescript();
         let limits = harness.limits();
@@ -105,6 +112,7 @@ impl CodeMode {
         CodeMode {
             harness,
             tools: Arc::new(tools),
+            ask_client,
         }
     }
 
@@ -118,6 +126,14 @@ impl CodeMode {
         request.language = language(args)?.unwrap_or(request.language);
         // A client's notifications/cancelled cancels the run.
         request.cancel = ctx.ct.clone();
+        // Approvals go to the client where it can answer them.
+        let can_elicit = ctx
+            .peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.elicitation.is_some());
+        if self.ask_client && can_elicit {
+            request.tools.approvals = Arc::new(AskClient(ctx.peer.clone()));
+        }
         // Console lines and progress as MCP progress notifications, sent
         // while the script runs, when the client asked for them.
         let forward = ctx.meta.get_progress_token().map(|token| {
@@ -276,6 +292,58 @@ fn diagnostics(list: Vec<Value>) -> CallToolResult {
     let mut r = CallToolResult::structured(json!({"ok": ok, "diagnostics": list}));
     r.content = vec![ContentBlock::text(text)];
     r
+}
+
+/// Asks the MCP client to approve a call (form elicitation with one
+/// boolean); a decline, a cancel or no answer denies.
+struct AskClient(rmcp::service::Peer<RoleServer>);
+
+#[async_trait::async_trait]
+impl harness::ApprovalBridge for AskClient {
+    async fn request(&self, req: &harness::ApprovalRequest) -> harness::ApprovalDecision {
+        let mut message = format!(
+            "Allow the script to call `{}` with arguments {}?",
+            req.tool, req.args
+        );
+        if let (Some(l), Some(c)) = (req.line, req.column) {
+            message.push_str(&format!(" (line {l}, column {c})"));
+        }
+        if let Some(snippet) = &req.snippet {
+            message.push_str("\n\n");
+            message.push_str(snippet);
+        }
+        let schema = serde_json::from_value(json!({"type": "object",
+            "properties": {"approve": {"type": "boolean", "title": "Allow this call", "default": false}},
+            "required": ["approve"]}));
+        let Ok(schema) = schema else {
+            return harness::ApprovalDecision::Denied {
+                reason: Some("cannot build the approval form".into()),
+            };
+        };
+        let params = rmcp::model::ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message,
+            requested_schema: schema,
+        };
+        match self.0.create_elicitation(params).await {
+            Ok(r)
+                if r.action == rmcp::model::ElicitationAction::Accept
+                    && r.content
+                        .as_ref()
+                        .and_then(|c| c.get("approve"))
+                        .and_then(Value::as_bool)
+                        == Some(true) =>
+            {
+                harness::ApprovalDecision::Approved
+            }
+            Ok(_) => harness::ApprovalDecision::Denied {
+                reason: Some("denied by the MCP client".into()),
+            },
+            Err(e) => harness::ApprovalDecision::Denied {
+                reason: Some(format!("the MCP client could not be asked: {e}")),
+            },
+        }
+    }
 }
 
 /// Forwards console lines and progress events to the progress task.

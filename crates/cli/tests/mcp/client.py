@@ -16,8 +16,18 @@ import subprocess
 import sys
 import time
 
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
+
+
+ASKED = []
+
+
+async def approve_if_polite(context, params):
+    """The client's answer to an approval request (MCP elicitation)."""
+    ASKED.append(params.message)
+    first_line = params.message.split("\n")[0]
+    return types.ElicitResult(action="accept", content={"approve": "yes-please" in first_line})
 
 
 def structured(result):
@@ -93,6 +103,17 @@ async def exercise(session: ClientSession, root: str) -> None:
     assert structured(r)["value"] == 1
     assert "console.log: step one" in seen and "half way" in seen, seen
 
+    # Approvals are asked of the client (elicitation), with the call's line.
+    r = await session.call_tool(
+        "run_script",
+        {"code": "const a = await tools.exec({command: ['echo', 'yes-please']});\n"
+                 "let b;\ntry { await tools.exec({command: ['echo', 'no-thanks']}); } catch (e) { b = e.code; }\n"
+                 "return [a.stdout, b];"},
+    )
+    assert structured(r)["value"] == ["yes-please\n", "ApprovalDeniedError"], structured(r)
+    assert len(ASKED) == 2 and "`exec`" in ASKED[0] and "line 1" in ASKED[0], ASKED
+    ASKED.clear()
+
     # Cancelling a long run: the client gives up, the server cancels the run.
     started = time.monotonic()
     try:
@@ -119,7 +140,7 @@ async def main() -> None:
     if not http:
         params = StdioServerParameters(command=harness, args=args, env=dict(os.environ))
         async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, elicitation_callback=approve_if_polite) as session:
                 await exercise(session, root)
         print("ok")
         return
@@ -136,7 +157,7 @@ async def main() -> None:
             except OSError:
                 time.sleep(0.1)
         async with streamable_http_client(url) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, elicitation_callback=approve_if_polite) as session:
                 await exercise(session, root)
         # Two clients at once, each with its own session.
         async def one(i: int):
