@@ -3,6 +3,7 @@
 //! Exit status: 0 when the script succeeded, 1 when it failed, 2 for usage
 //! errors (bad flags, unreadable input file, unknown engine).
 
+mod fleet_cmd;
 mod mcp_server;
 
 use async_trait::async_trait;
@@ -48,6 +49,12 @@ enum Command {
     /// --http ADDR, streamable HTTP: tools run_script, check_script,
     /// search_tools, describe_tools.
     Mcp(McpArgs),
+    /// Consume run requests from a Redis stream (consumer group) and answer
+    /// them: a worker of a fleet on any number of machines.
+    Worker(fleet_cmd::WorkerArgs),
+    /// Submit run requests to a Redis stream; with --wait, print each
+    /// reply as it arrives.
+    Submit(fleet_cmd::SubmitArgs),
     /// Run a program in a session's workspace sandbox (WASI-QuickJS): the
     /// session directory is /app, `require('fs')` works inside it, and the
     /// result lists the files the program created or modified.
@@ -1197,6 +1204,8 @@ harness::main! {
                 Command::Config(c) => config_command(c),
                 Command::Tools(a) => tools_command(a).await,
                 Command::Mcp(a) => mcp(a).await,
+                Command::Worker(a) => fleet_cmd::worker(a).await,
+                Command::Submit(a) => fleet_cmd::submit(a).await,
                 #[cfg(feature = "wasi")]
                 Command::Sandbox(a) => sandbox(a),
             }

@@ -41,6 +41,8 @@ pub mod config;
 mod confine;
 pub mod declarations;
 mod engine;
+#[cfg(feature = "fleet")]
+pub mod fleet;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "mcp")]

@@ -1,0 +1,1023 @@
+//! Scale-out on Redis Streams: [`Worker`]s take run requests from a
+//! stream through a consumer group, any number of them on any number of
+//! machines; a [`FleetClient`] submits requests, waits for replies, reads
+//! events and cancels.
+//!
+//! Keys, for a stream named `S` (default `harness:runs`):
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `S` | stream | requests: one field `request`, a [`RunRequest`] as JSON |
+//! | `S:done:ID` | string, TTL | set when request `ID` was answered (idempotency) |
+//! | `S:reply:ID` | string, TTL | the [`RunReply`] when the request names no `reply_to` |
+//! | `reply_to` | stream | fields `id` and `reply` (a [`RunReply`]) |
+//! | `S:events:ID` | stream, TTL | console lines and progress while `ID` runs, then `end` |
+//! | `S:cancelled:ID` | string, TTL | a cancel that arrived before the run started |
+//! | `S:cancel` | pub/sub channel | request ids to cancel wherever they run |
+//! | `S:dead` | stream | requests given up on: fields `id`, `entry`, `request`, `error` |
+//!
+//! Delivery is at least once (a worker that dies mid-run leaves its entries
+//! pending; live workers claim them after the visibility timeout), and
+//! answering is exactly once: the reply and the `S:done:ID` marker are
+//! written by one Lua script only if the marker is absent, and the marker
+//! is checked before a run starts, so a request already answered is never
+//! run again and never answered twice. An entry is acknowledged only after
+//! its answer is written.
+
+use crate::{Allowlist, ExecutionReport, Harness, RunObserver, ScriptContext, ScriptLanguage};
+use redis::aio::ConnectionManager;
+use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions, StreamReadReply};
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// The version of [`RunRequest`] and [`RunReply`].
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The stream requests go to by default.
+pub const DEFAULT_STREAM: &str = "harness:runs";
+/// The consumer group workers read with by default.
+pub const DEFAULT_GROUP: &str = "harness";
+
+/// Why the fleet could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FleetError {
+    /// Redis refused, or could not be reached.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A value could not be encoded or decoded.
+    #[error("bad JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A request is not valid (the client checks before submitting).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+/// One run request, as JSON in the stream's `request` field. Only
+/// `version`, `id` and `script` are required.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct RunRequest {
+    /// [`PROTOCOL_VERSION`].
+    pub version: u32,
+    /// The caller's id for the request: replies, events and idempotency
+    /// are keyed by it.
+    pub id: String,
+    /// The script.
+    pub script: String,
+    /// `js`, `ts` or `auto` (default: the worker's configuration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<ScriptLanguage>,
+    /// The context object, in the camelCase keys scripts see
+    /// (`conversationId`, `sessionId`, `turnId`, `provider`, `model`,
+    /// `workingDirectory`, `identity`, `extra`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Value>,
+    /// Limits by their snake_case names (`timeout_ms`, …), bounded by the
+    /// worker configuration's ceilings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Map<String, Value>>,
+    /// The configuration's `[providers.NAME]` to run under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Tools and packs the script may call, within what the worker exposes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// A stream to add the reply to; default: the key `S:reply:ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+}
+
+impl RunRequest {
+    /// A request with the required fields.
+    pub fn new(id: impl Into<String>, script: impl Into<String>) -> Self {
+        RunRequest {
+            version: PROTOCOL_VERSION,
+            id: id.into(),
+            script: script.into(),
+            language: None,
+            context: None,
+            limits: None,
+            provider: None,
+            tools: None,
+            reply_to: None,
+        }
+    }
+
+    /// With replies added to the stream `reply_to`.
+    pub fn with_reply_to(mut self, reply_to: impl Into<String>) -> Self {
+        self.reply_to = Some(reply_to.into());
+        self
+    }
+
+    /// With limits (snake_case names).
+    pub fn with_limits(mut self, limits: Map<String, Value>) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+}
+
+/// Why a request was answered without a report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RequestError {
+    /// `InvalidRequest`, `RequestTooLarge`, `UnsupportedVersion`,
+    /// `ToolsNotExposed`, `InvalidLimits`, `UnknownProvider`, `Cancelled`,
+    /// `DeadLetter`.
+    pub code: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The answer to one request: a report, or a request error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunReply {
+    /// [`PROTOCOL_VERSION`].
+    pub version: u32,
+    /// The request's id.
+    pub id: String,
+    /// The run's report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<ExecutionReport>,
+    /// Why there is no report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RequestError>,
+    /// The worker (consumer name) that answered.
+    pub worker: String,
+    /// How many times the request was delivered (more than 1: reclaimed
+    /// from a worker that died or stalled).
+    pub deliveries: u64,
+}
+
+/// How a worker reads, runs and answers.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerOptions {
+    /// The requests stream.
+    pub stream: String,
+    /// The consumer group.
+    pub group: String,
+    /// This worker's consumer name (unique per worker).
+    pub consumer: String,
+    /// Runs at once.
+    pub concurrency: usize,
+    /// An entry pending this long with another consumer is claimed.
+    pub visibility_timeout_ms: u64,
+    /// A request delivered more often than this goes to the dead letters.
+    pub max_deliveries: u64,
+    /// How long replies, markers and events are kept.
+    pub ttl_s: u64,
+    /// The largest request accepted (bytes of JSON).
+    pub max_request_bytes: usize,
+    /// On shutdown, how long runs in flight may finish before they are
+    /// cancelled (and left to other workers, unanswered).
+    pub grace_ms: u64,
+    /// How long an answer is retried while Redis is away.
+    pub answer_retry_ms: u64,
+}
+
+impl WorkerOptions {
+    /// Defaults for the consumer `consumer`: stream `harness:runs`, group
+    /// `harness`, 4 runs at once, 30 s visibility, 5 deliveries, replies
+    /// kept a day, 1 MiB requests, 30 s grace, answers retried 5 minutes.
+    pub fn new(consumer: impl Into<String>) -> Self {
+        WorkerOptions {
+            stream: DEFAULT_STREAM.into(),
+            group: DEFAULT_GROUP.into(),
+            consumer: consumer.into(),
+            concurrency: 4,
+            visibility_timeout_ms: 30_000,
+            max_deliveries: 5,
+            ttl_s: 86_400,
+            max_request_bytes: 1024 * 1024,
+            grace_ms: 30_000,
+            answer_retry_ms: 300_000,
+        }
+    }
+}
+
+fn key(stream: &str, kind: &str, id: &str) -> String {
+    format!("{stream}:{kind}:{id}")
+}
+
+/// Writes the reply and the done marker together, only if the marker is
+/// absent: 1 if this call answered, 0 if the request was answered before.
+const ANSWER: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[4], 'NX', 'EX', ARGV[1]) then
+  if ARGV[3] == 'stream' then
+    redis.call('XADD', KEYS[2], '*', 'id', ARGV[4], 'reply', ARGV[2])
+  else
+    redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[1])
+  end
+  return 1
+end
+return 0
+"#;
+
+/// Builds the harness a request runs on, for its provider (`None`: the
+/// configuration's global settings).
+pub type HarnessFactory =
+    dyn Fn(Option<&str>) -> Result<(Harness, crate::config::Config), String> + Send + Sync;
+
+/// A worker: consumes a stream until shut down.
+pub struct Worker {
+    opts: WorkerOptions,
+    client: redis::Client,
+    factory: Arc<HarnessFactory>,
+    harnesses: Mutex<HashMap<Option<String>, (Harness, crate::config::Config)>>,
+    running: Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What became of one delivered entry.
+enum Outcome {
+    /// Answered (now or before): acknowledge it.
+    Done,
+    /// Cancelled by shutdown: leave it pending for another worker.
+    Abandoned,
+}
+
+impl Worker {
+    /// A worker on Redis `url`, building harnesses with `factory`.
+    pub fn new(
+        url: &str,
+        opts: WorkerOptions,
+        factory: Arc<HarnessFactory>,
+    ) -> Result<Worker, FleetError> {
+        Ok(Worker {
+            opts,
+            client: redis::Client::open(url)?,
+            factory,
+            harnesses: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+        })
+    }
+
+    async fn connect(&self) -> ConnectionManager {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match ConnectionManager::new(self.client.clone()).await {
+                Ok(c) => return c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot reach redis; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Reads, runs and answers until `shutdown` fires; then stops reading,
+    /// lets runs in flight finish within the grace period, cancels the
+    /// rest (unanswered and unacknowledged, for another worker) and returns.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), FleetError> {
+        let mut conn = self.connect().await;
+        let created: redis::RedisResult<()> = conn
+            .xgroup_create_mkstream(&self.opts.stream, &self.opts.group, "0")
+            .await;
+        if let Err(e) = created {
+            if e.code() != Some("BUSYGROUP") {
+                return Err(e.into());
+            }
+        }
+        let listener = tokio::spawn(self.clone().listen_for_cancels(shutdown.clone()));
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.opts.concurrency.max(1)));
+        let mut tasks = tokio::task::JoinSet::new();
+        let run_cancel = CancellationToken::new();
+        let mut last_claim = Instant::now() - Duration::from_secs(3600);
+        let claim_every = Duration::from_millis((self.opts.visibility_timeout_ms / 2).max(50));
+        while !shutdown.is_cancelled() {
+            while tasks.try_join_next().is_some() {}
+            let free = slots.available_permits();
+            if free == 0 {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tasks.join_next() => {}
+                }
+                continue;
+            }
+            let mut batch: Vec<(StreamId, u64)> = Vec::new();
+            if last_claim.elapsed() >= claim_every {
+                last_claim = Instant::now();
+                match self.claim(&mut conn, free).await {
+                    Ok(claimed) => batch.extend(claimed),
+                    Err(e) => tracing::warn!(error = %e, "claiming pending entries failed"),
+                }
+            }
+            if batch.is_empty() {
+                let opts = StreamReadOptions::default()
+                    .group(&self.opts.group, &self.opts.consumer)
+                    .count(free)
+                    .block(500);
+                let streams = [self.opts.stream.as_str()];
+                let read: redis::RedisResult<Option<StreamReadReply>> = tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    r = conn.xread_options(&streams, &[">"], &opts) => r,
+                };
+                match read {
+                    Ok(Some(reply)) => {
+                        for k in reply.keys {
+                            batch.extend(k.ids.into_iter().map(|e| (e, 1)));
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the stream failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        // The stream or its group was deleted (or Redis restarted empty).
+                        if e.code() == Some("NOGROUP") {
+                            let _: redis::RedisResult<()> = conn
+                                .xgroup_create_mkstream(&self.opts.stream, &self.opts.group, "0")
+                                .await;
+                        }
+                    }
+                }
+            }
+            for (entry, deliveries) in batch {
+                let Ok(permit) = slots.clone().acquire_owned().await else {
+                    break;
+                };
+                let me = self.clone();
+                let conn = conn.clone();
+                let cancel = run_cancel.child_token();
+                tasks.spawn(async move {
+                    me.deliver(conn, entry, deliveries, cancel).await;
+                    drop(permit);
+                });
+            }
+        }
+        // Drain: finish within the grace period, then cancel what is left.
+        let grace = Duration::from_millis(self.opts.grace_ms);
+        let drained =
+            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            run_cancel.cancel();
+            while tasks.join_next().await.is_some() {}
+        }
+        listener.abort();
+        Ok(())
+    }
+
+    /// Claims entries idle longer than the visibility timeout, with their
+    /// delivery counts.
+    async fn claim(
+        &self,
+        conn: &mut ConnectionManager,
+        count: usize,
+    ) -> redis::RedisResult<Vec<(StreamId, u64)>> {
+        let opts = StreamAutoClaimOptions::default().count(count);
+        let reply: redis::streams::StreamAutoClaimReply = conn
+            .xautoclaim_options(
+                &self.opts.stream,
+                &self.opts.group,
+                &self.opts.consumer,
+                self.opts.visibility_timeout_ms,
+                "0-0",
+                opts,
+            )
+            .await?;
+        let mut out = Vec::new();
+        for entry in reply.claimed {
+            let pending: redis::streams::StreamPendingCountReply = conn
+                .xpending_count(&self.opts.stream, &self.opts.group, &entry.id, &entry.id, 1)
+                .await?;
+            let deliveries = pending
+                .ids
+                .first()
+                .map(|p| p.times_delivered as u64)
+                .unwrap_or(1);
+            out.push((entry, deliveries));
+        }
+        Ok(out)
+    }
+
+    async fn listen_for_cancels(self: Arc<Self>, shutdown: CancellationToken) {
+        use futures::StreamExt;
+        let channel = format!("{}:cancel", self.opts.stream);
+        loop {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            let Ok(mut pubsub) = self.client.get_async_pubsub().await else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            if pubsub.subscribe(&channel).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            let mut messages = pubsub.on_message();
+            loop {
+                let msg = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    m = messages.next() => m,
+                };
+                let Some(msg) = msg else { break };
+                let Ok(id) = msg.get_payload::<String>() else {
+                    continue;
+                };
+                if let Some(token) = self.running.lock().ok().and_then(|r| r.get(&id).cloned()) {
+                    token.cancel();
+                }
+            }
+        }
+    }
+
+    /// Handles one delivered entry, then acknowledges it unless the run was
+    /// abandoned by shutdown.
+    async fn deliver(
+        self: Arc<Self>,
+        mut conn: ConnectionManager,
+        entry: StreamId,
+        deliveries: u64,
+        shutdown: CancellationToken,
+    ) {
+        let outcome = self.handle(&mut conn, &entry, deliveries, shutdown).await;
+        if let Outcome::Done = outcome {
+            let mut delay = Duration::from_millis(100);
+            let started = Instant::now();
+            loop {
+                let acked: redis::RedisResult<i64> = conn
+                    .xack(&self.opts.stream, &self.opts.group, &[&entry.id])
+                    .await;
+                match acked {
+                    Ok(_) => break,
+                    // Unacknowledged, the entry is claimed later and found
+                    // answered: acknowledging is only bookkeeping.
+                    Err(_)
+                        if started.elapsed() > Duration::from_millis(self.opts.answer_retry_ms) =>
+                    {
+                        break
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn handle(
+        &self,
+        conn: &mut ConnectionManager,
+        entry: &StreamId,
+        deliveries: u64,
+        shutdown: CancellationToken,
+    ) -> Outcome {
+        let raw: Option<String> = entry.get("request");
+        let raw = raw.unwrap_or_default();
+        // The id first, so that even a bad request can be answered.
+        let id = serde_json::from_str::<Value>(&raw)
+            .ok()
+            .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned))
+            .filter(|id| !id.is_empty() && id.len() <= 256);
+        let Some(id) = id else {
+            self.dead_letter(
+                conn,
+                entry,
+                "",
+                &raw,
+                "the request has no `id` (or is not JSON)",
+            )
+            .await;
+            return Outcome::Done;
+        };
+        let reply_to = serde_json::from_str::<Value>(&raw)
+            .ok()
+            .and_then(|v| v.get("reply_to").and_then(Value::as_str).map(str::to_owned));
+        let answer = |error: Option<RequestError>, report: Option<ExecutionReport>| RunReply {
+            version: PROTOCOL_VERSION,
+            id: id.clone(),
+            report,
+            error,
+            worker: self.opts.consumer.clone(),
+            deliveries,
+        };
+        let err = |code: &str, message: String| {
+            Some(RequestError {
+                code: code.into(),
+                message,
+            })
+        };
+        if deliveries > self.opts.max_deliveries {
+            let why = format!(
+                "delivered {deliveries} times without an answer (its workers died or stalled); max_deliveries is {}",
+                self.opts.max_deliveries
+            );
+            self.dead_letter(conn, entry, &id, &raw, &why).await;
+            self.answer(
+                conn,
+                &answer(err("DeadLetter", why), None),
+                reply_to.as_deref(),
+            )
+            .await;
+            return Outcome::Done;
+        }
+        let done: bool = conn
+            .exists(key(&self.opts.stream, "done", &id))
+            .await
+            .unwrap_or(false);
+        if done {
+            return Outcome::Done;
+        }
+        if raw.len() > self.opts.max_request_bytes {
+            let why = format!(
+                "the request is {} bytes; the worker takes at most {}",
+                raw.len(),
+                self.opts.max_request_bytes
+            );
+            self.answer(
+                conn,
+                &answer(err("RequestTooLarge", why), None),
+                reply_to.as_deref(),
+            )
+            .await;
+            return Outcome::Done;
+        }
+        let request: RunRequest = match serde_json::from_str(&raw) {
+            Ok(r) => r,
+            Err(e) => {
+                self.answer(
+                    conn,
+                    &answer(err("InvalidRequest", e.to_string()), None),
+                    reply_to.as_deref(),
+                )
+                .await;
+                return Outcome::Done;
+            }
+        };
+        if request.version != PROTOCOL_VERSION {
+            let why = format!(
+                "version {} is not supported (this worker speaks {PROTOCOL_VERSION})",
+                request.version
+            );
+            self.answer(
+                conn,
+                &answer(err("UnsupportedVersion", why), None),
+                reply_to.as_deref(),
+            )
+            .await;
+            return Outcome::Done;
+        }
+        let cancelled: bool = conn
+            .exists(key(&self.opts.stream, "cancelled", &id))
+            .await
+            .unwrap_or(false);
+        if cancelled {
+            self.answer(
+                conn,
+                &answer(err("Cancelled", "cancelled before it started".into()), None),
+                reply_to.as_deref(),
+            )
+            .await;
+            return Outcome::Done;
+        }
+        let prepared = match self.prepare(&request) {
+            Ok(p) => p,
+            Err(e) => {
+                self.answer(conn, &answer(Some(e), None), reply_to.as_deref())
+                    .await;
+                return Outcome::Done;
+            }
+        };
+        let (harness, mut exec) = prepared;
+        let token = CancellationToken::new();
+        exec.cancel = token.clone();
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(id.clone(), token.clone());
+        }
+        // A cancel published before the token was registered.
+        let cancelled_late: bool = conn
+            .exists(key(&self.opts.stream, "cancelled", &id))
+            .await
+            .unwrap_or(false);
+        if cancelled_late {
+            token.cancel();
+        }
+        let events = key(&self.opts.stream, "events", &id);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+        exec.observer = Some(crate::Observer::new(Arc::new(Events(tx.clone()))));
+        let writer = tokio::spawn(write_events(
+            conn.clone(),
+            events.clone(),
+            rx,
+            self.opts.ttl_s,
+        ));
+        let run = harness.execute(exec);
+        tokio::pin!(run);
+        let mut abandoned = false;
+        let report = tokio::select! {
+            r = &mut run => r,
+            _ = shutdown.cancelled() => {
+                abandoned = true;
+                token.cancel();
+                run.await
+            }
+        };
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(&id);
+        }
+        let _ = tx.send(json!({"kind": "end", "ok": report.ok}));
+        drop(tx);
+        let _ = writer.await;
+        if abandoned {
+            return Outcome::Abandoned;
+        }
+        self.answer(
+            conn,
+            &answer(None, Some(report)),
+            request.reply_to.as_deref(),
+        )
+        .await;
+        Outcome::Done
+    }
+
+    /// The harness and the request to run, or why not.
+    fn prepare(
+        &self,
+        request: &RunRequest,
+    ) -> Result<(Harness, crate::ExecutionRequest), RequestError> {
+        let fail = |code: &str, message: String| RequestError {
+            code: code.into(),
+            message,
+        };
+        let (harness, config) = {
+            let mut cache = self.harnesses.lock().map_err(|_| {
+                fail(
+                    "InvalidRequest",
+                    "the worker's harness cache is poisoned".into(),
+                )
+            })?;
+            let k = request.provider.clone();
+            if let Some(h) = cache.get(&k) {
+                h.clone()
+            } else {
+                let built = (self.factory)(request.provider.as_deref())
+                    .map_err(|e| fail("UnknownProvider", e))?;
+                cache.insert(k, built.clone());
+                built
+            }
+        };
+        let mut exec = harness.request(&request.script);
+        if let Some(l) = request.language {
+            exec.language = l;
+        }
+        if let Some(limits) = &request.limits {
+            let mut o = crate::config::Overrides::new();
+            for (k, v) in limits {
+                o = o
+                    .set(&format!("limits.{k}"), v.clone())
+                    .map_err(|e| fail("InvalidLimits", e.to_string()))?;
+            }
+            let c = config
+                .with_overrides(&o)
+                .map_err(|e| fail("InvalidLimits", e.to_string()))?;
+            exec.limits = c
+                .settings()
+                .limits
+                .clone()
+                .with_isolation(exec.limits.isolation);
+        }
+        if let Some(tools) = &request.tools {
+            let registry = harness.registry();
+            let exposed: BTreeSet<String> = harness.tool_names().into_iter().collect();
+            let asked: BTreeSet<String> = Allowlist::only(tools.iter().cloned())
+                .resolve(registry)
+                .into_iter()
+                .collect();
+            let unknown: Vec<&String> = tools
+                .iter()
+                .filter(|t| registry.get(t).is_none() && registry.pack(t).is_none())
+                .collect();
+            let beyond: Vec<&String> = asked.difference(&exposed).collect();
+            if !unknown.is_empty() || !beyond.is_empty() {
+                let names: Vec<String> = unknown
+                    .into_iter()
+                    .chain(beyond)
+                    .map(|s| s.to_string())
+                    .collect();
+                return Err(fail(
+                    "ToolsNotExposed",
+                    format!(
+                        "the request asks for {} which this worker does not expose (it exposes: {})",
+                        names.join(", "),
+                        exposed.into_iter().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+            exec.tools.allow = Allowlist::only(tools.iter().cloned());
+        }
+        if let Some(ctx) = &request.context {
+            let c: RequestContextArg = serde_json::from_value(ctx.clone())
+                .map_err(|e| fail("InvalidRequest", format!("context: {e}")))?;
+            let mut sc: ScriptContext = exec.context.clone();
+            sc.conversation_id = c.conversation_id.or(sc.conversation_id);
+            sc.session_id = c.session_id.or(sc.session_id);
+            sc.turn_id = c.turn_id.or(sc.turn_id);
+            sc.provider = c.provider.or(sc.provider);
+            sc.model = c.model.or(sc.model);
+            sc.working_directory = c.working_directory.or(sc.working_directory);
+            if !c.identity.is_null() {
+                sc.identity = c.identity;
+            }
+            if !c.extra.is_null() {
+                sc.extra = c.extra;
+            }
+            exec.context = sc;
+        }
+        Ok((harness, exec))
+    }
+
+    /// Writes `reply` (once: see [`ANSWER`]), retrying while Redis is away.
+    async fn answer(&self, conn: &mut ConnectionManager, reply: &RunReply, reply_to: Option<&str>) {
+        let json = match serde_json::to_string(reply) {
+            Ok(j) => j,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode a reply");
+                return;
+            }
+        };
+        let done = key(&self.opts.stream, "done", &reply.id);
+        let (target, mode) = match reply_to {
+            Some(s) => (s.to_owned(), "stream"),
+            None => (key(&self.opts.stream, "reply", &reply.id), "key"),
+        };
+        let script = redis::Script::new(ANSWER);
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let r: redis::RedisResult<i64> = script
+                .key(&done)
+                .key(&target)
+                .arg(self.opts.ttl_s)
+                .arg(&json)
+                .arg(mode)
+                .arg(&reply.id)
+                .invoke_async(conn)
+                .await;
+            match r {
+                Ok(1) => {
+                    return;
+                }
+                Ok(_) => {
+                    tracing::info!(id = %reply.id, "the request was answered already; not answering twice");
+                    return;
+                }
+                Err(e) if started.elapsed() > Duration::from_millis(self.opts.answer_retry_ms) => {
+                    tracing::error!(id = %reply.id, error = %e, "gave up writing an answer; the entry stays pending and will run again");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(id = %reply.id, error = %e, "cannot write the answer yet; keeping it");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    async fn dead_letter(
+        &self,
+        conn: &mut ConnectionManager,
+        entry: &StreamId,
+        id: &str,
+        raw: &str,
+        why: &str,
+    ) {
+        let dead = format!("{}:dead", self.opts.stream);
+        let r: redis::RedisResult<String> = conn
+            .xadd(
+                &dead,
+                "*",
+                &[
+                    ("id", id),
+                    ("entry", entry.id.as_str()),
+                    ("request", raw),
+                    ("error", why),
+                ],
+            )
+            .await;
+        if let Err(e) = r {
+            tracing::error!(error = %e, "cannot write to the dead-letter stream");
+        }
+        tracing::warn!(id, entry = %entry.id, why, "request sent to the dead letters");
+    }
+}
+
+/// The request's context, in the keys scripts see.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RequestContextArg {
+    conversation_id: Option<String>,
+    session_id: Option<String>,
+    turn_id: Option<String>,
+    provider: Option<String>,
+    model: Option<String>,
+    working_directory: Option<String>,
+    #[serde(default)]
+    identity: Value,
+    #[serde(default)]
+    extra: Value,
+}
+
+/// Console lines and progress, to the events stream.
+struct Events(tokio::sync::mpsc::UnboundedSender<Value>);
+
+impl RunObserver for Events {
+    fn progress(&self, message: &str, data: Option<&Value>) {
+        let _ = self
+            .0
+            .send(json!({"kind": "progress", "message": message, "data": data}));
+    }
+    fn console(&self, level: crate::ConsoleLevel, text: &str) {
+        let _ = self
+            .0
+            .send(json!({"kind": "console", "level": level, "text": text}));
+    }
+}
+
+async fn write_events(
+    mut conn: ConnectionManager,
+    stream: String,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    ttl_s: u64,
+) {
+    let mut first = true;
+    while let Some(event) = rx.recv().await {
+        let r: redis::RedisResult<String> = conn
+            .xadd_maxlen(
+                &stream,
+                redis::streams::StreamMaxlen::Approx(10_000),
+                "*",
+                &[("event", event.to_string())],
+            )
+            .await;
+        if r.is_ok() && first {
+            first = false;
+            let _: redis::RedisResult<bool> = conn.expire(&stream, ttl_s as i64).await;
+        }
+    }
+}
+
+/// Submits requests and reads what the fleet answers.
+#[derive(Clone)]
+pub struct FleetClient {
+    conn: ConnectionManager,
+    stream: String,
+    ttl_s: u64,
+}
+
+impl std::fmt::Debug for FleetClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetClient")
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FleetClient {
+    /// Connects to Redis `url`, for the requests stream `stream`.
+    pub async fn connect(url: &str, stream: &str) -> Result<FleetClient, FleetError> {
+        let client = redis::Client::open(url)?;
+        Ok(FleetClient {
+            conn: ConnectionManager::new(client).await?,
+            stream: stream.to_owned(),
+            ttl_s: 86_400,
+        })
+    }
+
+    /// Adds `request` to the stream; returns its id.
+    pub async fn submit(&mut self, request: &RunRequest) -> Result<String, FleetError> {
+        if request.id.is_empty() || request.id.len() > 256 {
+            return Err(FleetError::Invalid("the id must be 1 to 256 bytes".into()));
+        }
+        let json = serde_json::to_string(request)?;
+        let _: String = self
+            .conn
+            .xadd(&self.stream, "*", &[("request", json)])
+            .await?;
+        Ok(request.id.clone())
+    }
+
+    /// Adds a raw JSON request (checked by the worker, not here).
+    pub async fn submit_raw(&mut self, json: &str) -> Result<(), FleetError> {
+        let _: String = self
+            .conn
+            .xadd(&self.stream, "*", &[("request", json)])
+            .await?;
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for the reply to a request submitted without
+    /// `reply_to` (polls its reply key).
+    pub async fn wait(
+        &mut self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<Option<RunReply>, FleetError> {
+        let k = key(&self.stream, "reply", id);
+        let until = Instant::now() + timeout;
+        let mut delay = Duration::from_millis(5);
+        loop {
+            let v: Option<String> = self.conn.get(&k).await?;
+            if let Some(v) = v {
+                return Ok(Some(serde_json::from_str(&v)?));
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+            tokio::time::sleep(delay.min(until.saturating_duration_since(Instant::now()))).await;
+            delay = (delay * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Reads replies from the stream `reply_to`, after the entry id
+    /// `after` (`"0"` for all), waiting up to `block_ms`; returns them with
+    /// the id to read after next time.
+    pub async fn read_replies(
+        &mut self,
+        reply_to: &str,
+        after: &str,
+        block_ms: usize,
+    ) -> Result<(Vec<RunReply>, String), FleetError> {
+        let opts = StreamReadOptions::default().block(block_ms).count(1000);
+        let r: Option<StreamReadReply> = self
+            .conn
+            .xread_options(&[reply_to], &[after], &opts)
+            .await?;
+        let mut last = after.to_owned();
+        let mut out = Vec::new();
+        for k in r.map(|r| r.keys).unwrap_or_default() {
+            for e in k.ids {
+                last = e.id.clone();
+                if let Some(j) = e.get::<String>("reply") {
+                    out.push(serde_json::from_str(&j)?);
+                }
+            }
+        }
+        Ok((out, last))
+    }
+
+    /// The events of request `id` so far (console lines, progress, `end`).
+    pub async fn events(&mut self, id: &str) -> Result<Vec<Value>, FleetError> {
+        let r: redis::streams::StreamRangeReply = self
+            .conn
+            .xrange_all(key(&self.stream, "events", id))
+            .await?;
+        Ok(r.ids
+            .into_iter()
+            .filter_map(|e| e.get::<String>("event"))
+            .filter_map(|s| serde_json::from_str(&s).ok())
+            .collect())
+    }
+
+    /// Cancels request `id`: a run in progress stops (ScriptCancelledError),
+    /// one not started yet is answered `Cancelled`.
+    pub async fn cancel(&mut self, id: &str) -> Result<(), FleetError> {
+        let _: () = self
+            .conn
+            .set_ex(key(&self.stream, "cancelled", id), 1, self.ttl_s)
+            .await?;
+        let _: i64 = self
+            .conn
+            .publish(format!("{}:cancel", self.stream), id)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes a stream (a private reply stream, once its replies are read).
+    pub async fn delete_stream(&mut self, stream: &str) {
+        let _: redis::RedisResult<i64> = self.conn.del(stream).await;
+    }
+
+    /// The dead letters: (id, error) of each.
+    pub async fn dead_letters(&mut self) -> Result<Vec<(String, String)>, FleetError> {
+        let r: redis::streams::StreamRangeReply = self
+            .conn
+            .xrange_all(format!("{}:dead", self.stream))
+            .await?;
+        Ok(r.ids
+            .into_iter()
+            .map(|e| {
+                (
+                    e.get::<String>("id").unwrap_or_default(),
+                    e.get::<String>("error").unwrap_or_default(),
+                )
+            })
+            .collect())
+    }
+}
