@@ -503,3 +503,80 @@ fn submit_wait_prints_one_reply_per_request() {
         5
     );
 }
+
+/// Throughput through Redis with 1, 2 and 4 worker processes, and the
+/// latency one request adds against an in-process run. A measurement, not
+/// a check: `cargo test -p harness-cli --test fleet -- --ignored --nocapture fleet_bench`
+/// (docs/performance.md has the figures; FLEET_BENCH_N sets the request count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn fleet_bench() {
+    let Some(redis) = Redis::start() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let n: usize = std::env::var("FLEET_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let mut c = client(&redis).await;
+    for workers in [1usize, 2, 4] {
+        let procs: Vec<WorkerProc> = (0..workers)
+            .map(|i| {
+                worker(
+                    &redis,
+                    &format!("b{workers}-{i}"),
+                    root.path(),
+                    &["--concurrency", "2"],
+                )
+            })
+            .collect();
+        // Warm up: every worker has started and run once.
+        let warm = format!("warm{workers}");
+        for i in 0..workers * 4 {
+            c.submit(&RunRequest::new(format!("{warm}-{i}"), "return 1").with_reply_to(&warm))
+                .await
+                .unwrap();
+        }
+        replies(&mut c, &warm, workers * 4, Duration::from_secs(60)).await;
+        let stream = format!("bench{workers}");
+        let started = Instant::now();
+        for i in 0..n {
+            c.submit(
+                &RunRequest::new(format!("{stream}-{i}"), "return 1+1").with_reply_to(&stream),
+            )
+            .await
+            .unwrap();
+        }
+        let got = replies(&mut c, &stream, n, Duration::from_secs(600)).await;
+        // `replies` waits 300 ms for duplicates after the last one.
+        let secs = started.elapsed().as_secs_f64() - 0.3;
+        assert_eq!(counts(&got).len(), n);
+        println!("fleet_bench: {workers} worker(s) x concurrency 2: {n} trivial scripts in {secs:.2} s = {:.0} scripts/s", n as f64 / secs);
+        drop(procs);
+    }
+    // One request at a time: submit, then read its reply.
+    let _w = worker(&redis, "lat", root.path(), &["--concurrency", "1"]);
+    let mut lat = Vec::new();
+    for i in 0..300 {
+        let stream = "latency";
+        let t = Instant::now();
+        c.submit(&RunRequest::new(format!("l{i}"), "return 1+1").with_reply_to(stream))
+            .await
+            .unwrap();
+        let mut after = "0".to_owned();
+        loop {
+            let (got, last) = c.read_replies(stream, &after, 1000).await.unwrap();
+            after = last;
+            if got.iter().any(|r| r.id == format!("l{i}")) {
+                break;
+            }
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        c.delete_stream(stream).await;
+    }
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "fleet_bench: one request at a time through Redis: median {:.2} ms, p90 {:.2} ms (the run itself is reported in the reply)",
+        lat[lat.len() / 2],
+        lat[lat.len() * 9 / 10]
+    );
+}
