@@ -461,6 +461,42 @@ async fn bad_requests_are_answered_with_a_clear_error() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_reply_to_the_reply_is_a_key_and_wait_finds_it() {
+    let Some(redis) = Redis::start() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let _w = worker(&redis, "k1", root.path(), &[]);
+    let mut c = client(&redis).await;
+    let id = c
+        .submit(&RunRequest::new(
+            "keyed",
+            "context.telemetry.emitProgress('half'); return 7",
+        ))
+        .await
+        .unwrap();
+    let reply = c
+        .wait(&id, Duration::from_secs(20))
+        .await
+        .unwrap()
+        .expect("a reply");
+    assert_eq!(reply.report.unwrap().value, Some(json!(7)));
+    let events = c.events(&id).await.unwrap();
+    assert_eq!(events[0]["kind"], "progress");
+    assert_eq!(events[0]["message"], "half");
+    // Submitted again with the same id: answered already, never run twice.
+    c.submit(&RunRequest::new("keyed", "return 8"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = c.wait(&id, Duration::from_secs(1)).await.unwrap().unwrap();
+    assert_eq!(again.report.unwrap().value, Some(json!(7)));
+    assert!(c
+        .wait("nobody", Duration::from_millis(50))
+        .await
+        .unwrap()
+        .is_none());
+}
+
 #[test]
 fn submit_wait_prints_one_reply_per_request() {
     let Some(redis) = Redis::start() else { return };
