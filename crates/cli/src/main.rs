@@ -220,33 +220,24 @@ struct EngineArgs {
     detached_timeout_ms: u64,
 }
 
-/// The `--context` object, in the camelCase keys scripts see.
-#[derive(serde::Deserialize, Default, Debug)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ContextArg {
-    conversation_id: Option<String>,
-    session_id: Option<String>,
-    turn_id: Option<String>,
-    provider: Option<String>,
-    model: Option<String>,
-    working_directory: Option<String>,
-    #[serde(default)]
-    identity: serde_json::Value,
-    #[serde(default)]
-    extra: serde_json::Value,
-}
-
-/// Reads `--context`: inline JSON, or @FILE.
-fn parse_context(arg: Option<&str>) -> Result<ContextArg, String> {
+/// `--context` (inline JSON, or @FILE) over `base`: the camelCase keys
+/// scripts see (`ScriptContext::merge_script_json`).
+fn parse_context(
+    arg: Option<&str>,
+    base: harness::ScriptContext,
+) -> Result<harness::ScriptContext, String> {
     let Some(arg) = arg else {
-        return Ok(ContextArg::default());
+        return Ok(base);
     };
     let text = match arg.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read --context file {path}: {e}"))?,
         None => arg.to_owned(),
     };
-    serde_json::from_str(&text).map_err(|e| format!("--context is not a valid context object: {e}"))
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("--context is not a valid context object: {e}"))?;
+    base.merge_script_json(&value)
+        .map_err(|e| format!("--context is {e}"))
 }
 
 #[derive(clap::Args, Debug)]
@@ -554,7 +545,11 @@ fn build_harness(
         }),
     };
     let root = args.root.canonicalize().unwrap_or(args.root.clone());
-    let ctx = parse_context(args.context.as_deref()).map_err(usage_error)?;
+    let base = harness::ScriptContext::default().with_working_directory(root.display().to_string());
+    let mut ctx = parse_context(args.context.as_deref(), base).map_err(usage_error)?;
+    if ctx.provider.is_none() {
+        ctx.provider = cfg.provider().map(str::to_owned);
+    }
     let mut builder = cfg.builder().map_err(usage_error)?;
     if let Some(up) = upstreams {
         builder = builder.mcp(up);
@@ -567,21 +562,7 @@ fn build_harness(
     builder
         .tools(tools)
         .approvals(approvals)
-        .context({
-            let mut c = harness::ScriptContext::default()
-                .with_working_directory(
-                    ctx.working_directory
-                        .unwrap_or_else(|| root.display().to_string()),
-                )
-                .with_identity(ctx.identity)
-                .with_extra(ctx.extra);
-            c.conversation_id = ctx.conversation_id;
-            c.session_id = ctx.session_id;
-            c.turn_id = ctx.turn_id;
-            c.provider = ctx.provider.or_else(|| cfg.provider().map(str::to_owned));
-            c.model = ctx.model;
-            c
-        })
+        .context(ctx)
         .build()
         .map(|h| match &args.traceparent {
             Some(tp) => h.with_traceparent(tp.clone()),

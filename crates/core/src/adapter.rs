@@ -224,6 +224,53 @@ impl ScriptContext {
         self.turn_id = Some(id.into());
         self
     }
+
+    /// `self` with the fields of `value`, a context object in the
+    /// camelCase keys scripts see (`conversationId`, `sessionId`,
+    /// `turnId`, `provider`, `model`, `workingDirectory`, `identity`,
+    /// `extra`), as hosts receive it over a wire (the CLI's `--context`,
+    /// fleet requests, the Node package). Keys it lacks keep `self`'s
+    /// values; an unknown key is an error naming it.
+    ///
+    /// ```
+    /// use harness_core::ScriptContext;
+    /// let c = ScriptContext::default()
+    ///     .merge_script_json(&serde_json::json!({"turnId": "t1", "model": "m"}))
+    ///     .unwrap();
+    /// assert_eq!(c.turn_id.as_deref(), Some("t1"));
+    /// assert!(ScriptContext::default().merge_script_json(&serde_json::json!({"nope": 1})).is_err());
+    /// ```
+    pub fn merge_script_json(mut self, value: &Value) -> Result<Self, String> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct Wire {
+            conversation_id: Option<String>,
+            session_id: Option<String>,
+            turn_id: Option<String>,
+            provider: Option<String>,
+            model: Option<String>,
+            working_directory: Option<String>,
+            #[serde(default)]
+            identity: Value,
+            #[serde(default)]
+            extra: Value,
+        }
+        let w: Wire = serde_json::from_value(value.clone())
+            .map_err(|e| format!("not a valid context object: {e}"))?;
+        self.conversation_id = w.conversation_id.or(self.conversation_id);
+        self.session_id = w.session_id.or(self.session_id);
+        self.turn_id = w.turn_id.or(self.turn_id);
+        self.provider = w.provider.or(self.provider);
+        self.model = w.model.or(self.model);
+        self.working_directory = w.working_directory.or(self.working_directory);
+        if !w.identity.is_null() {
+            self.identity = w.identity;
+        }
+        if !w.extra.is_null() {
+            self.extra = w.extra;
+        }
+        Ok(self)
+    }
 }
 
 /// The tools a run may use: the registry, the allowlist and who approves.

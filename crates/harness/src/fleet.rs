@@ -24,7 +24,7 @@
 //! run again and never answered twice. An entry is acknowledged only after
 //! its answer is written.
 
-use crate::{Allowlist, ExecutionReport, Harness, RunObserver, ScriptContext, ScriptLanguage};
+use crate::{Allowlist, ExecutionReport, Harness, RunObserver, ScriptLanguage};
 use redis::aio::ConnectionManager;
 use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
@@ -722,22 +722,11 @@ impl Worker {
             exec.tools.allow = Allowlist::only(tools.iter().cloned());
         }
         if let Some(ctx) = &request.context {
-            let c: RequestContextArg = serde_json::from_value(ctx.clone())
+            exec.context = exec
+                .context
+                .clone()
+                .merge_script_json(ctx)
                 .map_err(|e| fail("InvalidRequest", format!("context: {e}")))?;
-            let mut sc: ScriptContext = exec.context.clone();
-            sc.conversation_id = c.conversation_id.or(sc.conversation_id);
-            sc.session_id = c.session_id.or(sc.session_id);
-            sc.turn_id = c.turn_id.or(sc.turn_id);
-            sc.provider = c.provider.or(sc.provider);
-            sc.model = c.model.or(sc.model);
-            sc.working_directory = c.working_directory.or(sc.working_directory);
-            if !c.identity.is_null() {
-                sc.identity = c.identity;
-            }
-            if !c.extra.is_null() {
-                sc.extra = c.extra;
-            }
-            exec.context = sc;
         }
         Ok((harness, exec))
     }
@@ -816,22 +805,6 @@ impl Worker {
         }
         tracing::warn!(id, entry = %entry.id, why, "request sent to the dead letters");
     }
-}
-
-/// The request's context, in the keys scripts see.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RequestContextArg {
-    conversation_id: Option<String>,
-    session_id: Option<String>,
-    turn_id: Option<String>,
-    provider: Option<String>,
-    model: Option<String>,
-    working_directory: Option<String>,
-    #[serde(default)]
-    identity: Value,
-    #[serde(default)]
-    extra: Value,
 }
 
 /// Console lines and progress, to the events stream.
