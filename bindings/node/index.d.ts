@@ -1,0 +1,158 @@
+// Types of the npm package script-harness.
+
+/** JSON values, as tools receive and return them. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** The error codes of `Report.error.code`. */
+export type ErrorCodeName =
+  | 'ScriptSyntaxError'
+  | 'BannedIdentifierError'
+  | 'ScriptTooLargeError'
+  | 'ScriptRuntimeError'
+  | 'ScriptTimeoutError'
+  | 'ScriptMemoryError'
+  | 'StackOverflowError'
+  | 'ScriptCancelledError'
+  | 'ToolNotFoundError'
+  | 'ToolValidationError'
+  | 'ToolBudgetExceededError'
+  | 'ConcurrencyLimitError'
+  | 'ApprovalDeniedError'
+  | 'ApprovalTimeoutError'
+  | 'ToolExecutionError'
+  | 'DetachedPromiseError'
+  | 'SerializationError'
+  | 'ReturnValueTooLargeError'
+  | 'HarnessInternalError';
+
+export declare const ErrorCode: { readonly [K in ErrorCodeName]: K };
+
+/** A tool written in JavaScript. */
+export interface Tool<Args = any, Result = unknown> {
+  /** One line on what it does, for the model. */
+  description?: string;
+  /** JSON Schema of the arguments; checked before `execute` runs. */
+  parameters?: object;
+  /** Runs one call; `signal` aborts when the script no longer needs it. */
+  execute(args: Args, context: { signal: AbortSignal }): Result | Promise<Result>;
+  /** Whether a call needs approval (a function is asked per call). */
+  needsApproval?: boolean | ((args: Args) => boolean | Promise<boolean>);
+}
+
+/** What an approval callback is asked. */
+export interface ApprovalRequest {
+  request_id: string;
+  script_id: string;
+  call_id: number;
+  task_id?: string | null;
+  tool: string;
+  args: Json;
+  line?: number | null;
+  column?: number | null;
+  snippet?: string | null;
+}
+
+/** Limits, by their snake_case or camelCase names. */
+export interface Limits {
+  timeout_ms?: number;
+  timeoutMs?: number;
+  memory_bytes?: number;
+  memoryBytes?: number;
+  max_tool_calls?: number;
+  maxToolCalls?: number;
+  max_concurrent_tool_calls?: number;
+  maxConcurrentToolCalls?: number;
+  [name: string]: number | string | boolean | null | undefined;
+}
+
+export interface HarnessOptions {
+  /** `quickjs` (the engine built into this package). */
+  engine?: 'quickjs';
+  /** `in_process` (default) or `process` (needs HARNESS_WORKER_BIN: the `harness` CLI). */
+  isolation?: 'in_process' | 'process';
+  limits?: Limits;
+  tools?: Record<string, Tool>;
+  /** Names of the tools scripts may see (default: all). */
+  allow?: string[];
+  /** Answers approval requests; without it every request is denied. */
+  approvals?: (request: ApprovalRequest) => boolean | Promise<boolean>;
+  mode?: 'enabled' | 'dry-run' | 'disabled';
+  /** A harness.toml configuration file. */
+  config?: string;
+  /** Its `[providers.NAME]` table. */
+  provider?: string;
+}
+
+/** The context object scripts see (camelCase keys). */
+export interface ScriptContext {
+  conversationId?: string;
+  sessionId?: string;
+  turnId?: string;
+  provider?: string;
+  model?: string;
+  workingDirectory?: string;
+  identity?: Json;
+  extra?: Json;
+}
+
+export interface RunOptions {
+  context?: ScriptContext;
+  /** Cancels the run (ScriptCancelledError, partial results kept). */
+  signal?: AbortSignal;
+  timeoutMs?: number;
+  language?: 'js' | 'ts' | 'auto';
+}
+
+export interface ScriptError {
+  code: ErrorCodeName;
+  message: string;
+  phase: 'parsing' | 'executing' | 'finalizing';
+  name?: string;
+  stack?: string;
+  tool?: string;
+  call_id?: number;
+  location?: { line: number; column: number };
+  stderr?: string;
+  metadata?: { elapsedMs: number; completedTools: number; pendingTools: number; partialResults?: boolean };
+}
+
+export interface ToolCallRecord {
+  id: number;
+  tool: string;
+  status: 'ok' | 'error' | 'cancelled' | 'pending' | 'detached';
+  duration_ms: number;
+  error?: { code: ErrorCodeName; message: string; stderr?: string };
+}
+
+/** A run's report: the same fields as the JSON report of `harness run --json`. */
+export interface Report {
+  ok: boolean;
+  value?: Json;
+  error: ScriptError | null;
+  console: { level: 'log' | 'info' | 'warn' | 'error' | 'debug'; text: string }[];
+  console_dropped: number;
+  tool_calls: ToolCallRecord[];
+  tool_calls_dropped: number;
+  approvals: { request_id?: string; call_id: number; tool: string; args: Json; outcome: string; duration_ms: number; line?: number }[];
+  progress: { message: string; kind?: 'info' | 'warn'; data?: Json; elapsed_ms?: number }[];
+  progress_dropped: number;
+  metrics: { engine: string; duration_ms: number; tool_calls: number; memory_used_bytes?: number; fuel_consumed?: number };
+  script_id: string;
+  warnings?: { message: string; path: string }[];
+  [key: string]: unknown;
+}
+
+export declare class Harness {
+  constructor(options?: HarnessOptions);
+  /** Runs a script (the body of an async function); never rejects for the script's own failure. */
+  run(code: string, options?: RunOptions): Promise<Report>;
+  /** Syntax and banned identifiers: null, or the error. */
+  check(code: string): Promise<ScriptError | null>;
+  /** TypeScript declarations of `tools`, `context` and `console` for the model. */
+  typescript(): string;
+  /** Runs the `<tool-calls>` blocks of a model response; resolves to conversation items. */
+  respond(text: string, options?: { format?: 'items' | 'openai-responses' | 'chat' | 'anthropic' }): Promise<unknown[]>;
+  /** Cancels every run and releases the engine and callbacks. */
+  close(): void;
+  [Symbol.asyncDispose](): Promise<void>;
+}

@@ -1,0 +1,209 @@
+'use strict';
+// script-harness: run model-written JavaScript/TypeScript in a native
+// sandboxed engine (QuickJS, on the harness's own threads) with tools
+// written in JavaScript. See README.md.
+
+const { join } = require('node:path');
+
+function loadNative() {
+  const path = process.env.SCRIPT_HARNESS_NATIVE || join(__dirname, 'native', 'script-harness.node');
+  try {
+    return require(path);
+  } catch (e) {
+    const err = new Error(
+      `script-harness: cannot load the native addon at ${path} (${e.message}). ` +
+        'Build it with `npm run build` in the package directory (needs Rust).',
+    );
+    err.cause = e;
+    throw err;
+  }
+}
+
+const native = loadNative();
+
+/** The error codes of a report's `error.code`. */
+const ErrorCode = Object.freeze({
+  ScriptSyntaxError: 'ScriptSyntaxError',
+  BannedIdentifierError: 'BannedIdentifierError',
+  ScriptTooLargeError: 'ScriptTooLargeError',
+  ScriptRuntimeError: 'ScriptRuntimeError',
+  ScriptTimeoutError: 'ScriptTimeoutError',
+  ScriptMemoryError: 'ScriptMemoryError',
+  StackOverflowError: 'StackOverflowError',
+  ScriptCancelledError: 'ScriptCancelledError',
+  ToolNotFoundError: 'ToolNotFoundError',
+  ToolValidationError: 'ToolValidationError',
+  ToolBudgetExceededError: 'ToolBudgetExceededError',
+  ConcurrencyLimitError: 'ConcurrencyLimitError',
+  ApprovalDeniedError: 'ApprovalDeniedError',
+  ApprovalTimeoutError: 'ApprovalTimeoutError',
+  ToolExecutionError: 'ToolExecutionError',
+  DetachedPromiseError: 'DetachedPromiseError',
+  SerializationError: 'SerializationError',
+  ReturnValueTooLargeError: 'ReturnValueTooLargeError',
+  HarnessInternalError: 'HarnessInternalError',
+});
+
+/** `timeoutMs` → `timeout_ms`: limits may be written either way. */
+function snake(key) {
+  return key.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase());
+}
+
+function limitsToSnake(limits) {
+  if (limits == null) return undefined;
+  const out = {};
+  for (const [k, v] of Object.entries(limits)) out[snake(k)] = v;
+  return out;
+}
+
+let nextRunId = 1;
+
+class Harness {
+  /**
+   * @param {object} [options] engine, isolation, limits, tools, allow,
+   *   approvals, mode, config, provider (see index.d.ts)
+   */
+  constructor(options = {}) {
+    const tools = options.tools ?? {};
+    if (typeof tools !== 'object') throw new TypeError('tools must be an object of {name: tool}');
+    const specs = [];
+    this._tools = new Map();
+    for (const [name, tool] of Object.entries(tools)) {
+      if (tool == null || typeof tool.execute !== 'function') {
+        throw new TypeError(`tool ${name}: execute must be a function`);
+      }
+      if (tool.needsApproval != null && typeof tool.needsApproval !== 'boolean' && typeof tool.needsApproval !== 'function') {
+        throw new TypeError(`tool ${name}: needsApproval must be a boolean or a function`);
+      }
+      this._tools.set(name, tool);
+      specs.push({
+        name,
+        description: tool.description ?? '',
+        parameters: tool.parameters ?? { type: 'object' },
+        // A function is asked first, on this side (see approve below).
+        needsApproval: tool.needsApproval === true || typeof tool.needsApproval === 'function',
+      });
+    }
+    if (options.approvals != null && typeof options.approvals !== 'function') {
+      throw new TypeError('approvals must be a function (request) => boolean | Promise<boolean>');
+    }
+    this._approvals = options.approvals;
+    this._calls = new Map();
+    const opts = {
+      engine: options.engine,
+      isolation: options.isolation,
+      limits: limitsToSnake(options.limits),
+      tools: specs,
+      allow: options.allow,
+      mode: options.mode,
+      config: options.config,
+      provider: options.provider,
+    };
+    const dispatch = (name, argsJson, key) => this._dispatch(name, argsJson, key);
+    const abort = (key) => {
+      const c = this._calls.get(key);
+      if (c) c.abort(new Error('the script no longer needs this call'));
+    };
+    const approve = (requestJson) => this._approve(requestJson);
+    this._native = new native.NativeHarness(JSON.stringify(opts), dispatch, abort, approve);
+    this._closed = false;
+  }
+
+  async _dispatch(name, argsJson, key) {
+    const tool = this._tools.get(name);
+    const controller = new AbortController();
+    this._calls.set(key, controller);
+    try {
+      const result = await tool.execute(JSON.parse(argsJson), { signal: controller.signal });
+      return JSON.stringify(result === undefined ? null : result);
+    } catch (e) {
+      // The harness reports it as ToolExecutionError with this message.
+      throw e instanceof Error ? e : new Error(String(e));
+    } finally {
+      this._calls.delete(key);
+    }
+  }
+
+  async _approve(requestJson) {
+    const request = JSON.parse(requestJson);
+    const tool = this._tools.get(request.tool);
+    if (tool && typeof tool.needsApproval === 'function') {
+      let needed;
+      try {
+        needed = await tool.needsApproval(request.args);
+      } catch {
+        needed = true;
+      }
+      if (!needed) return true;
+    }
+    if (!this._approvals) return false;
+    try {
+      return (await this._approvals(request)) === true;
+    } catch {
+      return false;
+    }
+  }
+
+  _live() {
+    if (this._closed) throw new Error('script-harness: the harness is closed');
+    return this._native;
+  }
+
+  /**
+   * Runs a script (the body of an async function). Resolves to the report
+   * (`ok`, `value`, `error`, `console`, `tool_calls`, …); never rejects for
+   * a script's own failure.
+   */
+  async run(code, options = {}) {
+    const n = this._live();
+    if (typeof code !== 'string') throw new TypeError('code must be a string');
+    const runId = nextRunId++;
+    const { signal } = options;
+    const onAbort = () => n.cancel(runId);
+    if (signal) {
+      if (signal.aborted) queueMicrotask(onAbort);
+      else signal.addEventListener('abort', onAbort, { once: true });
+    }
+    try {
+      const json = await n.run(
+        code,
+        runId,
+        JSON.stringify({ context: options.context, timeoutMs: options.timeoutMs, language: options.language }),
+      );
+      return JSON.parse(json);
+    } finally {
+      if (signal) signal.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Checks syntax and banned identifiers; resolves to null or the error. */
+  async check(code) {
+    const r = await this._live().check(code);
+    return r == null ? null : JSON.parse(r);
+  }
+
+  /** The TypeScript declarations of `tools`, `context` and `console`. */
+  typescript() {
+    return this._live().typescript();
+  }
+
+  /** Runs the `<tool-calls>` blocks of a model response; resolves to the items. */
+  async respond(text, options = {}) {
+    return JSON.parse(await this._live().respond(text, options.format ?? 'items'));
+  }
+
+  /** Cancels every run and releases the engine and the callbacks. */
+  close() {
+    if (this._closed) return;
+    this._closed = true;
+    this._native.close();
+    for (const c of this._calls.values()) c.abort(new Error('the harness was closed'));
+    this._calls.clear();
+  }
+
+  async [Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose')]() {
+    this.close();
+  }
+}
+
+module.exports = { Harness, ErrorCode };

@@ -1,0 +1,5 @@
+// The ES module entry point: the same classes as index.js.
+import cjs from './index.js';
+
+export const { Harness, ErrorCode } = cjs;
+export default cjs;

@@ -1,0 +1,148 @@
+'use strict';
+// node --test bindings/node/test/ — the package against its native addon.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Harness, ErrorCode } = require('..');
+
+const add = {
+  description: 'Adds two numbers',
+  parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'], additionalProperties: false },
+  execute: async ({ a, b }) => ({ sum: a + b }),
+};
+
+test('runs a script with JavaScript tools, many calls at once', async () => {
+  const h = new Harness({ tools: { add } });
+  const r = await h.run('const rs = await Promise.all([1, 2, 3, 4].map(i => tools.add({a: i, b: 10}))); return rs.map(r => r.sum)');
+  assert.equal(r.ok, true, JSON.stringify(r.error));
+  assert.deepEqual(r.value, [11, 12, 13, 14]);
+  assert.equal(r.tool_calls.length, 4);
+  const bad = await h.run('try { await tools.add({a: 1}) } catch (e) { return e.code }');
+  assert.equal(bad.value, ErrorCode.ToolValidationError);
+  h.close();
+});
+
+test('a tool that throws is a ToolExecutionError with its message', async () => {
+  const h = new Harness({ tools: { boom: { execute: () => { throw new Error('disk on fire'); } } } });
+  const r = await h.run('try { await tools.boom({}) } catch (e) { return [e.code, e.message] }');
+  assert.equal(r.value[0], 'ToolExecutionError');
+  assert.match(r.value[1], /disk on fire/);
+  const uncaught = await h.run('await tools.boom({})');
+  assert.equal(uncaught.ok, false);
+  assert.equal(uncaught.error.code, 'ToolExecutionError');
+  h.close();
+});
+
+test('approvals: the callback, and needsApproval as a function', async () => {
+  const asked = [];
+  const h = new Harness({
+    tools: {
+      rm: { needsApproval: true, execute: () => 'removed' },
+      write: { needsApproval: (args) => args.path.startsWith('/etc'), execute: () => 'written' },
+    },
+    approvals: async (req) => { asked.push(req); return req.args.ok === true; },
+  });
+  const r = await h.run(`
+    const a = await tools.rm({ok: true});
+    let b; try { await tools.rm({ok: false}) } catch (e) { b = e.code }
+    const c = await tools.write({path: '/tmp/x'});
+    let d; try { await tools.write({path: '/etc/x'}) } catch (e) { d = e.code }
+    return [a, b, c, d]`);
+  assert.deepEqual(r.value, ['removed', 'ApprovalDeniedError', 'written', 'ApprovalDeniedError']);
+  assert.equal(asked.length, 3);
+  assert.equal(asked[0].tool, 'rm');
+  assert.equal(asked[0].line, 2);
+  // Without a callback, approvals are denied.
+  const strict = new Harness({ tools: { rm: { needsApproval: true, execute: () => 'x' } } });
+  const s = await strict.run('try { await tools.rm({}) } catch (e) { return e.code }');
+  assert.equal(s.value, 'ApprovalDeniedError');
+  h.close();
+  strict.close();
+});
+
+test('an AbortSignal cancels the run, and the tool call is aborted', async () => {
+  let aborted = false;
+  const h = new Harness({
+    tools: {
+      slow: {
+        execute: (_args, { signal }) => new Promise((resolve) => {
+          const t = setTimeout(() => resolve('late'), 10_000);
+          signal.addEventListener('abort', () => { aborted = true; clearTimeout(t); resolve('aborted'); });
+        }),
+      },
+    },
+  });
+  const ac = new AbortController();
+  setTimeout(() => ac.abort(), 150);
+  const started = Date.now();
+  const r = await h.run('console.log("before"); return await tools.slow({})', { signal: ac.signal });
+  assert.equal(r.error.code, 'ScriptCancelledError');
+  assert.ok(Date.now() - started < 5000);
+  assert.equal(r.console[0].text, 'before');
+  await new Promise((res) => setTimeout(res, 50));
+  assert.ok(aborted, 'the tool saw its signal abort');
+  h.close();
+});
+
+test('a runaway script stops at its deadline while Node keeps serving timers', async () => {
+  const h = new Harness();
+  let ticks = 0;
+  const iv = setInterval(() => ticks++, 10);
+  const started = Date.now();
+  const r = await h.run('while (true) {}', { timeoutMs: 200 });
+  const elapsed = Date.now() - started;
+  clearInterval(iv);
+  assert.equal(r.error.code, 'ScriptTimeoutError');
+  assert.ok(elapsed >= 190 && elapsed < 2000, `ended after ${elapsed} ms`);
+  assert.ok(ticks >= 10, `the interval ticked ${ticks} times`);
+  h.close();
+});
+
+test('200 concurrent runs', async () => {
+  const h = new Harness({ tools: { add } });
+  const runs = Array.from({ length: 200 }, (_, i) => h.run(`return (await tools.add({a: ${i}, b: 1})).sum`));
+  const reports = await Promise.all(runs);
+  reports.forEach((r, i) => assert.equal(r.value, i + 1));
+  h.close();
+});
+
+test('errors carry the documented codes; check, typescript, context', async () => {
+  const h = new Harness({ tools: { add } });
+  assert.equal((await h.run('null.x')).error.code, 'ScriptRuntimeError');
+  assert.equal((await h.run('return (')).error.code, 'ScriptSyntaxError');
+  assert.equal((await h.run('return tools.nope()')).error.code, 'ToolNotFoundError');
+  assert.equal(await h.check('return 1'), null);
+  const e = await h.check('let = ;');
+  assert.equal(e.code, 'ScriptSyntaxError');
+  assert.match(h.typescript(), /add\(args: \{/);
+  const c = await h.run('return [context.turnId, context.model]', { context: { turnId: 't1', model: 'm' } });
+  assert.deepEqual(c.value, ['t1', 'm']);
+  const ts = await h.run('const n: number = 41; return n + 1', { language: 'ts' });
+  assert.equal(ts.value, 42);
+  h.close();
+  await assert.rejects(() => h.run('return 1'), /closed/);
+});
+
+test('respond runs the blocks of a model response', async () => {
+  const h = new Harness({ tools: { add } });
+  const text = 'Let me add.\n<tool-calls>\nreturn (await tools.add({a: 2, b: 3})).sum\n</tool-calls>';
+  const items = await h.respond(text, { format: 'openai-responses' });
+  assert.equal(items[0].type, 'message');
+  const output = items.find((i) => i.type === 'function_call_output');
+  assert.equal(JSON.parse(output.output).output, 5, output.output);
+  const native = await h.respond(text);
+  assert.ok(native.length >= 2);
+  h.close();
+});
+
+test('memory stays flat over 5,000 runs', async () => {
+  const h = new Harness({ tools: { add } });
+  const batch = async (n) => { for (let i = 0; i < n; i++) await h.run('return (await tools.add({a: 1, b: 2})).sum'); };
+  await batch(500);
+  global.gc?.();
+  const before = process.memoryUsage().rss;
+  await batch(4500);
+  global.gc?.();
+  const grown = (process.memoryUsage().rss - before) / (1024 * 1024);
+  assert.ok(grown < 40, `RSS grew ${grown.toFixed(1)} MiB over 4,500 runs`);
+  h.close();
+});
