@@ -4,6 +4,7 @@
 // `benches/src/bin/compare.rs` (see benches/README.md).
 //
 //   node bench.mjs [--json] [--iters N] [--warmup-ms N] [--gap-ms N] [--only NAME]
+//   node bench.mjs --in-process [--script-harness PATH] [...]   (ours beside the peer, one process)
 //
 // Every run is what a harness does per script: a fresh runtime with a
 // memory limit, a stack limit and an interrupt deadline, a fresh context
@@ -191,6 +192,65 @@ async function measure(w) {
 
 const require = createRequire(import.meta.url);
 const version = require("quickjs-emscripten/package.json").version;
+
+// --in-process: the same Node process runs each workload on
+// quickjs-emscripten (as above) and on the npm package script-harness
+// (bindings/node, or --script-harness PATH), and prints both with the
+// ratio (peer median / ours: above 1 means script-harness is faster).
+if (args.includes("--in-process")) {
+  const path = flag("--script-harness", new URL("../../bindings/node/index.js", import.meta.url).pathname);
+  const { Harness } = require(path);
+  const harness = new Harness({ tools: { echo: { execute: echoTool } } });
+  const cpu = "let s = 0; for (let i = 0; i < 1000000; i++) s += i; return s";
+  const rows = [
+    { name: "trivial", script: "return 1+1", expect: "2" },
+    ...[1, 10, 100].map((n) => ({ name: `sequential_${n}`, tools: "promise", script: sequential(n), expect: String(n - 1) })),
+    { name: "promise_all_32", tools: "promise", script: parallel(32), expect: "32" },
+    { name: "cpu_loop_1e6", script: cpu, expect: "499999500000" },
+  ];
+  const ours = async (w) => {
+    const r = await harness.run(w.script);
+    const got = JSON.stringify(r.value);
+    if (got !== w.expect) throw new Error(`script-harness ${w.name}: got ${got} (${JSON.stringify(r.error)})`);
+  };
+  const peer = async (w) => {
+    const got = await runScript(asyncModule, w.script, w.tools);
+    if (got !== w.expect) throw new Error(`quickjs-emscripten ${w.name}: got ${got}`);
+  };
+  const time = async (once) => {
+    const until = performance.now() + WARMUP_MS;
+    while (performance.now() < until) await once();
+    const samples = [];
+    for (let i = 0; i < ITERS; i++) {
+      if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));
+      const t = process.hrtime.bigint();
+      await once();
+      samples.push(Number(process.hrtime.bigint() - t) / 1e3);
+    }
+    samples.sort((a, b) => a - b);
+    return samples[Math.floor((samples.length - 1) * 0.5)];
+  };
+  const table = [];
+  for (const w of rows) {
+    if (ONLY && w.name !== ONLY) continue;
+    const p = await time(() => peer(w));
+    const o = await time(() => ours(w));
+    table.push({ workload: w.name, peer_median_us: p, ours_median_us: o, ratio: p / o });
+  }
+  harness.close();
+  if (JSON_OUT) {
+    console.log(JSON.stringify({ meta: { peer: "quickjs-emscripten", version, node: process.version, gap_ms: GAP_MS, iters: ITERS }, in_process: table }));
+  } else {
+    console.log(`in one Node process (${process.version}), ${ITERS} runs each${GAP_MS ? `, ${GAP_MS} ms apart` : ", back to back"}: quickjs-emscripten ${version} vs script-harness`);
+    console.log(`| workload | quickjs-emscripten median | script-harness median | ratio |`);
+    console.log(`|---|---:|---:|---:|`);
+    for (const r of table) {
+      console.log(`| ${r.workload} | ${r.peer_median_us.toFixed(1)} µs | ${r.ours_median_us.toFixed(1)} µs | ${r.ratio.toFixed(2)}× |`);
+    }
+  }
+  process.exit(0);
+}
+
 const results = [];
 for (const w of workloads) {
   if (ONLY && w.name !== ONLY) continue;
