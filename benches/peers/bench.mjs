@@ -200,7 +200,8 @@ const version = require("quickjs-emscripten/package.json").version;
 if (args.includes("--in-process")) {
   const path = flag("--script-harness", new URL("../../bindings/node/index.js", import.meta.url).pathname);
   const { Harness } = require(path);
-  const harness = new Harness({ tools: { echo: { execute: echoTool } } });
+  // As the criterion benches (benches/src/lib.rs): enough calls for sequential_100.
+  const harness = new Harness({ tools: { echo: { execute: echoTool } }, limits: { maxToolCalls: 1000 } });
   const cpu = "let s = 0; for (let i = 0; i < 1000000; i++) s += i; return s";
   const rows = [
     { name: "trivial", script: "return 1+1", expect: "2" },

@@ -210,6 +210,38 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
     Ok((rows, about))
 }
 
+/// The npm package script-harness beside the peer in one Node process
+/// (`bench.mjs --in-process`), when its addon is built.
+fn print_in_process(o: &Options) {
+    let addon = o
+        .peer_dir
+        .join("../../bindings/node/native/script-harness.node");
+    if !addon.exists() {
+        println!(
+            "\nin one Node process: not run (build the addon: cargo build --release -p script-harness-node, \
+             then copy target/release/libscript_harness_node.so to bindings/node/native/script-harness.node)"
+        );
+        return;
+    }
+    let out = Command::new("node")
+        .arg(o.peer_dir.join("bench.mjs"))
+        .args(["--in-process", "--iters", &o.iters.to_string()])
+        .args(["--warmup-ms", &o.warmup.as_millis().to_string()])
+        .args(["--gap-ms", &o.gap.as_millis().to_string()])
+        .current_dir(&o.peer_dir)
+        .output();
+    match out {
+        Ok(out) if out.status.success() => {
+            println!("\n{}", String::from_utf8_lossy(&out.stdout).trim_end());
+        }
+        Ok(out) => println!(
+            "\nin one Node process: failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        ),
+        Err(e) => println!("\nin one Node process: cannot run node: {e}"),
+    }
+}
+
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -326,6 +358,7 @@ harness::main! {
                 started.elapsed().as_secs_f64()
             );
             print_table(&ours, &peer_rows, &o);
+            print_in_process(&o);
         }
         match peer {
             Ok(_) => ExitCode::SUCCESS,
