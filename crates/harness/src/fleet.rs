@@ -268,8 +268,11 @@ impl Worker {
 
     async fn connect(&self) -> ConnectionManager {
         let mut delay = Duration::from_millis(100);
+        // Longer than the blocking read's BLOCK, so that it is never cut.
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(10)));
         loop {
-            match ConnectionManager::new(self.client.clone()).await {
+            match ConnectionManager::new_with_config(self.client.clone(), config.clone()).await {
                 Ok(c) => return c,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot reach redis; retrying");
@@ -284,7 +287,10 @@ impl Worker {
     /// lets runs in flight finish within the grace period, cancels the
     /// rest (unanswered and unacknowledged, for another worker) and returns.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), FleetError> {
+        // Two connections: commands are multiplexed on one, and the
+        // blocking XREADGROUP would hold every other command up behind it.
         let mut conn = self.connect().await;
+        let mut reader = self.connect().await;
         let created: redis::RedisResult<()> = conn
             .xgroup_create_mkstream(&self.opts.stream, &self.opts.group, "0")
             .await;
@@ -312,7 +318,7 @@ impl Worker {
             let mut batch: Vec<(StreamId, u64)> = Vec::new();
             if last_claim.elapsed() >= claim_every {
                 last_claim = Instant::now();
-                match self.claim(&mut conn, free).await {
+                match self.claim(&mut reader, free).await {
                     Ok(claimed) => batch.extend(claimed),
                     Err(e) => tracing::warn!(error = %e, "claiming pending entries failed"),
                 }
@@ -325,7 +331,7 @@ impl Worker {
                 let streams = [self.opts.stream.as_str()];
                 let read: redis::RedisResult<Option<StreamReadReply>> = tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    r = conn.xread_options(&streams, &[">"], &opts) => r,
+                    r = reader.xread_options(&streams, &[">"], &opts) => r,
                 };
                 match read {
                     Ok(Some(reply)) => {
@@ -527,10 +533,31 @@ impl Worker {
             .await;
             return Outcome::Done;
         }
-        let done: bool = conn
+        // Registered before the checks: a cancel published from here on
+        // finds the token, and one published earlier left its key.
+        let token = CancellationToken::new();
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(id.clone(), token.clone());
+        }
+        let _registered = Registered {
+            running: &self.running,
+            id: id.clone(),
+        };
+        // Answered already? Cancelled already? One round trip.
+        let checked: redis::RedisResult<(i64, i64)> = redis::pipe()
             .exists(key(&self.opts.stream, "done", &id))
-            .await
-            .unwrap_or(false);
+            .exists(key(&self.opts.stream, "cancelled", &id))
+            .query_async(conn)
+            .await;
+        let (done, cancelled) = match checked {
+            Ok((d, c)) => (d > 0, c > 0),
+            // Not knowing whether it was answered, it must not run: left
+            // pending, it is claimed again after the visibility timeout.
+            Err(e) => {
+                tracing::warn!(id, error = %e, "cannot check whether the request was answered; leaving it pending");
+                return Outcome::Abandoned;
+            }
+        };
         if done {
             return Outcome::Done;
         }
@@ -573,10 +600,6 @@ impl Worker {
             .await;
             return Outcome::Done;
         }
-        let cancelled: bool = conn
-            .exists(key(&self.opts.stream, "cancelled", &id))
-            .await
-            .unwrap_or(false);
         if cancelled {
             self.answer(
                 conn,
@@ -595,19 +618,7 @@ impl Worker {
             }
         };
         let (harness, mut exec) = prepared;
-        let token = CancellationToken::new();
         exec.cancel = token.clone();
-        if let Ok(mut r) = self.running.lock() {
-            r.insert(id.clone(), token.clone());
-        }
-        // A cancel published before the token was registered.
-        let cancelled_late: bool = conn
-            .exists(key(&self.opts.stream, "cancelled", &id))
-            .await
-            .unwrap_or(false);
-        if cancelled_late {
-            token.cancel();
-        }
         let events = key(&self.opts.stream, "events", &id);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
         exec.observer = Some(crate::Observer::new(Arc::new(Events(tx.clone()))));
@@ -628,9 +639,6 @@ impl Worker {
                 run.await
             }
         };
-        if let Ok(mut r) = self.running.lock() {
-            r.remove(&id);
-        }
         let _ = tx.send(json!({"kind": "end", "ok": report.ok}));
         drop(tx);
         let _ = writer.await;
@@ -807,6 +815,21 @@ impl Worker {
     }
 }
 
+/// Takes a run's cancel token out of the running map when the delivery
+/// is handled, whichever way it ends.
+struct Registered<'a> {
+    running: &'a Mutex<HashMap<String, CancellationToken>>,
+    id: String,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(&self.id);
+        }
+    }
+}
+
 /// Console lines and progress, to the events stream.
 struct Events(tokio::sync::mpsc::UnboundedSender<Value>);
 
@@ -866,8 +889,12 @@ impl FleetClient {
     /// Connects to Redis `url`, for the requests stream `stream`.
     pub async fn connect(url: &str, stream: &str) -> Result<FleetClient, FleetError> {
         let client = redis::Client::open(url)?;
+        // Blocking reads (read_replies) wait up to their block_ms: the
+        // response timeout must be longer.
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(60)));
         Ok(FleetClient {
-            conn: ConnectionManager::new(client).await?,
+            conn: ConnectionManager::new_with_config(client, config).await?,
             stream: stream.to_owned(),
             ttl_s: 86_400,
         })
@@ -919,8 +946,8 @@ impl FleetClient {
     }
 
     /// Reads replies from the stream `reply_to`, after the entry id
-    /// `after` (`"0"` for all), waiting up to `block_ms`; returns them with
-    /// the id to read after next time.
+    /// `after` (`"0"` for all), waiting up to `block_ms` (under 60 s);
+    /// returns them with the id to read after next time.
     pub async fn read_replies(
         &mut self,
         reply_to: &str,
