@@ -50,8 +50,7 @@
 //! # });
 //! ```
 
-use crate::{Tool, ToolContext, ToolError};
-use async_trait::async_trait;
+use crate::{ToolContext, ToolError};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use schemars::JsonSchema;
@@ -428,70 +427,31 @@ pub struct HttpResponse {
 
 /// The `http` tool for `policy`; the facade registers it under the
 /// reserved name when the host sets a policy.
-pub(crate) fn tool(policy: HttpPolicy) -> HttpTool {
-    let input = crate::typed::schema_of::<HttpArgs>();
-    let output = crate::typed::schema_of::<HttpResponse>();
-    let description = input
-        .get("description")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    HttpTool {
-        policy: std::sync::Arc::new(policy),
-        input,
-        output,
-        description,
-    }
-}
-
-pub(crate) struct HttpTool {
-    policy: std::sync::Arc<HttpPolicy>,
-    input: Value,
-    output: Value,
-    description: String,
-}
-
-#[async_trait]
-impl Tool for HttpTool {
-    fn name(&self) -> &str {
-        "http"
-    }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn schema(&self) -> &Value {
-        &self.input
-    }
-    fn output_schema(&self) -> Option<&Value> {
-        Some(&self.output)
-    }
-    async fn execute(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
-        let args: HttpArgs = serde_json::from_value(args)
-            .map_err(|e| ToolError::new(format!("arguments do not match the tool's types: {e}")))?;
-        let policy = self.policy.clone();
-        let limit = Duration::from_millis(
-            args.timeout_ms
-                .unwrap_or(policy.timeout_ms)
-                .min(policy.timeout_ms),
-        );
-        let deadline = ctx.deadline.min(Instant::now() + limit);
-        let work = request(&policy, args, deadline);
-        let out = tokio::select! {
-            r = work => r,
-            _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled()),
-            _ = tokio::time::sleep_until(deadline.into()) => Err(ToolError::new(format!(
-                "the request timed out after {} ms", limit.as_millis()))),
-        };
-        match out {
-            Ok(r) => serde_json::to_value(r)
-                .map_err(|e| ToolError::new(format!("the result is not JSON: {e}"))),
+pub(crate) fn tool(policy: HttpPolicy) -> crate::FnTool {
+    let policy = std::sync::Arc::new(policy);
+    crate::typed::typed_tool("http", move |args: HttpArgs, ctx: ToolContext| {
+        let policy = policy.clone();
+        async move {
+            let limit = Duration::from_millis(
+                args.timeout_ms
+                    .unwrap_or(policy.timeout_ms)
+                    .min(policy.timeout_ms),
+            );
+            let deadline = ctx.deadline.min(Instant::now() + limit);
+            let work = request(&policy, args, deadline);
+            let out = tokio::select! {
+                r = work => r,
+                _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled()),
+                _ = tokio::time::sleep_until(deadline.into()) => Err(ToolError::new(format!(
+                    "the request timed out after {} ms", limit.as_millis()))),
+            };
             // A message may quote what the server said: no secret in it.
-            Err(mut e) => {
+            out.map_err(|mut e| {
                 e.message = policy.scrub(&e.message);
-                Err(e)
-            }
+                e
+            })
         }
-    }
+    })
 }
 
 /// One hop's request as the script wrote it (placeholders, not values).

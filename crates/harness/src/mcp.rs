@@ -17,7 +17,6 @@
 
 use crate::config::McpServerSettings;
 use crate::{Tool, ToolContext, ToolError, ToolRegistry};
-use async_trait::async_trait;
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceExt};
 use rmcp::transport::TokioChildProcess;
@@ -175,7 +174,8 @@ async fn bounded<T>(
 #[derive(Debug, Clone, Default)]
 pub struct Upstreams {
     servers: Vec<Arc<Upstream>>,
-    tools: Vec<Arc<McpTool>>,
+    /// Each upstream tool with the name of its server.
+    tools: Vec<(String, Arc<crate::FnTool>)>,
 }
 
 impl Upstreams {
@@ -205,7 +205,7 @@ impl Upstreams {
                 .map_err(|_| err("tools/list timed out".into()))?
                 .map_err(|e| err(format!("tools/list failed: {e}")))?;
             *up.session.lock().await = Some(client);
-            let tools: Vec<Arc<McpTool>> = listed
+            let tools: Vec<(String, Arc<crate::FnTool>)> = listed
                 .into_iter()
                 .filter(|t| {
                     settings
@@ -213,7 +213,7 @@ impl Upstreams {
                         .as_ref()
                         .is_none_or(|allow| allow.iter().any(|a| a == t.name.as_ref()))
                 })
-                .map(|t| Arc::new(McpTool::new(up.clone(), t)))
+                .map(|t| (name.clone(), Arc::new(upstream_tool(up.clone(), t))))
                 .collect();
             Ok::<_, McpError>((up, tools))
         });
@@ -233,7 +233,10 @@ impl Upstreams {
 
     /// The registry names of the upstream tools (`mcp.SERVER.TOOL`).
     pub fn tool_names(&self) -> Vec<String> {
-        self.tools.iter().map(|t| t.full_name.clone()).collect()
+        self.tools
+            .iter()
+            .map(|(_, t)| t.name().to_owned())
+            .collect()
     }
 
     /// Adds the upstream tools and the three resource tools to `registry`
@@ -242,7 +245,7 @@ impl Upstreams {
         if self.servers.is_empty() {
             return Ok(());
         }
-        for t in &self.tools {
+        for (_, t) in &self.tools {
             registry.register_harness_tool(t.clone())?;
         }
         // `mcp.SERVER` names a server's tools in allowlists.
@@ -250,8 +253,8 @@ impl Upstreams {
             let members = self
                 .tools
                 .iter()
-                .filter(|t| Arc::ptr_eq(&t.server, up))
-                .map(|t| t.full_name.clone());
+                .filter(|(server, _)| *server == up.name)
+                .map(|(_, t)| t.name().to_owned());
             registry.define_pack(&format!("mcp.{}", up.name), members)?;
         }
         for tool in resource_tools(&self.servers) {
@@ -261,95 +264,70 @@ impl Upstreams {
     }
 }
 
-/// One upstream tool.
-struct McpTool {
-    server: Arc<Upstream>,
-    upstream_name: String,
-    full_name: String,
-    description: String,
-    schema: Value,
-    output_schema: Option<Value>,
-    needs_approval: bool,
-}
-
-impl fmt::Debug for McpTool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.full_name)
+/// One upstream tool, as a tool of the registry named `mcp.SERVER.TOOL`.
+fn upstream_tool(server: Arc<Upstream>, t: rmcp::model::Tool) -> crate::FnTool {
+    let upstream_name = t.name.to_string();
+    let full_name = format!("mcp.{}.{}", server.name, upstream_name);
+    let mut schema = Value::Object((*t.input_schema).clone());
+    // An upstream schema the validator cannot compile must not take the
+    // whole server down: the tool then checks only that it gets an object.
+    if jsonschema::validator_for(&schema).is_err() {
+        tracing::warn!(server = %server.name, tool = %upstream_name,
+            "upstream input schema does not compile; accepting any object");
+        schema = json!({"type": "object"});
     }
-}
-
-impl McpTool {
-    fn new(server: Arc<Upstream>, t: rmcp::model::Tool) -> McpTool {
-        let upstream_name = t.name.to_string();
-        let mut schema = Value::Object((*t.input_schema).clone());
-        // An upstream schema the validator cannot compile must not take the
-        // whole server down: the tool then checks only that it gets an object.
-        if jsonschema::validator_for(&schema).is_err() {
-            tracing::warn!(server = %server.name, tool = %upstream_name,
-                "upstream input schema does not compile; accepting any object");
-            schema = json!({"type": "object"});
+    let description = t
+        .description
+        .map(|d| d.to_string())
+        .or(t.title)
+        .unwrap_or_default();
+    let needs_approval = server
+        .settings
+        .needs_approval
+        .iter()
+        .any(|a| a == "*" || *a == upstream_name);
+    let name = full_name.clone();
+    let tool = crate::FnTool::new(&full_name, description, schema, move |args, ctx| {
+        let up = server.clone();
+        let upstream_name = upstream_name.clone();
+        let full_name = name.clone();
+        async move {
+            let call = async {
+                let peer = up.peer().await?;
+                let mut params = CallToolRequestParams::new(upstream_name.clone());
+                if let Value::Object(m) = args {
+                    params = params.with_arguments(m);
+                }
+                let result = peer
+                    .call_tool(params)
+                    .await
+                    .map_err(|e| up.failure(&format!("the call to {upstream_name}"), e, &peer))?;
+                let text = content_text(&result.content);
+                if result.is_error == Some(true) {
+                    return Err(ToolError::new(if text.is_empty() {
+                        format!("{full_name} reported an error")
+                    } else {
+                        text
+                    }));
+                }
+                Ok(match result.structured_content {
+                    Some(v) => v,
+                    None if !text.is_empty() || result.content.is_empty() => Value::String(text),
+                    // Only non-text content (images, resources): as MCP gives it.
+                    None => serde_json::to_value(&result.content).unwrap_or(Value::Null),
+                })
+            };
+            bounded(call, &ctx, up.settings.timeout_ms).await
         }
-        let approval = &server.settings.needs_approval;
-        McpTool {
-            full_name: format!("mcp.{}.{}", server.name, upstream_name),
-            description: t
-                .description
-                .map(|d| d.to_string())
-                .or(t.title)
-                .unwrap_or_default(),
-            output_schema: t.output_schema.map(|s| Value::Object((*s).clone())),
-            needs_approval: approval.iter().any(|a| a == "*" || *a == upstream_name),
-            upstream_name,
-            schema,
-            server,
-        }
-    }
-}
-
-#[async_trait]
-impl Tool for McpTool {
-    fn name(&self) -> &str {
-        &self.full_name
-    }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn schema(&self) -> &Value {
-        &self.schema
-    }
-    fn output_schema(&self) -> Option<&Value> {
-        self.output_schema.as_ref()
-    }
-    fn requires_approval(&self, _args: &Value) -> bool {
-        self.needs_approval
-    }
-    async fn execute(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
-        let up = &self.server;
-        let call = async {
-            let peer = up.peer().await?;
-            let mut params = CallToolRequestParams::new(self.upstream_name.clone());
-            if let Value::Object(m) = args {
-                params = params.with_arguments(m);
-            }
-            let result = peer.call_tool(params).await.map_err(|e| {
-                up.failure(&format!("the call to {}", self.upstream_name), e, &peer)
-            })?;
-            let text = content_text(&result.content);
-            if result.is_error == Some(true) {
-                return Err(ToolError::new(if text.is_empty() {
-                    format!("{} reported an error", self.full_name)
-                } else {
-                    text
-                }));
-            }
-            Ok(match result.structured_content {
-                Some(v) => v,
-                None if !text.is_empty() || result.content.is_empty() => Value::String(text),
-                // Only non-text content (images, resources): as MCP gives it.
-                None => serde_json::to_value(&result.content).unwrap_or(Value::Null),
-            })
-        };
-        bounded(call, &ctx, up.settings.timeout_ms).await
+    });
+    let tool = match t.output_schema {
+        Some(s) => tool.with_output_schema(Value::Object((*s).clone())),
+        None => tool,
+    };
+    if needs_approval {
+        tool.requiring_approval(|_| true)
+    } else {
+        tool
     }
 }
 
