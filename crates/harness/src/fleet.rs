@@ -267,7 +267,7 @@ impl Worker {
     }
 
     async fn connect(&self) -> ConnectionManager {
-        let mut delay = Duration::from_millis(100);
+        let mut backoff = Backoff::new(None);
         // Longer than the blocking read's BLOCK, so that it is never cut.
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(Duration::from_secs(10)));
@@ -276,8 +276,7 @@ impl Worker {
                 Ok(c) => return c,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot reach redis; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                    backoff.wait().await;
                 }
             }
         }
@@ -453,8 +452,7 @@ impl Worker {
     ) {
         let outcome = self.handle(&mut conn, &entry, deliveries, shutdown).await;
         if let Outcome::Done = outcome {
-            let mut delay = Duration::from_millis(100);
-            let started = Instant::now();
+            let mut backoff = Backoff::new(Some(self.answer_retry()));
             loop {
                 let acked: redis::RedisResult<i64> = conn
                     .xack(&self.opts.stream, &self.opts.group, &[&entry.id])
@@ -463,15 +461,8 @@ impl Worker {
                     Ok(_) => break,
                     // Unacknowledged, the entry is claimed later and found
                     // answered: acknowledging is only bookkeeping.
-                    Err(_)
-                        if started.elapsed() > Duration::from_millis(self.opts.answer_retry_ms) =>
-                    {
-                        break
-                    }
-                    Err(_) => {
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(5));
-                    }
+                    Err(_) if backoff.expired() => break,
+                    Err(_) => backoff.wait().await,
                 }
             }
         }
@@ -487,10 +478,13 @@ impl Worker {
         let raw: Option<String> = entry.get("request");
         let raw = raw.unwrap_or_default();
         // The id first, so that even a bad request can be answered.
-        let id = serde_json::from_str::<Value>(&raw)
-            .ok()
-            .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned))
-            .filter(|id| !id.is_empty() && id.len() <= 256);
+        let parsed: Option<Value> = serde_json::from_str(&raw).ok();
+        let field = |k: &str| {
+            parsed
+                .as_ref()
+                .and_then(|v| v.get(k).and_then(Value::as_str).map(str::to_owned))
+        };
+        let id = field("id").filter(|id| !id.is_empty() && id.len() <= 256);
         let Some(id) = id else {
             self.dead_letter(
                 conn,
@@ -502,9 +496,7 @@ impl Worker {
             .await;
             return Outcome::Done;
         };
-        let reply_to = serde_json::from_str::<Value>(&raw)
-            .ok()
-            .and_then(|v| v.get("reply_to").and_then(Value::as_str).map(str::to_owned));
+        let reply_to = field("reply_to");
         let answer = |error: Option<RequestError>, report: Option<ExecutionReport>| RunReply {
             version: PROTOCOL_VERSION,
             id: id.clone(),
@@ -544,18 +536,23 @@ impl Worker {
             id: id.clone(),
         };
         // Answered already? Cancelled already? One round trip.
-        let checked: redis::RedisResult<(i64, i64)> = redis::pipe()
-            .exists(key(&self.opts.stream, "done", &id))
-            .exists(key(&self.opts.stream, "cancelled", &id))
-            .query_async(conn)
-            .await;
-        let (done, cancelled) = match checked {
-            Ok((d, c)) => (d > 0, c > 0),
-            // Not knowing whether it was answered, it must not run: left
-            // pending, it is claimed again after the visibility timeout.
-            Err(e) => {
-                tracing::warn!(id, error = %e, "cannot check whether the request was answered; leaving it pending");
-                return Outcome::Abandoned;
+        // Retried while Redis is away (a restart); if it stays away, the
+        // entry is left pending: not knowing whether it was answered, it
+        // must not run, and it is claimed again after the visibility timeout.
+        let mut backoff = Backoff::new(Some(self.answer_retry()));
+        let (done, cancelled) = loop {
+            let checked: redis::RedisResult<(i64, i64)> = redis::pipe()
+                .exists(key(&self.opts.stream, "done", &id))
+                .exists(key(&self.opts.stream, "cancelled", &id))
+                .query_async(conn)
+                .await;
+            match checked {
+                Ok((d, c)) => break (d > 0, c > 0),
+                Err(e) if backoff.expired() || shutdown.is_cancelled() => {
+                    tracing::warn!(id, error = %e, "cannot check whether the request was answered; leaving it pending");
+                    return Outcome::Abandoned;
+                }
+                Err(_) => backoff.wait().await,
             }
         };
         if done {
@@ -575,6 +572,8 @@ impl Worker {
             .await;
             return Outcome::Done;
         }
+        // Typed from the text (not from `parsed`): serde's errors then say
+        // where in the request the problem is.
         let request: RunRequest = match serde_json::from_str(&raw) {
             Ok(r) => r,
             Err(e) => {
@@ -754,8 +753,7 @@ impl Worker {
             None => (key(&self.opts.stream, "reply", &reply.id), "key"),
         };
         let script = redis::Script::new(ANSWER);
-        let started = Instant::now();
-        let mut delay = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Some(self.answer_retry()));
         loop {
             let r: redis::RedisResult<i64> = script
                 .key(&done)
@@ -774,17 +772,20 @@ impl Worker {
                     tracing::info!(id = %reply.id, "the request was answered already; not answering twice");
                     return;
                 }
-                Err(e) if started.elapsed() > Duration::from_millis(self.opts.answer_retry_ms) => {
+                Err(e) if backoff.expired() => {
                     tracing::error!(id = %reply.id, error = %e, "gave up writing an answer; the entry stays pending and will run again");
                     return;
                 }
                 Err(e) => {
                     tracing::warn!(id = %reply.id, error = %e, "cannot write the answer yet; keeping it");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                    backoff.wait().await;
                 }
             }
         }
+    }
+
+    fn answer_retry(&self) -> Duration {
+        Duration::from_millis(self.opts.answer_retry_ms)
     }
 
     async fn dead_letter(
@@ -812,6 +813,31 @@ impl Worker {
             tracing::error!(error = %e, "cannot write to the dead-letter stream");
         }
         tracing::warn!(id, entry = %entry.id, why, "request sent to the dead letters");
+    }
+}
+
+/// The waits between retries while Redis is away: 100 ms, doubling up to
+/// 5 s; `expired` once `bound` has passed since the first try.
+struct Backoff {
+    delay: Duration,
+    started: Instant,
+    bound: Option<Duration>,
+}
+
+impl Backoff {
+    fn new(bound: Option<Duration>) -> Self {
+        Backoff {
+            delay: Duration::from_millis(100),
+            started: Instant::now(),
+            bound,
+        }
+    }
+    fn expired(&self) -> bool {
+        self.bound.is_some_and(|b| self.started.elapsed() > b)
+    }
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.delay).await;
+        self.delay = (self.delay * 2).min(Duration::from_secs(5));
     }
 }
 
