@@ -169,12 +169,8 @@ const workloads = [
   },
 ];
 
-/** Warm up for WARMUP_MS, then time ITERS runs one by one. */
-async function measure(w) {
-  const once = async () => {
-    const got = await runScript(w.module, w.script, w.tools);
-    if (got !== w.expect) throw new Error(`${w.config} ${w.name}: got ${got}, want ${w.expect}`);
-  };
+/** Warm up for WARMUP_MS, then time ITERS runs of `once` one by one (µs, sorted). */
+async function sample(once) {
   const until = performance.now() + WARMUP_MS;
   while (performance.now() < until) await once();
   const samples = [];
@@ -184,7 +180,15 @@ async function measure(w) {
     await once();
     samples.push(Number(process.hrtime.bigint() - t) / 1e3);
   }
-  samples.sort((a, b) => a - b);
+  return samples.sort((a, b) => a - b);
+}
+
+/** One workload on the peer: median, p90, mean. */
+async function measure(w) {
+  const samples = await sample(async () => {
+    const got = await runScript(w.module, w.script, w.tools);
+    if (got !== w.expect) throw new Error(`${w.config} ${w.name}: got ${got}, want ${w.expect}`);
+  });
   const q = (p) => samples[Math.floor((samples.length - 1) * p)];
   const mean = samples.reduce((s, x) => s + x, 0) / samples.length;
   return { workload: w.name, config: w.config, iters: ITERS, median_us: q(0.5), p90_us: q(0.9), mean_us: mean };
@@ -219,16 +223,7 @@ if (args.includes("--in-process")) {
     if (got !== w.expect) throw new Error(`quickjs-emscripten ${w.name}: got ${got}`);
   };
   const time = async (once) => {
-    const until = performance.now() + WARMUP_MS;
-    while (performance.now() < until) await once();
-    const samples = [];
-    for (let i = 0; i < ITERS; i++) {
-      if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));
-      const t = process.hrtime.bigint();
-      await once();
-      samples.push(Number(process.hrtime.bigint() - t) / 1e3);
-    }
-    samples.sort((a, b) => a - b);
+    const samples = await sample(once);
     return samples[Math.floor((samples.length - 1) * 0.5)];
   };
   const table = [];

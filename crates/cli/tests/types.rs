@@ -5,10 +5,20 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// The compiler under target/npm, or None after a visible skip; where
+/// scripts/test set HARNESS_REQUIRE_TSC a missing compiler fails instead.
 fn tsc() -> Option<PathBuf> {
     let p =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/npm/node_modules/.bin/tsc");
-    p.exists().then_some(p)
+    if p.exists() {
+        return Some(p);
+    }
+    assert!(
+        std::env::var_os("HARNESS_REQUIRE_TSC").is_none(),
+        "tsc is required but not installed under target/npm"
+    );
+    println!("SKIPPED: tsc is not installed under target/npm (scripts/test installs it)");
+    None
 }
 
 fn harness(args: &[&str], dir: &std::path::Path, tsc: &std::path::Path) -> Output {
@@ -31,16 +41,7 @@ return l.entries.filter((e) => e.type === "file").length;"#;
 
 #[test]
 fn declarations_pass_a_right_script_and_fail_a_wrong_one() {
-    let Some(tsc) = tsc() else {
-        // scripts/test installs tsc and sets HARNESS_REQUIRE_TSC: there a
-        // missing compiler is a failure, not a skip.
-        assert!(
-            std::env::var_os("HARNESS_REQUIRE_TSC").is_none(),
-            "tsc is required but not installed under target/npm"
-        );
-        println!("SKIPPED: tsc is not installed under target/npm (scripts/test installs it)");
-        return;
-    };
+    let Some(tsc) = tsc() else { return };
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("good.ts"), GOOD).unwrap();
     std::fs::write(
@@ -111,14 +112,7 @@ return [head.totalLines, near.matches[0]?.score ?? 0, tree.entries.length, patch
 
 #[test]
 fn the_core_codex_declarations_type_a_script_using_every_tool() {
-    let Some(tsc) = tsc() else {
-        assert!(
-            std::env::var_os("HARNESS_REQUIRE_TSC").is_none(),
-            "tsc is required but not installed"
-        );
-        println!("SKIPPED: tsc is not installed under target/npm (scripts/test installs it)");
-        return;
-    };
+    let Some(tsc) = tsc() else { return };
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("good.ts"), CODEX).unwrap();
     std::fs::write(
@@ -159,14 +153,7 @@ fn the_core_codex_declarations_type_a_script_using_every_tool() {
 /// accepts a right call and refuses a wrong argument.
 #[test]
 fn upstream_mcp_tools_are_declared_and_checked() {
-    let Some(tsc) = tsc() else {
-        assert!(
-            std::env::var_os("HARNESS_REQUIRE_TSC").is_none(),
-            "tsc is required but not installed under target/npm"
-        );
-        println!("SKIPPED: tsc is not installed under target/npm (scripts/test installs it)");
-        return;
-    };
+    let Some(tsc) = tsc() else { return };
     let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/npm/node_modules/.bin");
     if !bin.join("mcp-server-everything").exists() {
         assert!(
