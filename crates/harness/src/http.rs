@@ -386,6 +386,7 @@ fn address_rule(ip: IpAddr, policy: &HttpPolicy) -> Option<(&'static str, &'stat
 /// arguments of `tools.http`.)
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct HttpArgs {
     /// Absolute URL (`https://…`).
     #[schemars(length(min = 1, max = 8192))]
@@ -410,6 +411,7 @@ pub struct HttpArgs {
 /// What `tools.http` returns.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct HttpResponse {
     /// Status code of the last response.
     pub status: u16,
