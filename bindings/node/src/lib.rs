@@ -7,10 +7,9 @@
 //! Scripts run on the harness's own threads; Node's event loop only
 //! carries tool calls and the final report.
 
-use harness::config::{Config, Overrides};
 use harness::{
-    Allowlist, ApprovalBridge, ApprovalDecision, ApprovalRequest, CancellationToken, EngineKind,
-    Harness, Limits, Mode, ScriptLanguage, ToolError, ToolRegistry,
+    embed, ApprovalBridge, ApprovalDecision, ApprovalRequest, CancellationToken, Harness,
+    ToolError, ToolRegistry,
 };
 use napi::bindgen_prelude::{FnArgs, Promise};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
@@ -81,55 +80,7 @@ fn build(
     abort: Arc<Abort>,
     approve: Arc<Approve>,
 ) -> Result<Harness> {
-    let mut builder = match options.get("config").and_then(Value::as_str) {
-        Some(path) => {
-            let mut cfg = Config::load(path).map_err(invalid)?;
-            if let Some(p) = options.get("provider").and_then(Value::as_str) {
-                cfg = cfg.with_provider(p).map_err(invalid)?;
-            }
-            if let Some(Value::Object(limits)) = options.get("limits") {
-                let mut o = Overrides::new();
-                for (k, v) in limits {
-                    o = o.set(&format!("limits.{k}"), v.clone()).map_err(invalid)?;
-                }
-                cfg = cfg.with_overrides(&o).map_err(invalid)?;
-            }
-            cfg.builder().map_err(invalid)?
-        }
-        None => {
-            let mut b = Harness::builder();
-            if let Some(Value::Object(limits)) = options.get("limits") {
-                let mut all = serde_json::to_value(Limits::default()).map_err(invalid)?;
-                if let Value::Object(m) = &mut all {
-                    for (k, v) in limits {
-                        if !m.contains_key(k) {
-                            return Err(invalid(format!("unknown limit `{k}`")));
-                        }
-                        m.insert(k.clone(), v.clone());
-                    }
-                }
-                let limits: Limits = serde_json::from_value(all).map_err(invalid)?;
-                b = b.limits(limits);
-            }
-            b
-        }
-    };
-    if let Some(e) = options.get("engine").and_then(Value::as_str) {
-        let engine: EngineKind = e.parse().map_err(invalid)?;
-        builder = builder.engine(engine);
-    }
-    if let Some(i) = options.get("isolation") {
-        builder = builder.isolation(serde_json::from_value(i.clone()).map_err(invalid)?);
-    }
-    if let Some(m) = options.get("mode") {
-        let mode: Mode = serde_json::from_value(m.clone()).map_err(invalid)?;
-        builder = builder.mode(mode);
-    }
-    if let Some(Value::Array(names)) = options.get("allow") {
-        builder = builder.allow(Allowlist::only(
-            names.iter().filter_map(|n| n.as_str().map(str::to_owned)),
-        ));
-    }
+    let builder = embed::builder_from_options(options).map_err(invalid)?;
     let mut registry = ToolRegistry::new();
     if let Some(Value::Array(tools)) = options.get("tools") {
         for spec in tools {
@@ -138,10 +89,11 @@ fn build(
                 .map_err(invalid)?;
         }
     }
-    builder = builder
+    builder
         .tools(registry)
-        .approvals(Arc::new(AskJs(approve)) as Arc<dyn ApprovalBridge>);
-    builder.build().map_err(invalid)
+        .approvals(Arc::new(AskJs(approve)) as Arc<dyn ApprovalBridge>)
+        .build()
+        .map_err(invalid)
 }
 
 static CALL_KEYS: AtomicU32 = AtomicU32::new(1);
@@ -235,23 +187,9 @@ impl NativeHarness {
     /// resolves to the report as JSON. `cancel(runId)` stops it.
     #[napi]
     pub async fn run(&self, code: String, run_id: u32, options: String) -> Result<String> {
-        let mut h = self.harness()?;
+        let h = self.harness()?;
         let options: Value = serde_json::from_str(&options).map_err(invalid)?;
-        if let Some(ms) = options.get("timeoutMs").and_then(Value::as_u64) {
-            h = h.with_limits(h.limits().clone().with_timeout_ms(ms));
-        }
-        let mut request = h.request(&code);
-        if let Some(ctx) = options.get("context").filter(|c| !c.is_null()) {
-            request.context = request
-                .context
-                .clone()
-                .merge_script_json(ctx)
-                .map_err(invalid)?;
-        }
-        if let Some(l) = options.get("language").filter(|l| !l.is_null()) {
-            let language: ScriptLanguage = serde_json::from_value(l.clone()).map_err(invalid)?;
-            request.language = language;
-        }
+        let mut request = embed::request_from_options(&h, &code, &options).map_err(invalid)?;
         let token = CancellationToken::new();
         request.cancel = token.clone();
         if let Ok(mut runs) = self.runs.lock() {
@@ -295,20 +233,10 @@ impl NativeHarness {
     /// as JSON in `format` (`items`, `openai-responses`, `chat`, `anthropic`).
     #[napi]
     pub async fn respond(&self, text: String, format: String) -> Result<String> {
-        use harness::respond::items as wire;
         let h = self.harness()?;
-        let items = h
-            .orchestrator(false)
-            .respond(&text, None, CancellationToken::new())
+        let out = embed::respond(&h, &text, &format, CancellationToken::new())
             .await
             .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;
-        let out = match format.as_str() {
-            "items" => serde_json::to_value(&items).map_err(invalid)?,
-            "openai-responses" => Value::from(wire::to_openai_responses(&items)),
-            "chat" => Value::from(wire::to_chat(&items)),
-            "anthropic" => Value::from(wire::to_anthropic(&items)),
-            other => return Err(invalid(format!("unknown format `{other}`"))),
-        };
         Ok(out.to_string())
     }
 

@@ -40,6 +40,7 @@ pub mod config;
 #[cfg(all(feature = "builtin-tools", target_os = "linux"))]
 mod confine;
 pub mod declarations;
+pub mod embed;
 mod engine;
 #[cfg(feature = "fleet")]
 pub mod fleet;

@@ -1,0 +1,455 @@
+"""`Harness`: runs scripts written by a model, with Python tools."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import itertools
+import json
+import os
+import threading
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Union,
+)
+
+from . import _native
+from ._report import Report, ScriptError
+from ._tools import Tool, ToolContext
+
+GUEST = Path(__file__).resolve().parent / "bin" / "quickjs.wasm"
+
+Approvals = Callable[["ApprovalRequest"], Union[bool, Awaitable[bool]]]
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """What the `approvals` callable is asked: may this call run?"""
+
+    request_id: str
+    script_id: str
+    call_id: int
+    tool: str
+    args: Any
+    task_id: Optional[str] = None
+    line: Optional[int] = None
+    column: Optional[int] = None
+    snippet: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ApprovalRequest":
+        return cls(
+            request_id=str(d.get("request_id", "")),
+            script_id=str(d.get("script_id", "")),
+            call_id=int(d.get("call_id") or 0),
+            tool=str(d.get("tool", "")),
+            args=d.get("args"),
+            task_id=d.get("task_id"),
+            line=d.get("line"),
+            column=d.get("column"),
+            snippet=d.get("snippet"),
+        )
+
+
+def _to_json(value: Any) -> str:
+    def default(o: Any) -> Any:
+        if hasattr(o, "model_dump") and callable(o.model_dump):
+            return o.model_dump(mode="json")
+        if is_dataclass(o) and not isinstance(o, type):
+            return asdict(o)
+        if isinstance(o, (set, frozenset, tuple)):
+            return list(o)
+        raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+    return json.dumps(value, default=default, allow_nan=False)
+
+
+def _message(e: BaseException) -> str:
+    text = str(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class _Loops:
+    """The event loops async tools run on: the loop of a `run_async` in
+    flight (whose thread is not blocked in a synchronous `run`), else a
+    private loop on a thread of its own, started when first needed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active: Dict[asyncio.AbstractEventLoop, List[int]] = {}
+        self._blocked: Dict[int, int] = {}
+        self._private: Optional[asyncio.AbstractEventLoop] = None
+
+    def enter(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            entry = self._active.setdefault(loop, [threading.get_ident(), 0])
+            entry[1] += 1
+
+    def leave(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            entry = self._active.get(loop)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self._active[loop]
+
+    def block(self) -> None:
+        with self._lock:
+            t = threading.get_ident()
+            self._blocked[t] = self._blocked.get(t, 0) + 1
+
+    def unblock(self) -> None:
+        with self._lock:
+            t = threading.get_ident()
+            n = self._blocked.get(t, 0) - 1
+            if n <= 0:
+                self._blocked.pop(t, None)
+            else:
+                self._blocked[t] = n
+
+    def pick(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            for loop, (thread, _) in self._active.items():
+                if thread not in self._blocked and loop.is_running():
+                    return loop
+            if self._private is None or self._private.is_closed():
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def serve() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                threading.Thread(target=serve, name="script-harness-tools", daemon=True).start()
+                ready.wait()
+                self._private = loop
+            return self._private
+
+    def close(self) -> None:
+        with self._lock:
+            loop, self._private = self._private, None
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+
+
+class _Bridge:
+    """What the native side calls: tool calls and approval requests."""
+
+    def __init__(
+        self, tools: Mapping[str, Tool], approvals: Optional[Approvals], loops: _Loops
+    ) -> None:
+        self.tools = dict(tools)
+        self.approvals = approvals
+        self.loops = loops
+
+    def _settle(
+        self,
+        call: _native.Call,
+        produce: Callable[[], Any],
+        encode: Callable[[Any], str],
+    ) -> None:
+        """Settles `call` with what `produce()` returns (awaited on an
+        event loop if it is awaitable), encoded by `encode`; an exception
+        rejects it with its message."""
+        try:
+            out = produce()
+        except BaseException as e:  # noqa: BLE001 - every failure goes to the script
+            call.reject(_message(e))
+            return
+        if not inspect.isawaitable(out):
+            try:
+                call.resolve(encode(out))
+            except (TypeError, ValueError) as e:
+                call.reject(f"returned a value JSON cannot hold: {e}")
+            return
+
+        async def wait(aw: Awaitable[Any] = out) -> Any:
+            return await aw
+
+        fut = asyncio.run_coroutine_threadsafe(wait(), self.loops.pick())
+
+        def done(f: "concurrent.futures.Future[Any]") -> None:
+            if f.cancelled():
+                call.reject("cancelled")
+                return
+            e = f.exception()
+            if e is not None:
+                call.reject(_message(e))
+                return
+            try:
+                call.resolve(encode(f.result()))
+            except (TypeError, ValueError) as e:
+                call.reject(f"returned a value JSON cannot hold: {e}")
+
+        fut.add_done_callback(done)
+        call.on_cancel(fut.cancel)
+
+    def call_tool(self, name: str, args_json: str, call: _native.Call) -> None:
+        tool = self.tools[name]
+        args = json.loads(args_json)
+        ctx = ToolContext(name, call)
+        self._settle(call, lambda: tool.invoke(args, ctx), _to_json)
+
+    def approve(self, request_json: str, call: _native.Call) -> None:
+        req = ApprovalRequest.from_dict(json.loads(request_json))
+        tool = self.tools.get(req.tool)
+        rule = tool.needs_approval if tool is not None else None
+        approvals = self.approvals
+
+        def ask() -> Any:
+            if approvals is None:
+                return False
+            return approvals(req)
+
+        if callable(rule):
+            needed = rule(req.args)
+            if inspect.isawaitable(needed):
+
+                async def both(first: Awaitable[bool] = needed) -> bool:
+                    if not await first:
+                        return True
+                    answer = ask()
+                    if inspect.isawaitable(answer):
+                        answer = await answer
+                    return bool(answer)
+
+                self._settle(call, both, lambda ok: "true" if ok else "false")
+                return
+            if not needed:
+                call.resolve("true")
+                return
+        self._settle(call, ask, lambda ok: "true" if ok else "false")
+
+
+_RUN_IDS = itertools.count(1)
+
+
+class Harness:
+    """Runs JavaScript or TypeScript written by a model in a sandboxed
+    engine, with Python tools.
+
+    - `engine`: `quickjs` (default) or `wasi`; `isolation`: `in_process`
+      (default) or `process` (worker processes, needs the `harness` CLI
+      at `HARNESS_WORKER_BIN`);
+    - `limits`: a dict of limit names (`timeout_ms`, `memory_bytes`,
+      `max_tool_calls`, `max_concurrent_tool_calls`, ...);
+    - `tools`: `Tool`s (or functions decorated with `@tool`); `allow`: the
+      names scripts may see (default: all);
+    - `approvals`: called (plain or async) for each call that needs
+      approval; returns True to let it run. Without it, such calls are
+      denied;
+    - `mode`: `enabled`, `dry-run` or `disabled`; `config`: a
+      harness.toml file (its engine, limits and tool packs), `provider` its
+      `[providers.NAME]` table.
+    """
+
+    def __init__(
+        self,
+        engine: Optional[str] = None,
+        isolation: Optional[str] = None,
+        limits: Optional[Mapping[str, Any]] = None,
+        tools: Iterable[Tool] = (),
+        allow: Optional[Sequence[str]] = None,
+        approvals: Optional[Approvals] = None,
+        mode: str = "enabled",
+        config: Union[str, "os.PathLike[str]", None] = None,
+        provider: Optional[str] = None,
+    ) -> None:
+        table: Dict[str, Tool] = {}
+        for t in tools:
+            if not isinstance(t, Tool):
+                raise TypeError(f"tools must be Tool objects (or @tool functions), not {type(t).__name__}")
+            if t.name in table:
+                raise ValueError(f"two tools are named {t.name!r}")
+            table[t.name] = t
+        if engine == "wasi" and GUEST.exists():
+            os.environ.setdefault("HARNESS_QUICKJS_WASM", str(GUEST))
+        options: Dict[str, Any] = {
+            "engine": engine,
+            "isolation": isolation,
+            "limits": dict(limits) if limits is not None else None,
+            "tools": [t.spec() for t in table.values()],
+            "allow": list(allow) if allow is not None else None,
+            "mode": mode,
+            "config": os.fspath(config) if config is not None else None,
+            "provider": provider,
+        }
+        options = {k: v for k, v in options.items() if v is not None}
+        self._loops = _Loops()
+        self._bridge = _Bridge(table, approvals, self._loops)
+        self._native: Optional[_native.NativeHarness] = _native.NativeHarness(
+            json.dumps(options), self._bridge
+        )
+
+    def _live(self) -> _native.NativeHarness:
+        if self._native is None:
+            raise RuntimeError("the harness is closed")
+        return self._native
+
+    @staticmethod
+    def _options(
+        context: Optional[Mapping[str, Any]],
+        timeout_ms: Optional[int],
+        language: Optional[str],
+    ) -> str:
+        return json.dumps(
+            {"context": dict(context) if context is not None else None,
+             "timeout_ms": timeout_ms,
+             "language": language}
+        )
+
+    def run(
+        self,
+        code: str,
+        *,
+        context: Optional[Mapping[str, Any]] = None,
+        timeout_ms: Optional[int] = None,
+        language: Optional[str] = None,
+    ) -> Report:
+        """Runs a script (the body of an async function) and returns its
+        report; the script's own failures are in `report.error`, never
+        raised. The interpreter is released while the script runs, so
+        other Python threads go on; Ctrl-C cancels the run and raises
+        `KeyboardInterrupt` once it has ended."""
+        native = self._live()
+        self._loops.block()
+        try:
+            text = native.run(code, self._options(context, timeout_ms, language), next(_RUN_IDS))
+        finally:
+            self._loops.unblock()
+        return Report.from_json(text)
+
+    async def run_async(
+        self,
+        code: str,
+        *,
+        context: Optional[Mapping[str, Any]] = None,
+        timeout_ms: Optional[int] = None,
+        language: Optional[str] = None,
+    ) -> Report:
+        """`run` for asyncio: async tools run on this event loop.
+        Cancelling the awaiting task cancels the run (ScriptCancelledError
+        inside; the task's `CancelledError` is raised once it has ended)."""
+        native = self._live()
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[str]" = loop.create_future()
+
+        def settle(text: str) -> None:
+            if not fut.done():
+                fut.set_result(text)
+
+        def done(text: str) -> None:
+            try:
+                loop.call_soon_threadsafe(settle, text)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits
+
+        run_id = next(_RUN_IDS)
+        self._loops.enter(loop)
+        try:
+            native.start(code, self._options(context, timeout_ms, language), run_id, done)
+            try:
+                text = await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                native.cancel(run_id)
+                while not fut.done():
+                    try:
+                        await asyncio.shield(fut)
+                    except asyncio.CancelledError:
+                        continue
+                raise
+        finally:
+            self._loops.leave(loop)
+        return Report.from_json(text)
+
+    def check(self, code: str) -> Optional[ScriptError]:
+        """Syntax and banned identifiers, without running: None, or the
+        error the run would end with."""
+        text = self._live().check(code)
+        return ScriptError.from_dict(json.loads(text)) if text is not None else None
+
+    def typescript(self) -> str:
+        """TypeScript declarations of `tools`, `context` and `console`,
+        for the model's prompt."""
+        return self._live().typescript()
+
+    @property
+    def tool_names(self) -> List[str]:
+        """The tools scripts may call."""
+        return self._live().tool_names()
+
+    def respond(self, text: str, format: str = "items") -> List[Any]:
+        """Runs the `<tool-calls>` blocks of a model response and returns
+        the conversation items to send back: `items` (the harness's own),
+        `openai-responses`, `chat` or `anthropic`. Async tools run on a
+        private event loop; in async code use `respond_async`."""
+        self._loops.block()
+        try:
+            out = self._live().respond(text, format)
+        finally:
+            self._loops.unblock()
+        items: List[Any] = json.loads(out)
+        return items
+
+    async def respond_async(self, text: str, format: str = "items") -> List[Any]:
+        """`respond` for asyncio: async tools run on this event loop."""
+        native = self._live()
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[List[Any]]" = loop.create_future()
+
+        def settle(items: Optional[str], error: Optional[str]) -> None:
+            if fut.done():
+                return
+            if error is not None:
+                fut.set_exception(ValueError(error))
+            else:
+                fut.set_result(json.loads(items or "[]"))
+
+        def done(items: Optional[str], error: Optional[str]) -> None:
+            try:
+                loop.call_soon_threadsafe(settle, items, error)
+            except RuntimeError:
+                pass
+
+        self._loops.enter(loop)
+        try:
+            native.respond_start(text, format, done)
+            return await fut
+        finally:
+            self._loops.leave(loop)
+
+    def close(self) -> None:
+        """Cancels every run and releases the engine and the callbacks;
+        later calls raise RuntimeError."""
+        if self._native is not None:
+            self._native.close()
+            self._native = None
+        self._loops.close()
+
+    def __enter__(self) -> "Harness":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "Harness":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._native is None else f"tools={len(self._bridge.tools)}"
+        return f"Harness({state})"

@@ -1,0 +1,554 @@
+//! The native half of the PyPI package `script-harness`: the extension
+//! module `script_harness._native`. The Python half
+//! (`python/script_harness`) keeps the user's tools, approval callback and
+//! event loops, and talks to this side in JSON strings:
+//!
+//! - a tool call becomes `bridge.call_tool(name, args_json, call)` and an
+//!   approval request `bridge.approve(request_json, call)`, each made on a
+//!   thread of the blocking pool holding the interpreter; the Python side
+//!   settles `call` (a [`Call`]) now or later, from any thread, with
+//!   `resolve(json)` or `reject(message)`, and sees `call.cancelled` turn
+//!   true (and its `on_cancel` callback run) when the script no longer
+//!   needs the answer;
+//! - scripts run on this module's tokio runtime, never on a Python
+//!   thread: `run` waits with the interpreter released, `start` calls
+//!   `done(report_json)` when the run ends.
+
+use harness::wasi::{Sandbox, SandboxError, SandboxPolicy};
+use harness::{
+    embed, ApprovalBridge, ApprovalDecision, ApprovalRequest, CancellationToken, FnTool, Harness,
+    ToolError, ToolRegistry,
+};
+use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+fn invalid(message: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(message.to_string())
+}
+
+/// The runtime every run, tool call and approval of the process uses.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .thread_name("script-harness")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime (threads and a timer) could not be started")
+    })
+}
+
+type Answer = Result<String, String>;
+
+/// What a pending call shares between Rust and Python.
+#[derive(Debug, Default)]
+struct Pending {
+    tx: Mutex<Option<oneshot::Sender<Answer>>>,
+    cancelled: AtomicBool,
+    on_cancel: Mutex<Option<Py<PyAny>>>,
+}
+
+impl Pending {
+    fn settle(&self, answer: Answer) -> bool {
+        let tx = self.tx.lock().ok().and_then(|mut t| t.take());
+        tx.is_some_and(|tx| tx.send(answer).is_ok())
+    }
+
+    /// Marks the call cancelled and runs its `on_cancel` callback, if one
+    /// is registered, on the blocking pool.
+    fn cancel(self: &Arc<Self>) {
+        let callback = match self.on_cancel.lock() {
+            Ok(mut cb) => {
+                self.cancelled.store(true, Ordering::SeqCst);
+                cb.take()
+            }
+            Err(_) => None,
+        };
+        if let Some(cb) = callback {
+            tokio::task::spawn_blocking(move || {
+                Python::attach(|py| {
+                    if let Err(e) = cb.call0(py) {
+                        e.write_unraisable(py, None);
+                    }
+                })
+            });
+        }
+    }
+}
+
+/// A tool call or approval request the Python side answers.
+#[pyclass(frozen, module = "script_harness._native")]
+#[derive(Debug)]
+struct Call {
+    pending: Arc<Pending>,
+}
+
+#[pymethods]
+impl Call {
+    /// Answers with a JSON text; false when the call was already settled
+    /// or nobody waits any more.
+    fn resolve(&self, json: String) -> bool {
+        self.pending.settle(Ok(json))
+    }
+
+    /// Fails the call with `message` (a ToolExecutionError for a tool, a
+    /// denial for an approval).
+    fn reject(&self, message: String) -> bool {
+        self.pending.settle(Err(message))
+    }
+
+    /// True once the script no longer needs the answer.
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.pending.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Runs `callback()` once when the call is cancelled (now, if it
+    /// already is).
+    fn on_cancel(&self, py: Python<'_>, callback: Py<PyAny>) -> PyResult<()> {
+        let run_now = match self.pending.on_cancel.lock() {
+            Ok(mut slot) => {
+                if self.pending.cancelled.load(Ordering::SeqCst) {
+                    true
+                } else {
+                    *slot = Some(callback.clone_ref(py));
+                    false
+                }
+            }
+            Err(_) => false,
+        };
+        if run_now {
+            callback.call0(py)?;
+        }
+        Ok(())
+    }
+}
+
+/// Calls `bridge.<method>(text, call)` on the blocking pool and waits for
+/// the answer; `cancel` firing first cancels the call.
+async fn ask_python(
+    bridge: Arc<Py<PyAny>>,
+    method: &'static str,
+    name: Option<String>,
+    text: String,
+    cancel: Option<CancellationToken>,
+) -> Answer {
+    let (tx, rx) = oneshot::channel();
+    let pending = Arc::new(Pending {
+        tx: Mutex::new(Some(tx)),
+        ..Pending::default()
+    });
+    let shared = pending.clone();
+    let started = tokio::task::spawn_blocking(move || {
+        Python::attach(|py| -> PyResult<()> {
+            let call = Py::new(py, Call { pending: shared })?;
+            match name {
+                Some(n) => bridge.call_method1(py, method, (n, text, call))?,
+                None => bridge.call_method1(py, method, (text, call))?,
+            };
+            Ok(())
+        })
+    });
+    let answer = async move {
+        match started.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(e) => return Err(format!("the Python side failed: {e}")),
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("the Python side dropped the call without an answer".into()))
+    };
+    match cancel {
+        None => answer.await,
+        Some(token) => {
+            tokio::select! {
+                a = answer => a,
+                _ = token.cancelled() => {
+                    pending.cancel();
+                    Err(String::new())
+                }
+            }
+        }
+    }
+}
+
+/// A tool whose function lives on the Python side.
+fn py_tool(spec: &Value, bridge: Arc<Py<PyAny>>) -> PyResult<FnTool> {
+    let name = spec
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("a tool needs a name"))?
+        .to_owned();
+    let description = spec
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let schema = spec
+        .get("schema")
+        .filter(|s| !s.is_null())
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}));
+    let approval = spec
+        .get("needs_approval")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let tool_name = name.clone();
+    let tool = FnTool::new(&name, description, schema, move |args, ctx| {
+        let bridge = bridge.clone();
+        let name = tool_name.clone();
+        async move {
+            let cancel = ctx.cancel.clone();
+            let answer = ask_python(
+                bridge,
+                "call_tool",
+                Some(name),
+                args.to_string(),
+                Some(cancel.clone()),
+            )
+            .await;
+            match answer {
+                _ if cancel.is_cancelled() => Err(ToolError::cancelled()),
+                Ok(json) => serde_json::from_str::<Value>(&json)
+                    .map_err(|e| ToolError::new(format!("the tool returned no JSON: {e}"))),
+                Err(message) => Err(ToolError::new(message)),
+            }
+        }
+    });
+    Ok(if approval {
+        tool.requiring_approval(|_| true)
+    } else {
+        tool
+    })
+}
+
+/// Asks the Python side (the user's `approvals` callable).
+struct AskPython(Arc<Py<PyAny>>);
+
+#[async_trait::async_trait]
+impl ApprovalBridge for AskPython {
+    async fn request(&self, req: &ApprovalRequest) -> ApprovalDecision {
+        let text = serde_json::to_string(req).unwrap_or_default();
+        match ask_python(self.0.clone(), "approve", None, text, None).await {
+            Ok(answer) if answer == "true" => ApprovalDecision::Approved,
+            Ok(_) => ApprovalDecision::Denied {
+                reason: Some("denied by the approvals callback".into()),
+            },
+            Err(e) => ApprovalDecision::Denied {
+                reason: Some(format!("the approvals callback failed: {e}")),
+            },
+        }
+    }
+}
+
+/// One harness, shared by every run made through it.
+#[pyclass(frozen, module = "script_harness._native")]
+struct NativeHarness {
+    harness: Mutex<Option<Harness>>,
+    runs: Arc<Mutex<HashMap<u64, CancellationToken>>>,
+}
+
+impl std::fmt::Debug for NativeHarness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeHarness").finish_non_exhaustive()
+    }
+}
+
+impl NativeHarness {
+    fn harness(&self) -> PyResult<Harness> {
+        self.harness
+            .lock()
+            .ok()
+            .and_then(|h| h.clone())
+            .ok_or_else(|| PyRuntimeError::new_err("the harness is closed"))
+    }
+
+    /// The request for `code`, registered under `run_id` for `cancel`.
+    fn prepare(
+        &self,
+        code: &str,
+        options: &str,
+        run_id: u64,
+    ) -> PyResult<(Harness, harness::ExecutionRequest)> {
+        let h = self.harness()?;
+        let options: Value = serde_json::from_str(options).map_err(invalid)?;
+        let request = embed::request_from_options(&h, code, &options).map_err(invalid)?;
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.insert(run_id, request.cancel.clone());
+        }
+        Ok((h, request))
+    }
+}
+
+/// Removes a run from the table when it ends, however it ends.
+struct Registered {
+    runs: Arc<Mutex<HashMap<u64, CancellationToken>>>,
+    run_id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.remove(&self.run_id);
+        }
+    }
+}
+
+fn report_json(report: &harness::ExecutionReport) -> String {
+    serde_json::to_string(report).unwrap_or_else(|e| {
+        json!({"ok": false, "error": {"code": "HarnessInternalError", "message": format!("the report could not be serialised: {e}"), "phase": "finalizing"}}).to_string()
+    })
+}
+
+#[pymethods]
+impl NativeHarness {
+    /// `options` is JSON (see `script_harness/_harness.py`); `bridge`
+    /// answers tool calls and approval requests.
+    #[new]
+    fn new(options: &str, bridge: Py<PyAny>) -> PyResult<Self> {
+        let options: Value = serde_json::from_str(options).map_err(invalid)?;
+        let bridge = Arc::new(bridge);
+        let builder = embed::builder_from_options(&options).map_err(invalid)?;
+        let mut registry = ToolRegistry::new();
+        if let Some(Value::Array(tools)) = options.get("tools") {
+            for spec in tools {
+                registry
+                    .register(py_tool(spec, bridge.clone())?)
+                    .map_err(invalid)?;
+            }
+        }
+        let harness = {
+            // Building may start worker processes or load a guest: both
+            // want the runtime's context.
+            let _guard = runtime().enter();
+            builder
+                .tools(registry)
+                .approvals(Arc::new(AskPython(bridge)) as Arc<dyn ApprovalBridge>)
+                .build()
+                .map_err(invalid)?
+        };
+        Ok(NativeHarness {
+            harness: Mutex::new(Some(harness)),
+            runs: Arc::new(Mutex::new(HashMap::new())),
+        })
+    }
+
+    /// Runs `code` and returns the report as JSON, the interpreter
+    /// released meanwhile. A signal (Ctrl-C) cancels the run; the
+    /// exception is raised once the run has ended.
+    fn run(&self, py: Python<'_>, code: &str, options: &str, run_id: u64) -> PyResult<String> {
+        let (h, request) = self.prepare(code, options, run_id)?;
+        let _registered = Registered {
+            runs: self.runs.clone(),
+            run_id,
+        };
+        let token = request.cancel.clone();
+        let (report, interrupted) = py.detach(|| {
+            runtime().block_on(async {
+                let run = h.execute(request);
+                tokio::pin!(run);
+                let mut interrupted: Option<PyErr> = None;
+                let mut tick = tokio::time::interval(Duration::from_millis(50));
+                loop {
+                    tokio::select! {
+                        report = &mut run => return (report, interrupted),
+                        _ = tick.tick(), if interrupted.is_none() => {
+                            if let Err(e) = Python::attach(|py| py.check_signals()) {
+                                token.cancel();
+                                interrupted = Some(e);
+                            }
+                        }
+                    }
+                }
+            })
+        });
+        match interrupted {
+            Some(e) => Err(e),
+            None => Ok(report_json(&report)),
+        }
+    }
+
+    /// Starts `code` and returns at once; `done(report_json)` is called
+    /// on another thread when the run ends.
+    fn start(&self, code: &str, options: &str, run_id: u64, done: Py<PyAny>) -> PyResult<()> {
+        let (h, request) = self.prepare(code, options, run_id)?;
+        let registered = Registered {
+            runs: self.runs.clone(),
+            run_id,
+        };
+        runtime().spawn(async move {
+            let report = h.execute(request).await;
+            drop(registered);
+            let text = report_json(&report);
+            tokio::task::spawn_blocking(move || {
+                Python::attach(|py| {
+                    if let Err(e) = done.call1(py, (text,)) {
+                        e.write_unraisable(py, None);
+                    }
+                })
+            });
+        });
+        Ok(())
+    }
+
+    /// Cancels run `run_id` (ScriptCancelledError, partial results kept);
+    /// false when no such run is in flight.
+    fn cancel(&self, run_id: u64) -> bool {
+        self.runs
+            .lock()
+            .ok()
+            .and_then(|r| r.get(&run_id).cloned())
+            .map(|t| t.cancel())
+            .is_some()
+    }
+
+    /// Syntax and banned identifiers: `None`, or the error as JSON.
+    fn check(&self, py: Python<'_>, code: &str) -> PyResult<Option<String>> {
+        let h = self.harness()?;
+        let result = py.detach(|| runtime().block_on(h.check(code)));
+        Ok(match result {
+            Ok(()) => None,
+            Err(e) => Some(serde_json::to_string(&e).map_err(invalid)?),
+        })
+    }
+
+    /// The TypeScript declarations of what a script can use.
+    fn typescript(&self) -> PyResult<String> {
+        Ok(self.harness()?.typescript())
+    }
+
+    /// The names of the tools scripts may call.
+    fn tool_names(&self) -> PyResult<Vec<String>> {
+        Ok(self.harness()?.tool_names())
+    }
+
+    /// Runs the script blocks of a model response; the items as JSON in
+    /// `format` (`items`, `openai-responses`, `chat`, `anthropic`).
+    fn respond(&self, py: Python<'_>, text: &str, format: &str) -> PyResult<String> {
+        let h = self.harness()?;
+        let out = py.detach(|| {
+            runtime().block_on(embed::respond(&h, text, format, CancellationToken::new()))
+        });
+        Ok(out.map_err(invalid)?.to_string())
+    }
+
+    /// Like `respond`, calling `done(items_json, error)` from another
+    /// thread instead of waiting.
+    fn respond_start(&self, text: String, format: String, done: Py<PyAny>) -> PyResult<()> {
+        let h = self.harness()?;
+        runtime().spawn(async move {
+            let out = embed::respond(&h, &text, &format, CancellationToken::new()).await;
+            let (items, error) = match out {
+                Ok(v) => (Some(v.to_string()), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            tokio::task::spawn_blocking(move || {
+                Python::attach(|py| {
+                    if let Err(e) = done.call1(py, (items, error)) {
+                        e.write_unraisable(py, None);
+                    }
+                })
+            });
+        });
+        Ok(())
+    }
+
+    /// Cancels every run and releases the engine and the Python
+    /// callbacks; later calls fail.
+    fn close(&self) {
+        if let Ok(runs) = self.runs.lock() {
+            for t in runs.values() {
+                t.cancel();
+            }
+        }
+        if let Ok(mut h) = self.harness.lock() {
+            *h = None;
+        }
+    }
+}
+
+fn sandbox(
+    policy: &str,
+    session_id: &str,
+    workspace_root: PathBuf,
+    wasm_binary_path: Option<PathBuf>,
+) -> PyResult<Sandbox> {
+    let policy: SandboxPolicy = serde_json::from_str(policy).map_err(invalid)?;
+    let mut sandbox = Sandbox::new(policy, session_id, workspace_root).map_err(invalid)?;
+    if let Some(path) = wasm_binary_path {
+        sandbox = sandbox.with_wasm_binary_path(path);
+    }
+    Ok(sandbox)
+}
+
+/// Runs `code` in the workspace sandbox; the `SandboxResult` as JSON.
+/// A missing guest binary raises `FileNotFoundError`.
+#[pyfunction]
+#[pyo3(signature = (policy, session_id, workspace_root, wasm_binary_path, code))]
+fn sandbox_execute(
+    py: Python<'_>,
+    policy: &str,
+    session_id: &str,
+    workspace_root: PathBuf,
+    wasm_binary_path: Option<PathBuf>,
+    code: &str,
+) -> PyResult<String> {
+    let sandbox = sandbox(policy, session_id, workspace_root, wasm_binary_path)?;
+    let result = py.detach(|| sandbox.execute(code));
+    match result {
+        Ok(r) => serde_json::to_string(&r).map_err(invalid),
+        Err(SandboxError::Load(e @ harness::wasi::LoadError::Missing { .. })) => {
+            Err(PyFileNotFoundError::new_err(e.to_string()))
+        }
+        Err(e) => Err(PyRuntimeError::new_err(e.to_string())),
+    }
+}
+
+/// Whether `code` parses as a program; runs nothing, writes nothing.
+#[pyfunction]
+#[pyo3(signature = (policy, session_id, workspace_root, wasm_binary_path, code))]
+fn sandbox_validate(
+    py: Python<'_>,
+    policy: &str,
+    session_id: &str,
+    workspace_root: PathBuf,
+    wasm_binary_path: Option<PathBuf>,
+    code: &str,
+) -> PyResult<bool> {
+    let sandbox = sandbox(policy, session_id, workspace_root, wasm_binary_path)?;
+    Ok(py.detach(|| sandbox.validate_code(code)))
+}
+
+/// The default sandbox policy as JSON.
+#[pyfunction]
+fn sandbox_default_policy() -> String {
+    serde_json::to_string(&SandboxPolicy::default()).unwrap_or_default()
+}
+
+/// The engines compiled into this module.
+#[pyfunction]
+fn engines() -> Vec<String> {
+    harness::EngineKind::available()
+        .into_iter()
+        .map(|e| e.to_string())
+        .collect()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativeHarness>()?;
+    m.add_class::<Call>()?;
+    m.add_function(wrap_pyfunction!(sandbox_execute, m)?)?;
+    m.add_function(wrap_pyfunction!(sandbox_validate, m)?)?;
+    m.add_function(wrap_pyfunction!(sandbox_default_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(engines, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,381 @@
+"""The harness from Python: runs, tools (sync and async), approvals,
+cancellation, concurrency, errors and memory."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+import script_harness as h
+from script_harness import ErrorCode, Harness, Report, Tool, ToolContext, tool
+
+
+def test_return_value_and_report_fields() -> None:
+    with Harness() as harness:
+        report = harness.run("console.log('hi'); return 1 + 1")
+    assert isinstance(report, Report)
+    assert report.ok and report.value == 2 and report.error is None
+    assert report.console[0].level == "log" and report.console[0].text == "hi"
+    assert report.metrics.engine == "quickjs" and report.metrics.duration_ms > 0
+    assert report.script_id.startswith("scr_")
+    assert json.loads(report.to_json())["value"] == 2
+    assert report.to_dict()["console"] == [{"level": "log", "text": "hi"}]
+    with pytest.raises(Exception):
+        report.ok = False  # type: ignore[misc]
+
+
+def test_script_errors_are_in_the_report_with_codes() -> None:
+    harness = Harness(limits={"timeout_ms": 300})
+    r = harness.run("throw new TypeError('boom')")
+    assert not r.ok and r.error is not None
+    assert r.error.code == ErrorCode.ScriptRuntimeError and r.error.code == "ScriptRuntimeError"
+    assert "boom" in r.error.message and r.error.name == "TypeError"
+    assert harness.run("return (").error.code == ErrorCode.ScriptSyntaxError  # type: ignore[union-attr]
+    t = harness.run("while (true) {}")
+    assert t.error is not None and t.error.code == ErrorCode.ScriptTimeoutError
+    short = harness.run("while (true) {}", timeout_ms=50)
+    assert short.error is not None and short.error.code == ErrorCode.ScriptTimeoutError
+    assert harness.run("return tools.nope({})").error.code == ErrorCode.ToolNotFoundError  # type: ignore[union-attr]
+    assert {c.value for c in ErrorCode} >= {"ToolExecutionError", "ApprovalDeniedError"}
+
+
+def test_check_typescript_context_language() -> None:
+    @tool
+    def lookup(city: str, days: int = 1) -> Dict[str, Any]:
+        """Looks up the weather.
+
+        Args:
+            city: The city's name.
+            days: How many days ahead.
+        """
+        return {"city": city, "days": days}
+
+    harness = Harness(tools=[lookup])
+    assert harness.check("return 1") is None
+    err = harness.check("return (")
+    assert err is not None and err.code == ErrorCode.ScriptSyntaxError
+    ts = harness.typescript()
+    assert "lookup" in ts and "city: string" in ts and "days?: number" in ts
+    assert "The city's name." in ts
+    r = harness.run("return context.sessionId", context={"sessionId": "s-1"})
+    assert r.value == "s-1"
+    r = harness.run("const x: number = 41; return x + 1", language="ts")
+    assert r.value == 42
+    assert harness.tool_names == ["lookup"]
+
+
+def test_sync_and_async_python_tools() -> None:
+    seen: List[str] = []
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Adds."""
+        seen.append(threading.current_thread().name)
+        return a + b
+
+    @tool
+    async def slow_echo(text: str, ctx: ToolContext) -> Dict[str, Any]:
+        """Echoes after a while."""
+        await asyncio.sleep(0.01)
+        return {"text": text, "tool": ctx.tool}
+
+    plain = Tool("raw", "a dict in, a dict out", {"type": "object"}, lambda args: {"got": args})
+    harness = Harness(tools=[add, slow_echo, plain])
+    r = harness.run(
+        "const [a, b, c] = await Promise.all([tools.add({a: 2, b: 3}), tools.slow_echo({text: 'x'}), tools.raw({k: [1]})]);"
+        "return {a, b, c}"
+    )
+    assert r.ok, r.error
+    assert r.value == {"a": 5, "b": {"text": "x", "tool": "slow_echo"}, "c": {"got": {"k": [1]}}}
+    assert [t.status for t in r.tool_calls] == ["ok", "ok", "ok"]
+    assert add(1, 2) == 3  # the decorated function is still callable
+    bad = harness.run("return await tools.add({a: 'x', b: 1})")
+    assert bad.error is not None and bad.error.code == ErrorCode.ToolValidationError
+
+
+def test_pydantic_model_argument() -> None:
+    pydantic = pytest.importorskip("pydantic")
+
+    class Query(pydantic.BaseModel):  # type: ignore[name-defined,misc]
+        term: str
+        limit: int = 3
+
+    @tool
+    def search(q: Query) -> List[str]:
+        """Searches."""
+        return [q.term] * q.limit
+
+    assert search.schema["properties"]["term"]["type"] == "string"
+    r = Harness(tools=[search]).run("return tools.search({term: 'a', limit: 2})")
+    assert r.value == ["a", "a"], r.error
+
+
+def test_a_raising_tool_is_a_tool_execution_error() -> None:
+    @tool
+    def broken() -> None:
+        """Fails."""
+        raise ValueError("the disk is on fire")
+
+    @tool
+    async def broken_async() -> None:
+        """Fails later."""
+        await asyncio.sleep(0)
+        raise KeyError("nope")
+
+    harness = Harness(tools=[broken, broken_async])
+    r = harness.run("return await tools.broken()")
+    assert r.error is not None and r.error.code == ErrorCode.ToolExecutionError
+    assert "the disk is on fire" in r.error.message and "ValueError" in r.error.message
+    caught = harness.run(
+        "try { await tools.broken_async() } catch (e) { return [e.code, e.message] }"
+    )
+    assert caught.value[0] == "ToolExecutionError" and "nope" in caught.value[1]
+
+    unserialisable = Tool("obj", "", None, lambda args: object())
+    r = Harness(tools=[unserialisable]).run("return await tools.obj({})")
+    assert r.error is not None and r.error.code == ErrorCode.ToolExecutionError
+    assert "JSON" in r.error.message
+
+
+def test_approvals_sync_async_and_denied_without_callback() -> None:
+    asked: List[h.ApprovalRequest] = []
+
+    @tool(needs_approval=True)
+    def delete(path: str) -> str:
+        """Deletes a file."""
+        return f"deleted {path}"
+
+    @tool(needs_approval=lambda args: args["amount"] > 100)
+    def pay(amount: int) -> str:
+        """Pays."""
+        return f"paid {amount}"
+
+    def approve(req: h.ApprovalRequest) -> bool:
+        asked.append(req)
+        return bool(req.args.get("path") != "/etc")
+
+    harness = Harness(tools=[delete, pay], approvals=approve)
+    r = harness.run("return await tools.delete({path: 'a.txt'})")
+    assert r.value == "deleted a.txt", r.error
+    assert asked[0].tool == "delete" and asked[0].args == {"path": "a.txt"} and asked[0].line == 1
+    denied = harness.run("return await tools.delete({path: '/etc'})")
+    assert denied.error is not None and denied.error.code == ErrorCode.ApprovalDeniedError
+    before = len(asked)
+    small = harness.run("return await tools.pay({amount: 5})")
+    assert small.value == "paid 5" and len(asked) == before  # the rule said no approval needed
+    big = harness.run("return await tools.pay({amount: 500})")
+    assert big.value == "paid 500" and asked[-1].tool == "pay"
+
+    async def approve_async(req: h.ApprovalRequest) -> bool:
+        await asyncio.sleep(0.001)
+        return False
+
+    r = Harness(tools=[delete], approvals=approve_async).run("return await tools.delete({path: 'x'})")
+    assert r.error is not None and r.error.code == ErrorCode.ApprovalDeniedError
+    r = Harness(tools=[delete]).run("return await tools.delete({path: 'x'})")
+    assert r.error is not None and r.error.code == ErrorCode.ApprovalDeniedError
+
+
+def test_async_run_and_tools_on_the_callers_loop() -> None:
+    loops: List[Any] = []
+
+    @tool
+    async def where() -> str:
+        """Notes its loop."""
+        loops.append(asyncio.get_running_loop())
+        return "here"
+
+    async def main() -> None:
+        harness = Harness(tools=[where])
+        r = await harness.run_async("return await tools.where()")
+        assert r.value == "here", r.error
+        assert loops == [asyncio.get_running_loop()]
+        items = await harness.respond_async(
+            "<tool-calls>\n```js\nreturn await tools.where()\n```\n</tool-calls>", "items"
+        )
+        assert items and loops[-1] is asyncio.get_running_loop()
+
+    asyncio.run(main())
+
+
+def test_cancelling_the_asyncio_task_cancels_the_run() -> None:
+    cancelled_seen = threading.Event()
+
+    @tool
+    async def wait_forever(ctx: ToolContext) -> None:
+        """Never answers."""
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled_seen.set()
+            raise
+
+    async def main() -> None:
+        harness = Harness(tools=[wait_forever], limits={"timeout_ms": 30_000})
+        task = asyncio.create_task(
+            harness.run_async("console.log('started'); await tools.wait_forever(); return 1")
+        )
+        await asyncio.sleep(0.2)
+        started = time.perf_counter()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert time.perf_counter() - started < 5
+        # The run ended and the tool's coroutine was cancelled too.
+        for _ in range(100):
+            if cancelled_seen.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert cancelled_seen.is_set()
+        # The harness still works.
+        assert (await harness.run_async("return 3")).value == 3
+
+    asyncio.run(main())
+
+
+def test_sync_tool_sees_cancellation_flag() -> None:
+    flags: List[bool] = []
+
+    def slow(args: Dict[str, Any], ctx: ToolContext) -> str:
+        for _ in range(100):
+            if ctx.cancelled:
+                break
+            time.sleep(0.01)
+        flags.append(ctx.cancelled)
+        return "late"
+
+    harness = Harness(tools=[Tool("slow", "", None, slow)])
+    r = harness.run("return await tools.slow({})", timeout_ms=150)
+    assert r.error is not None and r.error.code == ErrorCode.ScriptTimeoutError
+    for _ in range(200):
+        if flags:
+            break
+        time.sleep(0.01)
+    assert flags == [True]
+
+
+def test_hundred_concurrent_run_async_calls() -> None:
+    @tool
+    async def double(n: int) -> int:
+        """Doubles."""
+        await asyncio.sleep(0.005)
+        return n * 2
+
+    async def main() -> None:
+        harness = Harness(tools=[double])
+        reports = await asyncio.gather(
+            *(harness.run_async(f"return await tools.double({{n: {i}}})") for i in range(100))
+        )
+        assert [r.value for r in reports] == [i * 2 for i in range(100)]
+
+    asyncio.run(main())
+
+
+def test_many_concurrent_calls_from_one_script_respect_the_limit() -> None:
+    in_flight = 0
+    peak = 0
+    lock = threading.Lock()
+
+    @tool
+    async def work(i: int) -> int:
+        """Works."""
+        nonlocal in_flight, peak
+        with lock:
+            in_flight += 1
+            peak = max(peak, in_flight)
+        await asyncio.sleep(0.01)
+        with lock:
+            in_flight -= 1
+        return i
+
+    harness = Harness(tools=[work], limits={"max_concurrent_tool_calls": 4, "max_tool_calls": 100})
+    r = harness.run(
+        "const xs = await Promise.all(Array.from({length: 40}, (_, i) => tools.work({i})));"
+        "return xs.reduce((a, b) => a + b, 0)"
+    )
+    assert r.value == sum(range(40)), r.error
+    assert 1 <= peak <= 4
+
+
+def test_respond_to_openai_responses_items() -> None:
+    @tool
+    def weather(city: str) -> Dict[str, Any]:
+        """The weather."""
+        return {"city": city, "temp": 21}
+
+    harness = Harness(tools=[weather])
+    text = (
+        "Let me check.\n<tool-calls>\n```js\nconst w = await tools.weather({city: 'Oslo'});\n"
+        "console.log(w.temp);\nreturn w\n```\n</tool-calls>"
+    )
+    items = harness.respond(text, format="openai-responses")
+    assert any(i.get("type") == "function_call_output" for i in items), items
+    assert "Oslo" in json.dumps(items)
+    with pytest.raises(ValueError):
+        harness.respond(text, format="nope")
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="unknown limit"):
+        Harness(limits={"timeout_msec": 5})
+    with pytest.raises(ValueError):
+        Harness(engine="spidermonkey")
+    with pytest.raises(ValueError, match="two tools"):
+        Harness(tools=[Tool("a", "", None, lambda a: 1), Tool("a", "", None, lambda a: 2)])
+    harness = Harness()
+    harness.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        harness.run("return 1")
+
+
+def test_allow_and_modes() -> None:
+    a = Tool("a", "", None, lambda args: "a")
+    b = Tool("b", "", None, lambda args: "b")
+    harness = Harness(tools=[a, b], allow=["a"])
+    hidden = harness.run("return await tools.b({})")
+    assert hidden.error is not None and hidden.error.code == ErrorCode.ToolNotFoundError
+    assert harness.run("return await tools.a({})").value == "a"
+    dry = Harness(tools=[a], mode="dry-run").run("return await tools.a({})")
+    assert dry.value == {"__dryRun": True, "tool": "a", "args": {}}, dry.error
+
+
+def test_wasi_engine_from_the_package_guest() -> None:
+    if "wasi" not in h.engines():
+        pytest.skip("the wasi engine is not compiled in")
+    r = Harness(engine="wasi").run("return 6 * 7")
+    assert r.value == 42 and r.metrics.engine == "wasi", r.error
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_no_leak_over_two_thousand_runs() -> None:
+    @tool
+    def inc(n: int) -> int:
+        """Adds one."""
+        return n + 1
+
+    harness = Harness(tools=[inc])
+    for i in range(300):
+        harness.run("return await tools.inc({n: 1})")
+    gc.collect()
+    before = _rss_kib()
+    for i in range(2000):
+        r = harness.run("console.log('x'); return await tools.inc({n: %d})" % i)
+        assert r.value == i + 1
+    gc.collect()
+    grown_mib = (_rss_kib() - before) / 1024
+    print(f"RSS growth over 2,000 runs: {grown_mib:.1f} MiB")
+    assert grown_mib < 24, f"RSS grew by {grown_mib:.1f} MiB over 2,000 runs"

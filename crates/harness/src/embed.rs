@@ -1,0 +1,172 @@
+//! What the language bindings (the npm and PyPI packages `script-harness`)
+//! share: their options arrive as JSON objects and become a
+//! [`HarnessBuilder`], a run's options become an [`ExecutionRequest`], and
+//! `respond` answers in one of the wire formats. Any other embedder that
+//! speaks JSON to the harness may use them too.
+//!
+//! ```
+//! use serde_json::json;
+//! let builder = harness::embed::builder_from_options(&json!({
+//!     "limits": {"timeout_ms": 2000},
+//!     "mode": "enabled",
+//! })).unwrap();
+//! let h = builder.build().unwrap();
+//! let request = harness::embed::request_from_options(&h, "return 1", &json!({"timeout_ms": 500})).unwrap();
+//! assert_eq!(request.limits.timeout_ms, 500);
+//! ```
+
+use crate::config::{Config, Overrides};
+use crate::{
+    Allowlist, CancellationToken, EngineKind, ExecutionRequest, Harness, HarnessBuilder, Limits,
+    Mode, ScriptLanguage,
+};
+use serde_json::Value;
+
+/// Why options were refused; the message names the option.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OptionsError(pub String);
+
+fn bad(message: impl std::fmt::Display) -> OptionsError {
+    OptionsError(message.to_string())
+}
+
+/// A builder from the options object of `new Harness(...)` /
+/// `Harness(...)`: `config` (a harness.toml path) with `provider`,
+/// `limits` (snake_case names; on top of the file's when both are given),
+/// `engine`, `isolation` (`in_process` or `process`), `mode`, and `allow`
+/// (tool names). Tools and approvals are the caller's to add.
+pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsError> {
+    let limits = match options.get("limits") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(m)) => Some(m),
+        Some(_) => return Err(bad("`limits` must be an object")),
+    };
+    let mut builder = match options.get("config").and_then(Value::as_str) {
+        Some(path) => {
+            let mut cfg = Config::load(path).map_err(bad)?;
+            if let Some(p) = options.get("provider").and_then(Value::as_str) {
+                cfg = cfg.with_provider(p).map_err(bad)?;
+            }
+            if let Some(limits) = limits {
+                let mut o = Overrides::new();
+                for (k, v) in limits {
+                    o = o.set(&format!("limits.{k}"), v.clone()).map_err(bad)?;
+                }
+                cfg = cfg.with_overrides(&o).map_err(bad)?;
+            }
+            cfg.builder().map_err(bad)?
+        }
+        None => {
+            let mut b = Harness::builder();
+            if let Some(limits) = limits {
+                let mut all = serde_json::to_value(Limits::default()).map_err(bad)?;
+                if let Value::Object(m) = &mut all {
+                    for (k, v) in limits {
+                        if !m.contains_key(k) {
+                            return Err(bad(format!("unknown limit `{k}`")));
+                        }
+                        m.insert(k.clone(), v.clone());
+                    }
+                }
+                let limits: Limits =
+                    serde_json::from_value(all).map_err(|e| bad(format!("limits: {e}")))?;
+                b = b.limits(limits);
+            }
+            b
+        }
+    };
+    if let Some(e) = options.get("engine").and_then(Value::as_str) {
+        let engine: EngineKind = e.parse().map_err(bad)?;
+        builder = builder.engine(engine);
+    }
+    if let Some(i) = options.get("isolation").filter(|i| !i.is_null()) {
+        builder = builder.isolation(
+            serde_json::from_value(i.clone()).map_err(|e| bad(format!("isolation: {e}")))?,
+        );
+    }
+    if let Some(m) = options.get("mode").filter(|m| !m.is_null()) {
+        let mode: Mode =
+            serde_json::from_value(m.clone()).map_err(|e| bad(format!("mode: {e}")))?;
+        builder = builder.mode(mode);
+    }
+    match options.get("allow") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(names)) => {
+            let mut only = Vec::with_capacity(names.len());
+            for n in names {
+                only.push(
+                    n.as_str()
+                        .ok_or_else(|| bad("`allow` must be a list of tool names"))?
+                        .to_owned(),
+                );
+            }
+            builder = builder.allow(Allowlist::only(only));
+        }
+        Some(_) => return Err(bad("`allow` must be a list of tool names")),
+    }
+    Ok(builder)
+}
+
+/// A request for `code` from a run's options: `context` (the object
+/// scripts see, camelCase keys), `timeout_ms` (also `timeoutMs`) and
+/// `language` (`js`, `ts`, `auto`). Its cancellation token is fresh.
+pub fn request_from_options(
+    h: &Harness,
+    code: &str,
+    options: &Value,
+) -> Result<ExecutionRequest, OptionsError> {
+    let mut request = h.request(code);
+    let timeout = options
+        .get("timeout_ms")
+        .or_else(|| options.get("timeoutMs"))
+        .filter(|t| !t.is_null());
+    if let Some(t) = timeout {
+        let ms = t
+            .as_u64()
+            .ok_or_else(|| bad("`timeout_ms` must be a whole number of milliseconds"))?;
+        request.limits = request.limits.clone().with_timeout_ms(ms);
+    }
+    if let Some(ctx) = options.get("context").filter(|c| !c.is_null()) {
+        request.context = request
+            .context
+            .clone()
+            .merge_script_json(ctx)
+            .map_err(bad)?;
+    }
+    if let Some(l) = options.get("language").filter(|l| !l.is_null()) {
+        let language: ScriptLanguage =
+            serde_json::from_value(l.clone()).map_err(|e| bad(format!("language: {e}")))?;
+        request.language = language;
+    }
+    request.cancel = CancellationToken::new();
+    Ok(request)
+}
+
+/// Runs the script blocks of a model response and returns the items in
+/// `format`: `items` (the harness's own), `openai-responses`, `chat`
+/// (OpenAI Chat Completions) or `anthropic`.
+pub async fn respond(
+    h: &Harness,
+    text: &str,
+    format: &str,
+    cancel: CancellationToken,
+) -> Result<Value, OptionsError> {
+    use crate::respond::items as wire;
+    if !matches!(format, "items" | "openai-responses" | "chat" | "anthropic") {
+        return Err(bad(format!(
+            "unknown format `{format}` (items, openai-responses, chat, anthropic)"
+        )));
+    }
+    let items = h
+        .orchestrator(false)
+        .respond(text, None, cancel)
+        .await
+        .map_err(bad)?;
+    Ok(match format {
+        "items" => serde_json::to_value(&items).map_err(bad)?,
+        "openai-responses" => Value::from(wire::to_openai_responses(&items)),
+        "chat" => Value::from(wire::to_chat(&items)),
+        _ => Value::from(wire::to_anthropic(&items)),
+    })
+}
