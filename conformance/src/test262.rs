@@ -355,7 +355,8 @@ pub async fn run(adapter: &dyn ScriptRuntimeAdapter, opts: &Options) -> Result<R
                 }
             }
         };
-        let mut result = Ok(());
+        // `Err(Some(why))` failed, `Err(None)` the engine cannot run it.
+        let mut result: Result<(), Option<String>> = Ok(());
         for &strict in variants {
             let code = if raw_test {
                 source.clone()
@@ -370,9 +371,16 @@ pub async fn run(adapter: &dyn ScriptRuntimeAdapter, opts: &Options) -> Result<R
                     timeout_ms: opts.timeout_ms,
                 })
                 .await;
+            if let GlobalEvalOutcome::Unsupported(why) = &outcome {
+                report
+                    .skipped
+                    .push((rel.clone(), format!("the engine cannot run it: {why}")));
+                result = Err(None);
+                break;
+            }
             if let Err(why) = judge(&meta, &outcome, raw_test) {
                 let mode = if strict { "strict" } else { "sloppy" };
-                result = Err(format!("{mode}: {why}"));
+                result = Err(Some(format!("{mode}: {why}")));
                 break;
             }
         }
@@ -382,7 +390,8 @@ pub async fn run(adapter: &dyn ScriptRuntimeAdapter, opts: &Options) -> Result<R
             .or_default();
         match result {
             Ok(()) => counts.pass += 1,
-            Err(why) => {
+            Err(None) => counts.skip += 1,
+            Err(Some(why)) => {
                 counts.fail += 1;
                 report.failures.push((rel, why));
             }

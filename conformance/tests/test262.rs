@@ -88,3 +88,34 @@ async fn filter_and_skips() {
     opts.filter = Some("no/such/dir".into());
     assert!(run(&QuickJs::new(), &opts).await.is_err());
 }
+
+/// An engine without global code (the default `eval_global`).
+struct NoGlobalCode(QuickJs);
+
+#[async_trait::async_trait]
+impl harness_core::ScriptRuntimeAdapter for NoGlobalCode {
+    fn info(&self) -> harness_core::EngineInfo {
+        self.0.info()
+    }
+    async fn check_syntax(&self, source: &str) -> Result<(), harness_core::ScriptError> {
+        self.0.check_syntax(source).await
+    }
+    async fn execute(&self, request: harness_core::ExecutionRequest) -> harness_core::ExecutionReport {
+        self.0.execute(request).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_cannot_run_global_code_skips_every_test() {
+    let report = run(&NoGlobalCode(QuickJs::new()), &Options::new(fixtures()))
+        .await
+        .unwrap();
+    // 11 tests the engine cannot run, plus the 2 skipped by feature or flag.
+    assert_eq!(report.total(), counts(0, 0, 13), "{}", report.render());
+    assert!(report.failures.is_empty());
+    assert!(report
+        .skipped
+        .iter()
+        .any(|(_, why)| why.starts_with("the engine cannot run it: ")));
+    assert!(report.render().ends_with("0 passed, 0 failed, 13 skipped\n"));
+}
