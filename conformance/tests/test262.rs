@@ -100,7 +100,10 @@ impl harness_core::ScriptRuntimeAdapter for NoGlobalCode {
     async fn check_syntax(&self, source: &str) -> Result<(), harness_core::ScriptError> {
         self.0.check_syntax(source).await
     }
-    async fn execute(&self, request: harness_core::ExecutionRequest) -> harness_core::ExecutionReport {
+    async fn execute(
+        &self,
+        request: harness_core::ExecutionRequest,
+    ) -> harness_core::ExecutionReport {
         self.0.execute(request).await
     }
 }
@@ -117,5 +120,7 @@ async fn an_engine_that_cannot_run_global_code_skips_every_test() {
         .skipped
         .iter()
         .any(|(_, why)| why.starts_with("the engine cannot run it: ")));
-    assert!(report.render().ends_with("0 passed, 0 failed, 13 skipped\n"));
+    assert!(report
+        .render()
+        .ends_with("0 passed, 0 failed, 13 skipped\n"));
 }

@@ -1,5 +1,5 @@
 """Per-run overhead of `Harness.run` from Python, and of a Python tool
-call, beside the same runs from Rust (`benches/baseline.rs`).
+call, beside the same runs from Rust (`examples/baseline.rs`).
 
     python bindings/python/benches/bench.py          # the Python side
     cargo run --release -p script-harness-python --example baseline
@@ -39,7 +39,7 @@ def main() -> None:
         return args
 
     aecho_tool = sh.Tool("aecho", "returns its arguments", {"type": "object"}, aecho)
-    h = sh.Harness(tools=[echo, aecho_tool])
+    h = sh.Harness(tools=[echo, aecho_tool], limits={"max_tool_calls": 1000})
     trivial = median_us(lambda: h.run("return 1"))
     one = median_us(lambda: h.run("return await tools.echo({x: 1})"))
     hundred = median_us(
@@ -61,11 +61,11 @@ def main() -> None:
         return statistics.median(xs)
 
     run_async = asyncio.run(many())
-    print(f"python trivial run            {trivial:8.1} us (median of {N})")
-    print(f"python trivial run_async      {run_async:8.1} us")
-    print(f"python run + 1 tool call      {one:8.1} us")
-    print(f"python per sync tool call     {(hundred - trivial) / 100:8.1} us (of 100 sequential)")
-    print(f"python per async tool call    {(ahundred - trivial) / 100:8.1} us (of 100 sequential, private loop)")
+    print(f"python trivial run            {trivial:8.1f} us (median of {N})")
+    print(f"python trivial run_async      {run_async:8.1f} us")
+    print(f"python run + 1 tool call      {one:8.1f} us")
+    print(f"python per sync tool call     {(hundred - trivial) / 100:8.1f} us (of 100 sequential)")
+    print(f"python per async tool call    {(ahundred - trivial) / 100:8.1f} us (of 100 sequential, private loop)")
 
 
 if __name__ == "__main__":

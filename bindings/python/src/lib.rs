@@ -387,7 +387,9 @@ impl NativeHarness {
             let report = h.execute(request).await;
             drop(registered);
             let text = report_json(&report);
-            tokio::task::spawn_blocking(move || {
+            // On this worker (its other tasks move elsewhere meanwhile):
+            // the callback only hands the result to an event loop.
+            tokio::task::block_in_place(|| {
                 Python::attach(|py| {
                     if let Err(e) = done.call1(py, (text,)) {
                         e.write_unraisable(py, None);
@@ -449,7 +451,9 @@ impl NativeHarness {
                 Ok(v) => (Some(v.to_string()), None),
                 Err(e) => (None, Some(e.to_string())),
             };
-            tokio::task::spawn_blocking(move || {
+            // On this worker (its other tasks move elsewhere meanwhile):
+            // the callback only hands the result to an event loop.
+            tokio::task::block_in_place(|| {
                 Python::attach(|py| {
                     if let Err(e) = done.call1(py, (items, error)) {
                         e.write_unraisable(py, None);

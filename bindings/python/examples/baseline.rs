@@ -31,7 +31,12 @@ fn main() {
             |args, _ctx| async move { Ok(args) },
         ))
         .expect("register");
-    let h = Harness::builder().tools(registry).build().expect("harness");
+    let limits = harness::Limits::default().with_max_tool_calls(1000);
+    let h = Harness::builder()
+        .tools(registry)
+        .limits(limits)
+        .build()
+        .expect("harness");
     let time = |src: &str| -> f64 {
         for _ in 0..200 {
             rt.block_on(h.run(src));
