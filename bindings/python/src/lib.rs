@@ -6,7 +6,7 @@
 //! - a tool call becomes `bridge.call_tool(name, args_json, call)` and an
 //!   approval request `bridge.approve(request_json, call)`, each made on a
 //!   thread of the blocking pool holding the interpreter; the Python side
-//!   settles `call` (a [`Call`]) now or later, from any thread, with
+//!   settles `call` (a `Call`) now or later, from any thread, with
 //!   `resolve(json)` or `reject(message)`, and sees `call.cancelled` turn
 //!   true (and its `on_cancel` callback run) when the script no longer
 //!   needs the answer;
