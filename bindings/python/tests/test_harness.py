@@ -381,3 +381,25 @@ def test_no_leak_over_two_thousand_runs() -> None:
     grown_mib = (_rss_kib() - before) / 1024
     print(f"RSS growth over 2,000 runs: {grown_mib:.1f} MiB")
     assert grown_mib < 24, f"RSS grew by {grown_mib:.1f} MiB over 2,000 runs"
+
+
+def test_process_isolation_with_python_tools() -> None:
+    import os
+    from pathlib import Path
+
+    worker = Path(__file__).resolve().parents[3] / "target" / "debug" / "harness"
+    if not worker.exists():
+        pytest.skip(f"SKIPPED: the harness CLI {worker} is not built (cargo build -p harness-cli)")
+    os.environ["HARNESS_WORKER_BIN"] = str(worker)
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Adds."""
+        return a + b
+
+    with Harness(isolation="process", tools=[add], limits={"timeout_ms": 2000}) as harness:
+        r = harness.run("return await tools.add({a: 20, b: 22})")
+        assert r.value == 42, r.error
+        t = harness.run("while (true) {}", timeout_ms=300)
+        assert t.error is not None and t.error.code == ErrorCode.ScriptTimeoutError
+        assert harness.run("return 1 + 1").value == 2
