@@ -104,13 +104,15 @@ pub enum Approvals {
     Never,
 }
 
-/// What a case observed: the report, the test tools' counters, and the
-/// wall time the run took as seen by the caller.
+/// What a case observed: the report, the test tools' counters, the
+/// wall time the run took as seen by the caller, and the reports of the
+/// case's earlier steps (on the same engine instance), in order.
 #[derive(Debug)]
 pub struct Observed {
     pub report: ExecutionReport,
     pub counters: Arc<Counters>,
     pub wall: Duration,
+    pub earlier: Vec<ExecutionReport>,
 }
 
 /// How a case checks what it observed: `Ok(note)` passes (the note, if
@@ -219,6 +221,7 @@ pub fn all_cases() -> Vec<Case> {
     v.extend_from_slice(cases::limits::CASES);
     v.extend_from_slice(cases::security::CASES);
     v.extend_from_slice(cases::contract::CASES);
+    v.extend_from_slice(cases::cross_run::CASES);
     v
 }
 
@@ -338,6 +341,7 @@ pub async fn run_step(adapter: &dyn ScriptRuntimeAdapter, spec: &Spec) -> Observ
         report,
         counters,
         wall,
+        earlier: Vec::new(),
     }
 }
 
@@ -376,9 +380,14 @@ async fn run_case(adapter: &dyn ScriptRuntimeAdapter, info: &EngineInfo, case: &
 
 async fn run_case_steps(adapter: &dyn ScriptRuntimeAdapter, case: &Case) -> Status {
     let mut notes = Vec::new();
+    let mut earlier = Vec::new();
     for (i, step) in case.steps.iter().enumerate() {
-        let observed = run_step(adapter, step).await;
-        match (step.check)(&observed) {
+        let mut observed = run_step(adapter, step).await;
+        observed.earlier = std::mem::take(&mut earlier);
+        let checked = (step.check)(&observed);
+        earlier = std::mem::take(&mut observed.earlier);
+        earlier.push(observed.report.clone());
+        match checked {
             Ok(Some(n)) => notes.push(n),
             Ok(None) => {}
             Err(why) => {

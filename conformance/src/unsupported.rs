@@ -60,6 +60,8 @@ pub const UNSUPPORTED: &[Unsupported] = &[
     boa_in_process("security::weakref_after_deadline", BOA_CANNOT_STOP),
     boa_in_process("tools::partial_results_on_timeout", BOA_CANNOT_STOP),
     boa_in_process("contract::timeout_metadata", BOA_CANNOT_STOP),
+    boa_in_process("cross_run::timeout_then_run", BOA_CANNOT_STOP),
+    boa_in_process("cross_run::memory_then_run", BOA_NO_MEMORY_LIMIT),
 ];
 
 /// The entry for `case` on the engine `info` describes, if there is one.

@@ -2,6 +2,7 @@
 
 pub mod context;
 pub mod contract;
+pub mod cross_run;
 pub mod limits;
 pub mod security;
 pub mod semantics;
