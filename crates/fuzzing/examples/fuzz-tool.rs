@@ -22,6 +22,7 @@ const TARGETS: &[&str] = &[
     "execute_quickjs",
     "execute_boa",
     "differential",
+    "cross_run",
 ];
 
 fn replay(target: &str, data: &[u8]) {
@@ -32,6 +33,10 @@ fn replay(target: &str, data: &[u8]) {
         "execute_boa" => Execute::new(EngineKind::Boa, Isolation::Process).check(data),
         "differential" => {
             Differential::new().check(data);
+        }
+        "cross_run" => {
+            let (first, second) = CrossRun::new().check(data);
+            println!("--- first\n{first}\n--- second\n{second}");
         }
         _ => usage(),
     }

@@ -21,6 +21,9 @@
 //! - [`Differential`]: a deterministic script from [`grammar::program`] runs
 //!   on every built engine; values, error codes and console lines agree,
 //!   apart from the differences listed in [`known_difference`].
+//! - [`CrossRun`]: a pair of generated scripts on one harness; the second
+//!   run's report must be the same as on a fresh harness (durations,
+//!   memory figures and ids normalised), on every engine and isolation.
 
 pub mod grammar;
 
@@ -424,6 +427,127 @@ impl Differential {
             );
         }
         outcomes.into_iter().map(|(_, o)| o).collect()
+    }
+}
+
+/// The cross-run oracle: script A, then script B on the same harness
+/// (the same engine instance and, behind the process boundary, the same
+/// worker processes); B's report must equal B's report on a harness that
+/// never ran anything. Durations, memory figures and ids are normalised
+/// ([`normalised`]); everything else is compared. Reports of runs that hit
+/// a resource limit are not compared (how far a run got before its
+/// deadline depends on the machine's load).
+pub struct CrossRun {
+    rt: tokio::runtime::Runtime,
+    limits: Limits,
+    configs: Vec<(EngineKind, Isolation, Harness)>,
+}
+
+impl std::fmt::Debug for CrossRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = self
+            .configs
+            .iter()
+            .map(|(e, i, _)| format!("{e} ({i:?})"))
+            .collect();
+        f.debug_struct("CrossRun").field("configs", &names).finish()
+    }
+}
+
+/// A report as JSON without what legitimately differs between two runs of
+/// the same script: durations, memory and fuel figures, ids.
+pub fn normalised(r: &ExecutionReport) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                for k in [
+                    "duration_ms",
+                    "elapsed_ms",
+                    "elapsedMs",
+                    "memory_used_bytes",
+                    "fuel_consumed",
+                    "script_id",
+                    "request_id",
+                    "retried",
+                ] {
+                    m.remove(k);
+                }
+                m.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+    strip(&mut v);
+    v
+}
+
+impl CrossRun {
+    /// Every built engine behind the process boundary (a worker serves
+    /// many runs), and in process where the engine can stop a script.
+    pub fn new() -> Self {
+        let limits = Limits::default()
+            .with_timeout_ms(2_000)
+            .with_memory_bytes(64 << 20)
+            .with_max_tool_calls(64)
+            .with_max_console_lines(50);
+        let mut configs = Vec::new();
+        for engine in EngineKind::available() {
+            let mut isolations = vec![Isolation::Process];
+            if engine.default_isolation() == Isolation::InProcess {
+                isolations.insert(0, Isolation::InProcess);
+            }
+            for isolation in isolations {
+                configs.push((
+                    engine,
+                    isolation,
+                    fuzz_harness(engine, isolation, limits.clone()),
+                ));
+            }
+        }
+        CrossRun {
+            rt: runtime(),
+            limits,
+            configs,
+        }
+    }
+
+    /// Builds two scripts from `data` (its two halves) and checks them on
+    /// every configuration. Returns the pair.
+    pub fn check(&self, data: &[u8]) -> (String, String) {
+        let (a, b) = data.split_at(data.len() / 2);
+        let first = grammar::program(&mut arbitrary::Unstructured::new(a));
+        let second = grammar::program(&mut arbitrary::Unstructured::new(b));
+        self.check_pair(&first, &second);
+        (first, second)
+    }
+
+    /// Runs `first` then `second` on each configuration's harness, and
+    /// `second` on a fresh one, and compares the two reports of `second`.
+    pub fn check_pair(&self, first: &str, second: &str) {
+        for (engine, isolation, shared) in &self.configs {
+            let _ = self.rt.block_on(shared.run(first));
+            let after = self.rt.block_on(shared.run(second));
+            // A harness that never ran anything (behind the process
+            // boundary: with workers of its own).
+            let fresh_harness = fuzz_harness(*engine, *isolation, self.limits.clone());
+            let fresh = self.rt.block_on(fresh_harness.run(second));
+            if Outcome::of(&after).hit_limit() || Outcome::of(&fresh).hit_limit() {
+                continue;
+            }
+            let (x, y) = (normalised(&after), normalised(&fresh));
+            assert!(
+                x == y,
+                "{engine} ({isolation:?}): the second run differs from a fresh run\n--- first\n{first}\n--- second\n{second}\n--- after the first\n{x:#}\n--- fresh\n{y:#}"
+            );
+        }
+    }
+}
+
+impl Default for CrossRun {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

@@ -87,6 +87,20 @@ harness::main! {
                     d.check(&rng.bytes(600));
                 }
             }),
+            trial("cross_run", || {
+                let c = CrossRun::new();
+                // The oracle compares: a second script whose report cannot
+                // repeat (a fresh random number) is caught.
+                let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    c.check_pair("return 1", "return Math.random()")
+                }));
+                assert!(caught.is_err(), "the cross-run oracle compared nothing");
+                c.check_pair("console.log('a'); return [1, {b: 2}]", "return await tools.echo({x: 1})");
+                let mut rng = Rng(5);
+                for _ in 0..60 {
+                    c.check(&rng.bytes(1200));
+                }
+            }),
         ];
         for engine in EngineKind::available() {
             for (isolation, n) in [(Isolation::InProcess, 150), (Isolation::Process, 45)] {
