@@ -15,7 +15,7 @@ use napi::bindgen_prelude::{FnArgs, Promise};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -101,29 +101,9 @@ static CALL_KEYS: AtomicU32 = AtomicU32::new(1);
 /// A tool whose `execute` is a JavaScript function (reached through
 /// `dispatch`); a cancelled call aborts its `signal` (through `abort`).
 fn js_tool(spec: &Value, dispatch: Arc<Dispatch>, abort: Arc<Abort>) -> Result<harness::FnTool> {
-    let name = spec
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid("a tool needs a name"))?
-        .to_owned();
-    let description = spec
-        .get("description")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let schema = spec
-        .get("parameters")
-        .cloned()
-        .unwrap_or_else(|| json!({"type": "object"}));
-    let approval = spec
-        .get("needsApproval")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let tool_name = name.clone();
-    let tool = harness::FnTool::new(&name, description, schema, move |args, ctx| {
+    embed::tool_from_spec(spec, move |name, args, ctx| {
         let dispatch = dispatch.clone();
         let abort = abort.clone();
-        let name = tool_name.clone();
         async move {
             let key = CALL_KEYS.fetch_add(1, Ordering::Relaxed);
             let call = async {
@@ -143,12 +123,8 @@ fn js_tool(spec: &Value, dispatch: Arc<Dispatch>, abort: Arc<Abort>) -> Result<h
                 }
             }
         }
-    });
-    Ok(if approval {
-        tool.requiring_approval(|_| true)
-    } else {
-        tool
     })
+    .map_err(invalid)
 }
 
 #[napi]

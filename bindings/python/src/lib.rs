@@ -181,29 +181,8 @@ async fn ask_python(
 
 /// A tool whose function lives on the Python side.
 fn py_tool(spec: &Value, bridge: Arc<Py<PyAny>>) -> PyResult<FnTool> {
-    let name = spec
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid("a tool needs a name"))?
-        .to_owned();
-    let description = spec
-        .get("description")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let schema = spec
-        .get("schema")
-        .filter(|s| !s.is_null())
-        .cloned()
-        .unwrap_or_else(|| json!({"type": "object"}));
-    let approval = spec
-        .get("needs_approval")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let tool_name = name.clone();
-    let tool = FnTool::new(&name, description, schema, move |args, ctx| {
+    embed::tool_from_spec(spec, move |name, args, ctx| {
         let bridge = bridge.clone();
-        let name = tool_name.clone();
         async move {
             let cancel = ctx.cancel.clone();
             let answer = ask_python(
@@ -221,12 +200,8 @@ fn py_tool(spec: &Value, bridge: Arc<Py<PyAny>>) -> PyResult<FnTool> {
                 Err(message) => Err(ToolError::new(message)),
             }
         }
-    });
-    Ok(if approval {
-        tool.requiring_approval(|_| true)
-    } else {
-        tool
     })
+    .map_err(invalid)
 }
 
 /// Asks the Python side (the user's `approvals` callable).

@@ -347,6 +347,16 @@ pub fn known_difference(_source: &str, _a: &Outcome, _b: &Outcome) -> Option<&'s
     None
 }
 
+/// The limits of the oracles that run generated scripts ([`Differential`],
+/// [`CrossRun`]): small and bounded, generous enough that they rarely hit.
+fn oracle_limits() -> Limits {
+    Limits::default()
+        .with_timeout_ms(2_000)
+        .with_memory_bytes(64 << 20)
+        .with_max_tool_calls(64)
+        .with_max_console_lines(50)
+}
+
 /// The differential oracle: the same generated script on every built
 /// engine (in process: generated scripts are small and bounded, and the
 /// first engine's limits gate the others).
@@ -372,11 +382,7 @@ impl Default for Differential {
 
 impl Differential {
     pub fn new() -> Self {
-        let limits = Limits::default()
-            .with_timeout_ms(2_000)
-            .with_memory_bytes(64 << 20)
-            .with_max_tool_calls(64)
-            .with_max_console_lines(50);
+        let limits = oracle_limits();
         let mut engines = EngineKind::available();
         // QuickJS first: it enforces every limit in process, so a script
         // that passes it is safe to give to engines that do not.
@@ -487,11 +493,7 @@ impl CrossRun {
     /// Every built engine behind the process boundary (a worker serves
     /// many runs), and in process where the engine can stop a script.
     pub fn new() -> Self {
-        let limits = Limits::default()
-            .with_timeout_ms(2_000)
-            .with_memory_bytes(64 << 20)
-            .with_max_tool_calls(64)
-            .with_max_console_lines(50);
+        let limits = oracle_limits();
         let mut configs = Vec::new();
         for engine in EngineKind::available() {
             let mut isolations = vec![Isolation::Process];

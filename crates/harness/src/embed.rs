@@ -1,7 +1,8 @@
 //! What the language bindings (the npm and PyPI packages `script-harness`)
 //! share: their options arrive as JSON objects and become a
-//! [`HarnessBuilder`], a run's options become an [`ExecutionRequest`], and
-//! `respond` answers in one of the wire formats. Any other embedder that
+//! [`HarnessBuilder`], their tool specs [`FnTool`]s calling back into the
+//! binding, a run's options an [`ExecutionRequest`], and `respond` answers
+//! in one of the wire formats. Any other embedder that
 //! speaks JSON to the harness may use them too.
 //!
 //! ```
@@ -17,10 +18,11 @@
 
 use crate::config::{Config, Overrides};
 use crate::{
-    Allowlist, CancellationToken, EngineKind, ExecutionRequest, Harness, HarnessBuilder, Limits,
-    Mode, ScriptLanguage,
+    Allowlist, CancellationToken, EngineKind, ExecutionRequest, FnTool, Harness, HarnessBuilder,
+    Limits, Mode, ScriptLanguage, ToolContext, ToolError,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
+use std::future::Future;
 
 /// Why options were refused; the message names the option.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,6 +108,44 @@ pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsEr
         Some(_) => return Err(bad("`allow` must be a list of tool names")),
     }
     Ok(builder)
+}
+
+/// A tool from a binding's tool spec, `{name, description?, parameters?,
+/// needsApproval?}` (a missing or null `parameters` is any object), whose
+/// calls go to `call(name, args, ctx)`: the binding's bridge to its own
+/// language.
+pub fn tool_from_spec<F, Fut>(spec: &Value, call: F) -> Result<FnTool, OptionsError>
+where
+    F: Fn(String, Value, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    let name = spec
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("a tool needs a name"))?
+        .to_owned();
+    let description = spec
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let schema = spec
+        .get("parameters")
+        .filter(|s| !s.is_null())
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}));
+    let approval = spec
+        .get("needsApproval")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let tool_name = name.clone();
+    let tool = FnTool::new(&name, description, schema, move |args, ctx| {
+        call(tool_name.clone(), args, ctx)
+    });
+    Ok(if approval {
+        tool.requiring_approval(|_| true)
+    } else {
+        tool
+    })
 }
 
 /// A request for `code` from a run's options: `context` (the object

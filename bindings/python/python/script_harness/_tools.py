@@ -105,11 +105,12 @@ class Tool:
 
     def spec(self) -> Dict[str, Any]:
         """What the native side needs to know (no function)."""
+        # The tool spec every binding sends (harness::embed::tool_from_spec).
         return {
             "name": self.name,
             "description": self.description,
-            "schema": self.schema,
-            "needs_approval": self.needs_approval is not None and self.needs_approval is not False,
+            "parameters": self.schema,
+            "needsApproval": self.needs_approval is not None and self.needs_approval is not False,
         }
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
