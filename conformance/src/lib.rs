@@ -113,6 +113,9 @@ pub struct Observed {
     pub counters: Arc<Counters>,
     pub wall: Duration,
     pub earlier: Vec<ExecutionReport>,
+    /// The report's detached tasks as the run returned them, before the
+    /// runner waited for them (`report.detached_tasks` holds their end).
+    pub tasks_at_return: Vec<harness_core::DetachedTask>,
 }
 
 /// How a case checks what it observed: `Ok(note)` passes (the note, if
@@ -332,6 +335,7 @@ pub async fn run_step(adapter: &dyn ScriptRuntimeAdapter, spec: &Spec) -> Observ
     let t = Instant::now();
     let mut report = adapter.execute(req).await;
     let wall = t.elapsed();
+    let tasks_at_return = report.detached_tasks.clone();
     if let Some(tasks) = tasks {
         // As a host would: wait for the run's tasks, then look at them.
         let ids: Vec<String> = report.detached_tasks.iter().map(|t| t.id.clone()).collect();
@@ -342,6 +346,7 @@ pub async fn run_step(adapter: &dyn ScriptRuntimeAdapter, spec: &Spec) -> Observ
         counters,
         wall,
         earlier: Vec::new(),
+        tasks_at_return,
     }
 }
 

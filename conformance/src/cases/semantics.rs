@@ -60,7 +60,7 @@ pub const CASES: &[Case] = &[
     case!("semantics::unsettleable_promise", "awaiting a promise nothing can settle fails at once with ScriptRuntimeError, not at the deadline", Semantics, Nothing,
         [Spec::new("await new Promise(() => {})", |o| {
             expect_code(o, ErrorCode::ScriptRuntimeError)?;
-            ensure(o, o.report.metrics.duration_ms < 1000.0, "failed at once")
+            ensure(o, o.report.metrics.duration_ms < 10_000.0, "failed long before the 30 s deadline")
         })]),
     case!("semantics::assign_inherited_names", "own objects may still set name, message, toString, constructor despite frozen prototypes", Semantics, Nothing,
         [Spec::new("class MyError extends Error { constructor(m) { super(m); this.name = 'MyError' } }
