@@ -383,10 +383,21 @@ async fn run_case(adapter: &dyn ScriptRuntimeAdapter, info: &EngineInfo, case: &
     }
 }
 
+/// The pause between the steps of one case (see [`run_case_steps`]).
+const STEP_GAP: Duration = Duration::from_millis(25);
+
 async fn run_case_steps(adapter: &dyn ScriptRuntimeAdapter, case: &Case) -> Status {
     let mut notes = Vec::new();
     let mut earlier = Vec::new();
     for (i, step) in case.steps.iter().enumerate() {
+        if i > 0 {
+            // Let the engine thread that ran the last step go idle: pools
+            // hand a run to the most recently idle thread, so the next step
+            // meets the context the last one left, where an engine keeps
+            // contexts between runs. Without the pause it would find the
+            // thread still tidying up and start another.
+            tokio::time::sleep(STEP_GAP).await;
+        }
         let mut observed = run_step(adapter, step).await;
         observed.earlier = std::mem::take(&mut earlier);
         let checked = (step.check)(&observed);

@@ -82,6 +82,11 @@ impl AllocState {
         self.peak.load(Ordering::Relaxed)
     }
 
+    /// Heap bytes allocated now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
     fn grew(&self, n: usize) {
         let now = self.used.fetch_add(n, Ordering::Relaxed) + n;
         self.peak.fetch_max(now, Ordering::Relaxed);

@@ -1,10 +1,14 @@
 //! QuickJS (quickjs-ng through rquickjs) as a harness engine.
 //!
 //! Runs on worker threads with a plain rquickjs [`Runtime`] driven by the
-//! core event loop (never rquickjs's `AsyncRuntime`). Each run gets a fresh
-//! context with a deliberate set of intrinsics and the shared hardening
-//! prelude; the runtime is reused by the worker thread unless the run
-//! faulted (timeout, memory, stack, cancel), in which case it is rebuilt.
+//! core event loop (never rquickjs's `AsyncRuntime`). A context is made
+//! with a deliberate set of intrinsics and hardened once by the shared
+//! prelude (every reachable intrinsic frozen), then serves one run after
+//! another: a run that ends clean (no fault, no job queued, no tool call
+//! or task pending) hands the context to the next run; any other ending
+//! drops it, and a fault (timeout, memory, stack, cancel) drops the
+//! runtime too. The cross-run isolation suite holds this to "no run can
+//! observe or influence another".
 //! Deadlines and cancellation are enforced by the interrupt handler, memory
 //! by the runtime's malloc limit (rquickjs's `rust-alloc` feature, which
 //! would bypass it, is never enabled), recursion by the stack limit.
@@ -89,8 +93,8 @@ fn load_prelude<'js>(ctx: &Ctx<'js>, bytes: &'static [u8]) -> rquickjs::Result<F
 /// Where a context's native host function finds the current run.
 type HostSlot = Rc<RefCell<Option<HostHandle>>>;
 
-/// A fresh context with the prelude's hardening done and nothing
-/// installed: no script has run in it. Field order is drop order.
+/// A hardened context with no run installed: fresh, or handed on by a
+/// run that ended clean. Field order is drop order.
 struct Warm {
     install: Persistent<Function<'static>>,
     host: HostSlot,
@@ -153,7 +157,17 @@ struct RuntimeSlot {
     rt: Runtime,
     interrupt: Arc<Mutex<InterruptState>>,
     alloc: Arc<AllocState>,
+    /// Heap bytes after the last collection between runs.
+    after_gc: std::cell::Cell<usize>,
 }
+
+/// Garbage a reused context may carry into the next run before it is
+/// collected between runs. A collection marks the whole hardened context
+/// (about 450,000 instructions, a third of a trivial run), and QuickJS
+/// frees most of a run's garbage by reference counting anyway; what is
+/// left is cycles (every function with a `prototype` is one). QuickJS
+/// also collects on its own as a run allocates.
+const GC_SLACK_BYTES: usize = 1 << 20;
 
 impl RuntimeSlot {
     fn new() -> Result<Self, EngineFault> {
@@ -178,6 +192,7 @@ impl RuntimeSlot {
             rt,
             interrupt,
             alloc,
+            after_gc: std::cell::Cell::new(0),
         })
     }
 }
@@ -197,11 +212,15 @@ struct QjsEngine<'w> {
     // before the runtime it lives in.
     start_fn: Option<Persistent<Function<'static>>>,
     settle_fn: Option<Persistent<Function<'static>>>,
+    end_fn: Option<Persistent<Function<'static>>>,
     ctx: Option<Warm>,
     /// A context hardened ahead of time, used by `load` if present.
     pre: Option<Warm>,
     slot: &'w RuntimeSlot,
 }
+
+/// The prelude's per-run controller: `start`, `settle`, `end`.
+type Controller<'js> = (Function<'js>, Function<'js>, Function<'js>);
 
 fn internal(msg: &str) -> EngineFault {
     EngineFault::new(FaultKind::Internal, "Error", msg)
@@ -212,6 +231,24 @@ fn internal(msg: &str) -> EngineFault {
 pub use harness_abi::classify_quickjs as classify;
 
 impl QjsEngine<'_> {
+    /// Ends the installed run and takes its context back if it may serve
+    /// another run: the prelude's `end` closed the run and found nothing
+    /// of it pending. Any doubt (no run installed, `end` failing) drops it.
+    fn end_run(&mut self) -> Option<Warm> {
+        self.start_fn = None;
+        self.settle_fn = None;
+        let end = self.end_fn.take();
+        let warm = self.ctx.take()?;
+        // The run's host handle goes whatever happens next.
+        warm.host.borrow_mut().take();
+        let end = end?;
+        let clean = warm
+            .ctx
+            .with(|ctx| end.restore(&ctx).and_then(|f| f.call::<_, bool>(())))
+            .unwrap_or(false);
+        clean.then_some(warm)
+    }
+
     /// Turns an rquickjs error into a fault, reading the pending exception.
     fn fault(&self, ctx: &Ctx<'_>, err: rquickjs::Error) -> EngineFault {
         match err {
@@ -321,23 +358,34 @@ impl Engine for QjsEngine<'_> {
             None => harden(rt).map_err(|f| self.finish_fault(f))?,
         };
         *warm.host.borrow_mut() = Some(host);
-        let (start, settle) = warm
+        // Kept even if the install fails, so that it is dropped in order.
+        self.ctx = Some(warm);
+        let warm = self.ctx.as_ref().ok_or_else(|| internal("no context"))?;
+        let (start, settle, end) = warm
             .ctx
             .with(|ctx| {
-                let run = || -> rquickjs::Result<(Function<'_>, Function<'_>)> {
+                let run = || -> rquickjs::Result<Controller<'_>> {
                     let install = warm.install.clone().restore(&ctx)?;
                     let controller: Object = install.call((setup.config_json,))?;
-                    Ok((controller.get("start")?, controller.get("settle")?))
+                    Ok((
+                        controller.get("start")?,
+                        controller.get("settle")?,
+                        controller.get("end")?,
+                    ))
                 };
                 match run() {
-                    Ok((s, t)) => Ok((Persistent::save(&ctx, s), Persistent::save(&ctx, t))),
+                    Ok((s, t, e)) => Ok((
+                        Persistent::save(&ctx, s),
+                        Persistent::save(&ctx, t),
+                        Persistent::save(&ctx, e),
+                    )),
                     Err(e) => Err(self.fault(&ctx, e)),
                 }
             })
             .map_err(|f| self.finish_fault(f))?;
         self.start_fn = Some(start);
         self.settle_fn = Some(settle);
-        self.ctx = Some(warm);
+        self.end_fn = Some(end);
         Ok(())
     }
 
@@ -454,26 +502,47 @@ impl QuickJsThread {
     }
 
     /// After a run: drop the runtime if it may be unhealthy (a fault, or
-    /// jobs left from the dead context), otherwise collect its garbage.
-    fn recycle(&mut self, tainted: bool) {
+    /// jobs left behind), otherwise keep `reuse` (a context the run handed
+    /// back clean) for the next run and collect the garbage.
+    fn recycle(&mut self, tainted: bool, reuse: Option<Warm>) {
         let Some(slot) = &self.slot else { return };
         if let Ok(mut i) = slot.interrupt.lock() {
             *i = InterruptState::default();
         }
         slot.alloc.disarm();
         if tainted || slot.rt.is_job_pending() {
+            drop(reuse);
             self.warm = None;
             self.slot = None;
         } else {
-            slot.rt.run_gc();
+            // A context that serves the next run is collected only once
+            // its garbage passes the slack; anything else now.
+            let due = reuse.is_none()
+                || slot.alloc.used() > slot.after_gc.get().saturating_add(GC_SLACK_BYTES);
+            if reuse.is_some() {
+                self.warm = reuse;
+            }
+            if due {
+                slot.rt.run_gc();
+                slot.after_gc.set(slot.alloc.used());
+            }
+            // QuickJS collects on its own once its heap passes 1.5 times
+            // what the last collection left: with a hardened context that
+            // is every few runs, on the critical path. Let the runs leave
+            // the slack first; past twice the slack (a run making cyclic
+            // garbage) QuickJS collects as before, then sets its own
+            // threshold again.
+            slot.rt
+                .set_gc_threshold(slot.after_gc.get().saturating_add(2 * GC_SLACK_BYTES));
         }
     }
 }
 
 impl EngineThread for QuickJsThread {
-    /// Lends a fresh engine to `run` (which says whether it is tainted),
-    /// then tears it down and hardens the next context: after `run` has
-    /// answered its caller, off the critical path.
+    /// Lends an engine to `run` (which says whether it is tainted), then
+    /// keeps its context for the next run if the run ended clean, or
+    /// tears it down and hardens the next one: after `run` has answered
+    /// its caller, off the critical path.
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
         let pre = self.warm.take();
         let slot = match self.slot() {
@@ -486,13 +555,15 @@ impl EngineThread for QuickJsThread {
         let mut engine = QjsEngine {
             start_fn: None,
             settle_fn: None,
+            end_fn: None,
             ctx: None,
             pre,
             slot,
         };
         let tainted = run(Ok(&mut engine));
+        let reuse = if tainted { None } else { engine.end_run() };
         drop(engine);
-        self.recycle(tainted);
+        self.recycle(tainted, reuse);
         self.prewarm();
     }
 
@@ -514,7 +585,7 @@ impl EngineThread for QuickJsThread {
         let prints: Rc<RefCell<Vec<String>>> = Rc::default();
         let outcome = run_global(slot, &eval, prints.clone(), deadline);
         let timed_out = matches!(outcome, GlobalEvalOutcome::TimedOut { .. });
-        self.recycle(timed_out || slot_refused(&self.slot));
+        self.recycle(timed_out || slot_refused(&self.slot), None);
         outcome
     }
 
@@ -538,7 +609,7 @@ impl EngineThread for QuickJsThread {
             }
         });
         drop(ctx);
-        self.recycle(false);
+        self.recycle(false, None);
         result
     }
 }

@@ -40,6 +40,30 @@ pub const CASES: &[Case] = &[
         [Spec::new("const r = [Object.isFrozen(globalThis)];\nfor (const f of [() => Object.defineProperty(globalThis, 'leak', {value: 1}), () => { globalThis.leak = 1 }, () => { globalThis.JSON = null }]) { try { f(); r.push('no error') } catch (e) { r.push(e.name) } }\nreturn [r, typeof globalThis.leak]", |o| {
             expect_value(o, json!([[true, "TypeError", "TypeError", "TypeError"], "undefined"]))
          })]),
+    case!("contract::frozen_intrinsics", "every object a script can reach from globalThis or from syntax (prototypes, methods, getters, hidden intrinsics, tools, context, console) is frozen", Security, Nothing,
+        [Spec::new(concat!(
+            "const roots = [[globalThis, 'globalThis'], [Object.getPrototypeOf(async function () {}), '%AsyncFunction.prototype%'],\n",
+            "  [Object.getPrototypeOf(function* () {}), '%GeneratorFunction.prototype%'], [Object.getPrototypeOf(async function* () {}), '%AsyncGeneratorFunction.prototype%'],\n",
+            "  [Object.getPrototypeOf([][Symbol.iterator]()), '%ArrayIteratorPrototype%'], [Object.getPrototypeOf(new Map().entries()), '%MapIteratorPrototype%'],\n",
+            "  [Object.getPrototypeOf(new Set().values()), '%SetIteratorPrototype%'], [Object.getPrototypeOf(''[Symbol.iterator]()), '%StringIteratorPrototype%'],\n",
+            "  [Object.getPrototypeOf(/x/[Symbol.matchAll]('')), '%RegExpStringIteratorPrototype%'],\n",
+            "  [(function () { 'use strict'; return Object.getOwnPropertyDescriptor(arguments, 'callee').get })(), '%ThrowTypeError%'],\n",
+            "  [tools, 'tools'], [tools.echo, 'tools.echo'], [context, 'context'], [console, 'console']];\n",
+            "if (typeof Iterator === 'function' && typeof Iterator.prototype.map === 'function') roots.push([Object.getPrototypeOf([].values().map(x => x)), '%IteratorHelperPrototype%']);\n",
+            "if (typeof Iterator === 'function' && typeof Iterator.from === 'function') roots.push([Object.getPrototypeOf(Iterator.from({ next() { return { done: true } } })), '%WrapForValidIteratorPrototype%']);\n",
+            "const seen = new Set(); const open = [];\n",
+            "while (roots.length > 0) {\n",
+            "  const [v, path] = roots.pop();\n",
+            "  if (v === null || (typeof v !== 'object' && typeof v !== 'function') || seen.has(v)) continue;\n",
+            "  seen.add(v);\n",
+            "  if (!Object.isFrozen(v)) open.push(path);\n",
+            "  roots.push([Object.getPrototypeOf(v), path + '.__proto__']);\n",
+            "  for (const k of Reflect.ownKeys(v)) {\n",
+            "    const d = Object.getOwnPropertyDescriptor(v, k); const p = path + '.' + String(k);\n",
+            "    if ('value' in d) roots.push([d.value, p]); else roots.push([d.get, p + '.get'], [d.set, p + '.set']);\n",
+            "  }\n",
+            "}\n",
+            "return [seen.size > 200, open.slice(0, 10)]"), |o| expect_value(o, json!([true, []])))]),
     case!("contract::context_shape", "context has the documented ids, sandbox, capabilities and approvals; scriptId is new per run and in the report", Context, Nothing,
         [Spec::new("return [context.model, context.provider, context.conversationId, context.sessionId, context.turnId, context.scriptId, context.sandbox.timeoutMs, context.sandbox.memoryMb, context.sandbox.maxConcurrentToolCalls, context.sandbox.mode, context.capabilities.tools.includes('echo'), context.approvals.required, context.approvals.lastRequestId, Object.isFrozen(context.sandbox) && Object.isFrozen(context.capabilities) && Object.isFrozen(context.approvals)]", |o| {
             let v = o.report.value.clone().unwrap_or_default();

@@ -166,6 +166,16 @@ pub const CASES: &[Case] = &[
     case!("cross_run::object_prototype_setter", "a setter planted on Object.prototype never fires in the next run", Security, Nothing,
         [plant!("Object.defineProperty(Object.prototype, 'secret', { set(v) { console.log('LEAK ' + v) } })"),
          Spec::new("const o = {}; o.secret = 'probe-secret'; console.log('probe'); return 1", quiet_console)]),
+    case!("cross_run::nested_intrinsics", "objects a built-in holds (a method's function object, a getter, Array.prototype[Symbol.unscopables], %ThrowTypeError%, the iterator helper prototype) changed by one run are unchanged in the next", Security, Nothing,
+        [Spec::new(concat!(
+            "const tte = (function () { 'use strict'; return Object.getOwnPropertyDescriptor(arguments, 'callee').get })();\n",
+            "const helper = typeof Iterator === 'function' && typeof Iterator.prototype.map === 'function' ? Object.getPrototypeOf([].values().map(x => x)) : {};\n",
+            "for (const o of [Array.prototype.map, Math.max, Array.prototype[Symbol.unscopables], Object.getOwnPropertyDescriptor(RegExp.prototype, 'flags').get, tte, helper]) { try { o.plantedNested = 'x' } catch (e) {} }\n",
+            "return 'planted'"), planted),
+         Spec::new(concat!(
+            "const tte = (function () { 'use strict'; return Object.getOwnPropertyDescriptor(arguments, 'callee').get })();\n",
+            "const helper = typeof Iterator === 'function' && typeof Iterator.prototype.map === 'function' ? Object.getPrototypeOf([].values().map(x => x)) : {};\n",
+            "return [Array.prototype.map, Math.max, Array.prototype[Symbol.unscopables], Object.getOwnPropertyDescriptor(RegExp.prototype, 'flags').get, tte, helper].map(o => o.plantedNested === undefined)"), all_true)]),
     case!("cross_run::object_prototype_chain", "Object.prototype's prototype stays null", Security, Nothing,
         [plant!("Object.setPrototypeOf(Object.prototype, { plantedChain: 1 })"),
          Spec::new("return [Object.getPrototypeOf(Object.prototype) === null, ({}).plantedChain === undefined]", all_true)]),

@@ -3,9 +3,19 @@
 // `harden(host)`; `host(op, a, b)` is the one native function an adapter
 // provides (all arguments are strings, it returns a string). `harden`
 // returns `install(configJson)`, which sets up one run and returns
-// { start(fn), settle(id, ok, payload) }. Hardening does not depend on the
-// run, so an engine may harden a fresh context ahead of time and install
-// when the request arrives; a context is installed at most once.
+// { start(fn), settle(id, ok, payload), end() }. Hardening does not depend
+// on the run, so an engine may harden a fresh context ahead of time and
+// install when the request arrives.
+//
+// A context may serve many runs, one after another: `end()` closes a run
+// (its functions stop reaching the host, the globals `tools`, `context`
+// and `console` read `undefined` until the next install) and answers
+// whether the run left nothing behind (no tool call or task still
+// pending); only then may the engine install the next run in it. What
+// makes that safe is that nothing a script can reach is writable: the
+// global object is frozen, and every object reachable from it or from
+// syntax is frozen, found by walking (section 4). docs/security.md
+// ("Between runs") lists the channels and why each is closed.
 //
 // Order matters: primordials are captured first, the global surface is
 // trimmed, code generation from strings is blocked, intrinsics are frozen,
@@ -63,14 +73,17 @@
   const setDelete = Set.prototype.delete;
   const ObjectProto = Object.prototype;
   const ArrayProto = Array.prototype;
+  const arrayPop = Array.prototype.pop;
+  const ownKeys = Reflect.ownKeys;
+  const imul = Math.imul;
+  const nativeRandom = Math.random;
+  const mapSize = getOwnPropertyDescriptor(Map.prototype, 'size').get;
 
   const hostErrors = new WeakSet();
   const toolPromises = new WeakMap();
-  const pending = new MapCtor();
-
-  function call(op, a, b) {
-    return host(op, a === undefined ? '' : a, b === undefined ? '' : b);
-  }
+  // The installed run (its globals, pending calls and host access), or
+  // null between runs.
+  let active = null;
 
   // An error made by the harness: its code is trusted, unlike a name a
   // script could set on its own errors.
@@ -133,11 +146,13 @@
 
   // ---- 3. Promise.race / Promise.any cancel their losing tool calls -------
   function cancelLosers(items) {
+    const run = active;
+    if (run === null) return;
     for (let i = 0; i < items.length; i++) {
       const it = items[i];
       if (it === null || typeof it !== 'object') continue;
       const id = apply(weakMapGet, toolPromises, [it]);
-      if (id !== undefined && apply(mapHas, pending, [id])) call('cancel', StringCtor(id));
+      if (id !== undefined && apply(mapHas, run.pending, [id])) run.call('cancel', StringCtor(id));
     }
   }
   function withLoserCancel(orig, name) {
@@ -186,6 +201,33 @@
   tame(Array.prototype, 'toString');
   tame(Promise.prototype, 'constructor');
 
+  // Math.random is reseeded for every run (install's `config.seed`, 128
+  // bits from the host): an engine's own generator is seeded once per
+  // context (quickjs-ng: from the clock, in microseconds), so a reused
+  // context would continue one run's sequence into the next, and two
+  // contexts made in the same microsecond would repeat it. xoshiro128**.
+  let r0 = 0, r1 = 0, r2 = 0, r3 = 0;
+  function seedRandom(seed) {
+    r0 = seed[0] | 0; r1 = seed[1] | 0; r2 = seed[2] | 0; r3 = seed[3] | 0;
+    if ((r0 | r1 | r2 | r3) === 0) r0 = 1;
+  }
+  function next32() {
+    const x = imul(r1, 5);
+    const out = imul((x << 7) | (x >>> 25), 9) >>> 0;
+    const t = r1 << 9;
+    r2 ^= r0; r3 ^= r1; r1 ^= r2; r0 ^= r3;
+    r2 ^= t;
+    r3 = (r3 << 11) | (r3 >>> 21);
+    return out;
+  }
+  const random = function random() {
+    return ((next32() >>> 5) * 67108864 + (next32() >>> 6)) / 9007199254740992;
+  };
+  // Until a run installs its own seed (test262 hardens without a run).
+  seedRandom([nativeRandom() * 4294967296, nativeRandom() * 4294967296,
+    nativeRandom() * 4294967296, nativeRandom() * 4294967296]);
+  defineProperty(Math, 'random', { value: random, writable: true, configurable: true });
+
   // V8-style stack hooks are accessors in some engines, so freezing Error
   // would not stop a script from installing them; they would then run
   // inside the harness's own error creation. Pin them as plain data.
@@ -207,23 +249,47 @@
     'BigInt64Array', 'BigUint64Array', 'Iterator', 'Intl', 'parseInt', 'parseFloat',
     'isNaN', 'isFinite', 'encodeURI', 'encodeURIComponent', 'decodeURI',
     'decodeURIComponent', 'escape', 'unescape', 'queueMicrotask', 'DOMException'];
-  function freezeWithPrototype(v) {
-    if (v === null || (typeof v !== 'object' && typeof v !== 'function')) return;
-    freeze(v);
-    if (typeof v === 'function' && apply(hasOwn, v, ['prototype'])) {
-      const p = v.prototype;
-      // Function.prototype is itself a function.
-      if (p !== null && (typeof p === 'object' || typeof p === 'function')) freeze(p);
-    }
-  }
+  // The global object's own properties are pinned here for the names
+  // above; the object itself is frozen by the first install (test262's
+  // runner adds `print` and `$262` to a hardened context first).
   for (let i = 0; i < frozenGlobals.length; i++) {
     const d = getOwnPropertyDescriptor(G, frozenGlobals[i]);
-    if (d === undefined) continue;
-    freezeWithPrototype(d.value);
-    if (d.configurable) defineProperty(G, frozenGlobals[i], { writable: false, configurable: false });
+    if (d !== undefined && d.configurable) {
+      defineProperty(G, frozenGlobals[i], { writable: false, configurable: false });
+    }
   }
-  // Intrinsics with no global name.
+  // Every object reachable from the roots, through own properties (values,
+  // getters and setters, string and symbol keys) and prototypes, is
+  // frozen: a walk, so an intrinsic an engine upgrade adds is frozen too.
+  function freezeReachable(roots) {
+    const seen = new SetCtor();
+    const stack = roots;
+    let objects = 0;
+    while (stack.length > 0) {
+      const v = apply(arrayPop, stack, []);
+      if (v === null || (typeof v !== 'object' && typeof v !== 'function')) continue;
+      if (apply(setHas, seen, [v])) continue;
+      apply(setAdd, seen, [v]);
+      objects++;
+      if (v !== G) freeze(v);
+      apply(arrayPush, stack, [getPrototypeOf(v)]);
+      const ks = ownKeys(v);
+      for (let i = 0; i < ks.length; i++) {
+        const d = getOwnPropertyDescriptor(v, ks[i]);
+        if (d === undefined) continue;
+        if ('value' in d) {
+          apply(arrayPush, stack, [d.value]);
+        } else {
+          apply(arrayPush, stack, [d.get, d.set]);
+        }
+      }
+    }
+    return objects;
+  }
+  // Intrinsics no global names, reachable from syntax or from what
+  // built-ins return.
   const hidden = [
+    G,
     getPrototypeOf(Int8Array),
     ctorProtos[1][0], ctorProtos[2][0], ctorProtos[3][0],
     ctorProtos[2][0].prototype, ctorProtos[3][0].prototype,
@@ -236,177 +302,36 @@
   ];
   const asyncIterProto = getPrototypeOf(ctorProtos[3][0].prototype);
   if (asyncIterProto !== null) apply(arrayPush, hidden, [asyncIterProto]);
-  for (let i = 0; i < hidden.length; i++) freezeWithPrototype(hidden[i]);
-
-  let installed = false;
-  return function install(configJson) {
-  if (installed) throw new TypeErrorCtor('a context is installed once');
-  installed = true;
-  const config = jsonParse(configJson);
-
-  // ---- 5. tools -----------------------------------------------------------
-  const toolNames = config.tools;
-  const available = toolNames.length === 0 ? '(none)' : apply(arrayJoin, toolNames, [', ']);
-
-  // Where in the script the current tool call is made: `\0line:column`
-  // appended to the tool's name (empty where the engine keeps no stack).
-  function callSite() {
-    let st;
-    try { st = StringCtor(new ErrorCtor().stack); } catch (_) { return ''; }
-    const m = apply(reExec, siteRe, [st]);
-    if (m === null) return '';
-    const line = NumberCtor(m[1]) - config.lineOffset;
-    return line >= 1 ? '\0' + line + ':' + m[2] : '';
-  }
-
-  function argsToJson(name, args) {
-    let argsJson;
-    try {
-      argsJson = jsonStringify(args === undefined ? {} : args);
-    } catch (e) {
-      throw hostError('ToolValidationError',
-        'arguments for tool ' + name + ' are not JSON-serialisable: ' + describeMessage(e), name);
+  // %ThrowTypeError% (a strict function's arguments.callee).
+  apply(arrayPush, hidden, [getOwnPropertyDescriptor((function () { 'use strict'; return arguments; })(), 'callee').get]);
+  // Iterator helpers and Iterator.from's wrapper, where the engine has them.
+  const arrayIter = function () { return [][Symbol.iterator](); };
+  const IteratorCtor = G.Iterator;
+  if (typeof IteratorCtor === 'function') {
+    const helpers = ['map', 'filter', 'take', 'drop', 'flatMap'];
+    for (let i = 0; i < helpers.length; i++) {
+      const f = IteratorCtor.prototype[helpers[i]];
+      if (typeof f === 'function') {
+        try { apply(arrayPush, hidden, [getPrototypeOf(apply(f, arrayIter(), [helpers[i] === 'take' || helpers[i] === 'drop' ? 0 : function (x) { return x; }]))]); } catch (_) { /* not this engine */ }
+      }
     }
-    if (argsJson === undefined) {
-      throw hostError('ToolValidationError',
-        'arguments for tool ' + name + ' must be a JSON value, got ' + typeof args, name);
+    if (typeof IteratorCtor.from === 'function') {
+      try { apply(arrayPush, hidden, [getPrototypeOf(IteratorCtor.from({ next: function () { return { done: true }; } }))]); } catch (_) { /* not this engine */ }
     }
-    return argsJson;
-  }
-
-  function callTool(name, args) {
-    let argsJson;
-    try {
-      argsJson = argsToJson(name, args);
-    } catch (e) {
-      return promiseReject(e);
-    }
-    const id = NumberCtor(call('call', name + callSite(), argsJson));
-    if (id === 0) {
-      // The host stopped recording calls: this run attempted too many.
-      return promiseReject(hostError('ToolBudgetExceededError',
-        'too many tool call attempts: this script may make at most ' + config.maxToolCalls +
-        ' tool calls, and refused attempts are limited too', name));
-    }
-    let resolve, reject;
-    const p = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
-    apply(mapSet, pending, [id, { resolve: resolve, reject: reject, name: name }]);
-    apply(weakMapSet, toolPromises, [p, id]);
-    return p;
-  }
-
-  const toolFns = create(null);
-  // Upstream MCP tools, `mcp.SERVER.TOOL`, are `tools.mcp.SERVER.TOOL`.
-  const mcpServers = create(null);
-  let hasMcp = false;
-  for (let i = 0; i < toolNames.length; i++) {
-    const name = toolNames[i];
-    const fn = function (args) { return callTool(name, args); };
-    if (apply(stringSlice, name, [0, 4]) === 'mcp.') {
-      const rest = apply(stringSlice, name, [4]);
-      const dot = apply(stringIndexOf, rest, ['.']);
-      const server = apply(stringSlice, rest, [0, dot]);
-      const tool = apply(stringSlice, rest, [dot + 1]);
-      defineProperty(fn, 'name', { value: tool });
-      if (mcpServers[server] === undefined) mcpServers[server] = create(null);
-      mcpServers[server][tool] = freeze(fn);
-      hasMcp = true;
-      continue;
-    }
-    defineProperty(fn, 'name', { value: name });
-    toolFns[name] = freeze(fn);
-  }
-  freeze(toolFns);
-  const unknownTool = function (name) {
-    return function () {
-      // The host answers `id\nmessage` (the message suggests a close name).
-      const answer = call('unknown', name);
-      const nl = apply(stringIndexOf, answer, ['\n']);
-      const id = NumberCtor(nl < 0 ? answer : apply(stringSlice, answer, [0, nl])) || undefined;
-      const message = nl < 0 ? "unknown tool '" + name + "'; available tools: " + available
-        : apply(stringSlice, answer, [nl + 1]);
-      throw hostError('ToolNotFoundError', message, name, id);
-    };
-  };
-  // ---- 5b. tools.spawn: detached tasks ------------------------------------
-  function cancelTask(id) {
-    return promiseResolve(call('cancel_task', StringCtor(id)) === '1');
-  }
-  function spawnExec(toolOrArgs, args) {
-    let name = toolOrArgs;
-    if (toolOrArgs !== null && typeof toolOrArgs === 'object') {
-      // `tools.spawn.exec({command: [...]})`: the `exec` tool.
-      name = 'exec';
-      args = toolOrArgs;
-    }
-    name = StringCtor(name);
-    const argsJson = argsToJson(name, args);
-    const answer = jsonParse(call('spawn', name + callSite(), argsJson));
-    if (answer.error !== undefined) throw hostError(answer.error.code, answer.error.message, name);
-    let resolve, reject;
-    const done = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
-    apply(mapSet, pending, [answer.settle, { resolve: resolve, reject: reject, name: name, task: true }]);
-    const id = answer.id;
-    const cancel = function cancel() { return cancelTask(id); };
-    return freeze({ id: id, done: done, cancel: freeze(cancel) });
-  }
-  defineProperty(spawnExec, 'name', { value: 'exec' });
-  const spawnObj = freeze({ exec: freeze(spawnExec), cancel: freeze(function cancel(id) { return cancelTask(id); }) });
-
-  // `tools.mcp.fs.nope` throws ToolNotFoundError like `tools.nope`.
-  function sealedTools(target, prefix) {
-    return new ProxyCtor(freeze(target), {
-      get: function (t, key) {
-        if (typeof key !== 'string') return undefined;
-        if (apply(hasOwn, t, [key])) return t[key];
-        if (key === 'then' || key === 'toJSON') return undefined;
-        return unknownTool(prefix + key);
-      },
-      set: function () { return false; },
-      defineProperty: function () { return false; },
-      deleteProperty: function () { return false; },
-      setPrototypeOf: function () { return false; },
-    });
-  }
-  const mcpObj = create(null);
-  for (const server in mcpServers) mcpObj[server] = sealedTools(mcpServers[server], 'mcp.' + server + '.');
-  const mcpTools = sealedTools(mcpObj, 'mcp.');
-
-  const tools = new ProxyCtor(toolFns, {
-    get: function (t, key) {
-      if (typeof key !== 'string') return undefined;
-      if (apply(hasOwn, t, [key])) return t[key];
-      if (key === 'then' || key === 'toJSON') return undefined;
-      // The harness's own names: `if (tools.spawn)` must be false when off.
-      if (key === 'spawn') return config.spawn ? spawnObj : undefined;
-      if (key === 'mcp') return hasMcp ? mcpTools : undefined;
-      if (key === 'http') return undefined;
-      return unknownTool(key);
-    },
-    has: function (t, key) {
-      return (key === 'spawn' && config.spawn === true) || (key === 'mcp' && hasMcp) ||
-        apply(hasOwn, t, [key]);
-    },
-    set: function () { return false; },
-    defineProperty: function () { return false; },
-    deleteProperty: function () { return false; },
-    setPrototypeOf: function () { return false; },
-  });
-
-  function settle(id, ok, payload) {
-    const entry = apply(mapGet, pending, [id]);
-    if (entry === undefined) return;
-    apply(mapDelete, pending, [id]);
-    if (ok) {
-      entry.resolve(deepFreeze(jsonParse(payload)));
-    } else {
-      const info = jsonParse(payload);
-      entry.reject(hostError(info.code, info.message, entry.name,
-        entry.task ? undefined : id, info.stderr === null ? undefined : info.stderr));
+    if (typeof IteratorCtor.concat === 'function') {
+      try { apply(arrayPush, hidden, [getPrototypeOf(IteratorCtor.concat())]); } catch (_) { /* not this engine */ }
     }
   }
+  freezeReachable(hidden);
 
-  // ---- 6. console -----------------------------------------------------------
+  // ---- Shared by every run: reporting, console, the return value ----------
+  // The installed run's host, for the functions below (made once per
+  // context). A run's own functions (tools, context) use its `call`.
+  function hostCall(op, a, b) {
+    const r = active;
+    if (r === null) throw new TypeErrorCtor('no run is installed');
+    return r.call(op, a, b);
+  }
   function describeMessage(e) {
     try {
       if (e !== null && typeof e === 'object') return StringCtor(e.message);
@@ -437,84 +362,19 @@
     }
   }
   function logger(level) {
-    const f = function () {
+    // Arrows here and below: no `prototype` object to freeze or to leak.
+    const f = (...args) => {
       const parts = [];
-      for (let i = 0; i < arguments.length; i++) apply(arrayPush, parts, [inspect(arguments[i])]);
-      call('console', level, apply(arrayJoin, parts, [' ']));
+      for (let i = 0; i < args.length; i++) apply(arrayPush, parts, [inspect(args[i])]);
+      hostCall('console', level, apply(arrayJoin, parts, [' ']));
     };
     defineProperty(f, 'name', { value: level });
     return freeze(f);
   }
-  const consoleObj = freeze({
+  const sharedConsole = freeze({
     log: logger('log'), info: logger('info'), warn: logger('warn'),
     error: logger('error'), debug: logger('debug'),
   });
-
-  // ---- 7. context -------------------------------------------------------------
-  const c = config.context;
-  const budget = create(O.prototype, {
-    remainingToolCalls: { get: function () { return NumberCtor(call('budget')); }, enumerable: true },
-    remainingMs: { get: function () { return NumberCtor(call('remaining_ms')); }, enumerable: true },
-  });
-  // emitProgress(message, data) as before, or emitProgress(message, kind,
-  // data) with kind 'info' or 'warn'.
-  const emitProgress = function emitProgress(message, kindOrData, data) {
-    let kind = 'info';
-    if (kindOrData === 'info' || kindOrData === 'warn') {
-      kind = kindOrData;
-    } else {
-      data = kindOrData;
-    }
-    let dataJson = '';
-    if (data !== undefined) {
-      try { dataJson = jsonStringify(data); } catch (_) { dataJson = ''; }
-      if (dataJson === undefined) dataJson = '';
-    }
-    const text = StringCtor(message);
-    return (kind === 'warn' ? call('progress_warn', text, dataJson) : call('progress', text, dataJson)) === '1';
-  };
-  const telemetry = { emitProgress: emitProgress };
-  const sandbox = create(O.prototype, {
-    timeoutMs: { value: c.sandbox.timeoutMs, enumerable: true },
-    memoryMb: { value: c.sandbox.memoryMb, enumerable: true },
-    remainingToolBudget: { get: function () { return NumberCtor(call('budget')); }, enumerable: true },
-    maxConcurrentToolCalls: { value: c.sandbox.maxConcurrentToolCalls, enumerable: true },
-    mode: { value: c.sandbox.mode, enumerable: true },
-  });
-  const approvals = create(O.prototype, {
-    required: { value: c.approvalsEnabled, enumerable: true },
-    lastRequestId: { get: function () { const id = call('approval_id'); return id === '' ? null : id; }, enumerable: true },
-  });
-  const context = deepFreeze({
-    conversationId: c.conversationId,
-    sessionId: c.sessionId,
-    turnId: c.turnId,
-    scriptId: c.scriptId,
-    sandbox: sandbox,
-    capabilities: { tools: toolNames },
-    approvals: approvals,
-    emitProgress: emitProgress,
-    identity: c.identity,
-    workingDirectory: c.workingDirectory,
-    provider: c.provider,
-    model: c.model,
-    extra: c.extra,
-    limits: c.limits,
-    tools: toolNames,
-    approvalsEnabled: c.approvalsEnabled,
-    mode: c.mode,
-    budget: budget,
-    telemetry: telemetry,
-  });
-  freeze(emitProgress);
-
-  // ---- 8. Install ------------------------------------------------------------
-  defineProperty(G, 'tools', { value: tools, writable: false, configurable: false, enumerable: false });
-  defineProperty(G, 'context', { value: context, writable: false, configurable: false, enumerable: false });
-  defineProperty(G, 'console', { value: consoleObj, writable: false, configurable: false, enumerable: false });
-  // The global object is sealed for good: a script cannot create or
-  // replace a global (scripts are strict, so trying throws a TypeError).
-  freeze(G);
 
   // ---- 9. Run the script, report its outcome --------------------------------
   function describe(e) {
@@ -538,7 +398,7 @@
     return jsonStringify(d);
   }
   function fail(e) {
-    call('fail', describe(e));
+    hostCall('fail', describe(e));
   }
   // ---- 9b. The return value, as JSON would mangle it -----------------------
   // A settled Promise becomes its value; a Map an object (string or number
@@ -648,7 +508,7 @@
     if (st.warnings.length < 20) apply(arrayPush, st.warnings, [{ path: path, message: message }]);
   }
   function serialisationFail(message, e) {
-    call('fail', jsonStringify({ serialization: true, name: 'SerializationError', message: message,
+    hostCall('fail', jsonStringify({ serialization: true, name: 'SerializationError', message: message,
       error_name: e === undefined ? '' : (function () { try { return StringCtor(e.name); } catch (_) { return ''; } })(),
       error_message: e === undefined ? '' : describeMessage(e) }));
   }
@@ -657,7 +517,7 @@
   // rounds, for values of promises that hold promises.
   function finish(value) {
     if (value === undefined) {
-      call('done', '0');
+      hostCall('done', '0');
       return;
     }
     const st = { settled: new MapCtor(), promises: [], ancestors: new SetCtor(), warnings: [], bad: undefined };
@@ -708,12 +568,12 @@
       return;
     }
     if (json === undefined) {
-      call('fail', jsonStringify({ serialization: true, name: 'SerializationError',
+      hostCall('fail', jsonStringify({ serialization: true, name: 'SerializationError',
         message: 'the return value (a ' + typeof value + ') cannot be serialised as JSON' }));
       return;
     }
-    if (warnings.length > 0) call('warnings', jsonStringify(warnings));
-    call('done', '1', json);
+    if (warnings.length > 0) hostCall('warnings', jsonStringify(warnings));
+    hostCall('done', '1', json);
   }
   function start(fn) {
     let p;
@@ -726,6 +586,280 @@
     apply(promiseThen, promiseResolve(p), [finish, fail]);
   }
 
-  return { start: start, settle: settle };
+  // The globals a run sees are read through the installed run, so that a
+  // context can serve one run after another with its global object frozen.
+  function currentOf(key) {
+    // An arrow: no `prototype` object to carry state from run to run.
+    const get = () => (active === null ? undefined : active[key]);
+    defineProperty(get, 'name', { value: 'get ' + key });
+    return freeze(get);
+  }
+  let globalsDefined = false;
+
+  return function install(configJson) {
+  if (active !== null) throw new TypeErrorCtor('a run is already installed in this context');
+  const config = jsonParse(configJson);
+  if (isArray(config.seed)) seedRandom(config.seed);
+  const pending = new MapCtor();
+  const run = { tools: undefined, context: undefined, console: undefined, pending: pending, call: undefined };
+  // The host, for this run only: a function of this run that is called
+  // after it ended cannot reach the next run's host.
+  function call(op, a, b) {
+    if (active !== run) throw new TypeErrorCtor('this run has ended');
+    return host(op, a === undefined ? '' : a, b === undefined ? '' : b);
+  }
+  run.call = call;
+  // Installed from here on (building the context reads its getters); an
+  // install that throws leaves the context to be dropped, never reused.
+  active = run;
+
+  // ---- 5. tools -----------------------------------------------------------
+  const toolNames = config.tools;
+  const available = toolNames.length === 0 ? '(none)' : apply(arrayJoin, toolNames, [', ']);
+
+  // Where in the script the current tool call is made: `\0line:column`
+  // appended to the tool's name (empty where the engine keeps no stack).
+  function callSite() {
+    let st;
+    try { st = StringCtor(new ErrorCtor().stack); } catch (_) { return ''; }
+    const m = apply(reExec, siteRe, [st]);
+    if (m === null) return '';
+    const line = NumberCtor(m[1]) - config.lineOffset;
+    return line >= 1 ? '\0' + line + ':' + m[2] : '';
+  }
+
+  function argsToJson(name, args) {
+    let argsJson;
+    try {
+      argsJson = jsonStringify(args === undefined ? {} : args);
+    } catch (e) {
+      throw hostError('ToolValidationError',
+        'arguments for tool ' + name + ' are not JSON-serialisable: ' + describeMessage(e), name);
+    }
+    if (argsJson === undefined) {
+      throw hostError('ToolValidationError',
+        'arguments for tool ' + name + ' must be a JSON value, got ' + typeof args, name);
+    }
+    return argsJson;
+  }
+
+  function callTool(name, args) {
+    let argsJson;
+    try {
+      argsJson = argsToJson(name, args);
+    } catch (e) {
+      return promiseReject(e);
+    }
+    const id = NumberCtor(call('call', name + callSite(), argsJson));
+    if (id === 0) {
+      // The host stopped recording calls: this run attempted too many.
+      return promiseReject(hostError('ToolBudgetExceededError',
+        'too many tool call attempts: this script may make at most ' + config.maxToolCalls +
+        ' tool calls, and refused attempts are limited too', name));
+    }
+    let resolve, reject;
+    const p = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
+    apply(mapSet, pending, [id, { resolve: resolve, reject: reject, name: name }]);
+    apply(weakMapSet, toolPromises, [p, id]);
+    return p;
+  }
+
+  const toolFns = create(null);
+  // Upstream MCP tools, `mcp.SERVER.TOOL`, are `tools.mcp.SERVER.TOOL`.
+  const mcpServers = create(null);
+  let hasMcp = false;
+  for (let i = 0; i < toolNames.length; i++) {
+    const name = toolNames[i];
+    const fn = (args) => callTool(name, args);
+    if (apply(stringSlice, name, [0, 4]) === 'mcp.') {
+      const rest = apply(stringSlice, name, [4]);
+      const dot = apply(stringIndexOf, rest, ['.']);
+      const server = apply(stringSlice, rest, [0, dot]);
+      const tool = apply(stringSlice, rest, [dot + 1]);
+      defineProperty(fn, 'name', { value: tool });
+      if (mcpServers[server] === undefined) mcpServers[server] = create(null);
+      mcpServers[server][tool] = freeze(fn);
+      hasMcp = true;
+      continue;
+    }
+    defineProperty(fn, 'name', { value: name });
+    toolFns[name] = freeze(fn);
+  }
+  freeze(toolFns);
+  const unknownTool = function (name) {
+    return () => {
+      // The host answers `id\nmessage` (the message suggests a close name).
+      const answer = call('unknown', name);
+      const nl = apply(stringIndexOf, answer, ['\n']);
+      const id = NumberCtor(nl < 0 ? answer : apply(stringSlice, answer, [0, nl])) || undefined;
+      const message = nl < 0 ? "unknown tool '" + name + "'; available tools: " + available
+        : apply(stringSlice, answer, [nl + 1]);
+      throw hostError('ToolNotFoundError', message, name, id);
+    };
+  };
+  // ---- 5b. tools.spawn: detached tasks ------------------------------------
+  function cancelTask(id) {
+    return promiseResolve(call('cancel_task', StringCtor(id)) === '1');
+  }
+  const spawnExec = (toolOrArgs, args) => {
+    let name = toolOrArgs;
+    if (toolOrArgs !== null && typeof toolOrArgs === 'object') {
+      // `tools.spawn.exec({command: [...]})`: the `exec` tool.
+      name = 'exec';
+      args = toolOrArgs;
+    }
+    name = StringCtor(name);
+    const argsJson = argsToJson(name, args);
+    const answer = jsonParse(call('spawn', name + callSite(), argsJson));
+    if (answer.error !== undefined) throw hostError(answer.error.code, answer.error.message, name);
+    let resolve, reject;
+    const done = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
+    apply(mapSet, pending, [answer.settle, { resolve: resolve, reject: reject, name: name, task: true }]);
+    const id = answer.id;
+    const cancel = () => cancelTask(id);
+    defineProperty(cancel, 'name', { value: 'cancel' });
+    return freeze({ id: id, done: done, cancel: freeze(cancel) });
+  };
+  defineProperty(spawnExec, 'name', { value: 'exec' });
+  const cancelById = (id) => cancelTask(id);
+  defineProperty(cancelById, 'name', { value: 'cancel' });
+  const spawnObj = freeze({ exec: freeze(spawnExec), cancel: freeze(cancelById) });
+
+  // `tools.mcp.fs.nope` throws ToolNotFoundError like `tools.nope`.
+  function sealedTools(target, prefix) {
+    return new ProxyCtor(freeze(target), {
+      get: function (t, key) {
+        if (typeof key !== 'string') return undefined;
+        if (apply(hasOwn, t, [key])) return t[key];
+        if (key === 'then' || key === 'toJSON') return undefined;
+        return unknownTool(prefix + key);
+      },
+      set: function () { return false; },
+      defineProperty: function () { return false; },
+      deleteProperty: function () { return false; },
+      setPrototypeOf: function () { return false; },
+    });
+  }
+  const mcpObj = create(null);
+  for (const server in mcpServers) mcpObj[server] = sealedTools(mcpServers[server], 'mcp.' + server + '.');
+  const mcpTools = sealedTools(mcpObj, 'mcp.');
+
+  const tools = new ProxyCtor(toolFns, {
+    get: function (t, key) {
+      if (typeof key !== 'string') return undefined;
+      if (apply(hasOwn, t, [key])) return t[key];
+      if (key === 'then' || key === 'toJSON') return undefined;
+      // The harness's own names: `if (tools.spawn)` must be false when off.
+      if (key === 'spawn') return config.spawn ? spawnObj : undefined;
+      if (key === 'mcp') return hasMcp ? mcpTools : undefined;
+      if (key === 'http') return undefined;
+      return unknownTool(key);
+    },
+    has: function (t, key) {
+      return (key === 'spawn' && config.spawn === true) || (key === 'mcp' && hasMcp) ||
+        apply(hasOwn, t, [key]);
+    },
+    set: function () { return false; },
+    defineProperty: function () { return false; },
+    deleteProperty: function () { return false; },
+    setPrototypeOf: function () { return false; },
+  });
+
+  function settle(id, ok, payload) {
+    const entry = apply(mapGet, pending, [id]);
+    if (entry === undefined) return;
+    apply(mapDelete, pending, [id]);
+    if (ok) {
+      entry.resolve(deepFreeze(jsonParse(payload)));
+    } else {
+      const info = jsonParse(payload);
+      entry.reject(hostError(info.code, info.message, entry.name,
+        entry.task ? undefined : id, info.stderr === null ? undefined : info.stderr));
+    }
+  }
+
+  // ---- 6. console -----------------------------------------------------------
+  // ---- 7. context -------------------------------------------------------------
+  const c = config.context;
+  const budget = create(O.prototype, {
+    remainingToolCalls: { get: freeze(() => NumberCtor(call('budget'))), enumerable: true },
+    remainingMs: { get: freeze(() => NumberCtor(call('remaining_ms'))), enumerable: true },
+  });
+  // emitProgress(message, data) as before, or emitProgress(message, kind,
+  // data) with kind 'info' or 'warn'.
+  const emitProgress = (message, kindOrData, data) => {
+    let kind = 'info';
+    if (kindOrData === 'info' || kindOrData === 'warn') {
+      kind = kindOrData;
+    } else {
+      data = kindOrData;
+    }
+    let dataJson = '';
+    if (data !== undefined) {
+      try { dataJson = jsonStringify(data); } catch (_) { dataJson = ''; }
+      if (dataJson === undefined) dataJson = '';
+    }
+    const text = StringCtor(message);
+    return (kind === 'warn' ? call('progress_warn', text, dataJson) : call('progress', text, dataJson)) === '1';
+  };
+  const telemetry = { emitProgress: emitProgress };
+  const sandbox = create(O.prototype, {
+    timeoutMs: { value: c.sandbox.timeoutMs, enumerable: true },
+    memoryMb: { value: c.sandbox.memoryMb, enumerable: true },
+    remainingToolBudget: { get: freeze(() => NumberCtor(call('budget'))), enumerable: true },
+    maxConcurrentToolCalls: { value: c.sandbox.maxConcurrentToolCalls, enumerable: true },
+    mode: { value: c.sandbox.mode, enumerable: true },
+  });
+  const approvals = create(O.prototype, {
+    required: { value: c.approvalsEnabled, enumerable: true },
+    lastRequestId: { get: freeze(() => { const id = call('approval_id'); return id === '' ? null : id; }), enumerable: true },
+  });
+  const context = deepFreeze({
+    conversationId: c.conversationId,
+    sessionId: c.sessionId,
+    turnId: c.turnId,
+    scriptId: c.scriptId,
+    sandbox: sandbox,
+    capabilities: { tools: toolNames },
+    approvals: approvals,
+    emitProgress: emitProgress,
+    identity: c.identity,
+    workingDirectory: c.workingDirectory,
+    provider: c.provider,
+    model: c.model,
+    extra: c.extra,
+    limits: c.limits,
+    tools: toolNames,
+    approvalsEnabled: c.approvalsEnabled,
+    mode: c.mode,
+    budget: budget,
+    telemetry: telemetry,
+  });
+  freeze(emitProgress);
+
+  // ---- 8. Install ------------------------------------------------------------
+  run.tools = tools;
+  run.context = context;
+  run.console = sharedConsole;
+  if (!globalsDefined) {
+    defineProperty(G, 'tools', { get: currentOf('tools'), configurable: false, enumerable: false });
+    defineProperty(G, 'context', { get: currentOf('context'), configurable: false, enumerable: false });
+    defineProperty(G, 'console', { get: currentOf('console'), configurable: false, enumerable: false });
+    // The global object is sealed for good: a script cannot create or
+    // replace a global (scripts are strict, so trying throws a TypeError).
+    freeze(G);
+    globalsDefined = true;
+  }
+
+  // Closes the run: its functions no longer reach the host and the
+  // globals read `undefined`. True when the run left nothing pending, so
+  // that the context may serve another run.
+  function end() {
+    const clean = apply(mapSize, pending, []) === 0;
+    if (active === run) active = null;
+    return clean;
+  }
+
+  return { start: start, settle: settle, end: end };
   };
 })

@@ -624,7 +624,10 @@ mod tests {
 
     #[test]
     fn the_host_op_table_matches_the_prelude() {
-        let prelude = PRELUDE;
+        // The shared helpers reach the host through `hostCall`, a run's
+        // own functions through `call`: the same ops.
+        let prelude = PRELUDE.replace("hostCall(", "call(");
+        let prelude = prelude.as_str();
         for name in HostOp::NAMES {
             assert!(
                 prelude.contains(&format!("call('{name}'")),

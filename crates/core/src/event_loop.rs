@@ -118,6 +118,26 @@ fn new_script_id() -> String {
     format!("scr_{:016x}", h.finish())
 }
 
+/// 128 fresh bits for the run's `Math.random` (the prelude reseeds it per
+/// run), as four 32-bit words. RandomState's keys come from the OS.
+fn random_seed() -> [u32; 4] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut words = [0u32; 4];
+    for pair in words.chunks_mut(2) {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        let x = h.finish();
+        pair[0] = x as u32;
+        pair[1] = (x >> 32) as u32;
+    }
+    words
+}
+
 /// Refused tool calls (unknown tool, bad arguments, over budget) a run
 /// records beyond its budget; later attempts are refused unrecorded and
 /// counted in `tool_calls_dropped`.
@@ -323,6 +343,7 @@ fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade, script_id: &s
         "tools": facade.visible_tools(),
         "spawn": request.tasks.is_some() && request.mode == Mode::Enabled,
         "lineOffset": WRAPPER_LINE_OFFSET,
+        "seed": random_seed(),
         "context": {
             "conversationId": c.conversation_id,
             "sessionId": c.session_id,

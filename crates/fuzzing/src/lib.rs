@@ -530,6 +530,10 @@ impl CrossRun {
     pub fn check_pair(&self, first: &str, second: &str) {
         for (engine, isolation, shared) in &self.configs {
             let _ = self.rt.block_on(shared.run(first));
+            // Let the engine thread go idle, so that the second run goes
+            // to it (pools pick the most recently idle thread) and meets
+            // the context the first left, where the engine reuses them.
+            std::thread::sleep(std::time::Duration::from_millis(10));
             let after = self.rt.block_on(shared.run(second));
             // A harness that never ran anything (behind the process
             // boundary: with workers of its own).
