@@ -1,6 +1,8 @@
 //! Runs a trivial script N times (optionally GAP ms apart) on a pool of
 //! WORKERS threads (default 1; more grows the pool with a burst first) and
-//! prints the mean time per run: `profile N [GAP] [WORKERS]`;
+//! prints the mean time per run: `profile N [GAP] [WORKERS] [IN_FLIGHT]`
+//! (with IN_FLIGHT > 1: N runs with that many in flight at once, and the
+//! throughput in scripts/s);
 //! a steady driver for profilers:
 //! `cargo build --release -p harness-quickjs --example profile &&
 //!  valgrind --tool=callgrind target/release/examples/profile 200`
@@ -37,6 +39,35 @@ fn main() {
             while set.join_next().await.is_some() {}
         });
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let in_flight: usize = std::env::args()
+        .nth(4)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1);
+    if in_flight > 1 {
+        let t = std::time::Instant::now();
+        rt.block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            let mut started = 0;
+            let mut done = 0;
+            while done < n {
+                while started < n && set.len() < in_flight {
+                    let e = e.clone();
+                    set.spawn(async move { e.execute(ExecutionRequest::new("return 1+1")).await });
+                    started += 1;
+                }
+                if let Some(r) = set.join_next().await {
+                    assert!(r.expect("run").ok);
+                    done += 1;
+                }
+            }
+        });
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "{:.0} scripts/s with {in_flight} in flight on {workers} worker(s)",
+            n as f64 / secs
+        );
+        return;
     }
     let mut busy = std::time::Duration::ZERO;
     for _ in 0..n {

@@ -8,13 +8,14 @@
 // install when the request arrives.
 //
 // A context may serve many runs, one after another: `end()` closes a run
-// (its functions stop reaching the host, the globals `tools`, `context`
-// and `console` read `undefined` until the next install) and answers
-// whether the run left nothing behind (no tool call or task still
-// pending); only then may the engine install the next run in it. What
-// makes that safe is that nothing a script can reach is writable: the
-// global object is frozen, and every object reachable from it or from
-// syntax is frozen, found by walking (section 4). docs/security.md
+// (the host is no longer reachable, the globals `tools`, `context` and
+// `console` read `undefined` until the next install) and answers whether
+// the run left nothing behind (no tool call or task still pending); only
+// then may the engine install the next run in it. What makes that safe is
+// that nothing a script can reach is writable: the global object is
+// frozen, and every object reachable from it or from syntax is frozen,
+// found by walking (section 4); `tools` and `context`, kept between runs
+// with the same static configuration, are frozen too. docs/security.md
 // ("Between runs") lists the channels and why each is closed.
 //
 // Order matters: primordials are captured first, the global surface is
@@ -152,7 +153,7 @@
       const it = items[i];
       if (it === null || typeof it !== 'object') continue;
       const id = apply(weakMapGet, toolPromises, [it]);
-      if (id !== undefined && apply(mapHas, run.pending, [id])) run.call('cancel', StringCtor(id));
+      if (id !== undefined && apply(mapHas, run.pending, [id])) hostCall('cancel', StringCtor(id));
     }
   }
   function withLoserCancel(orig, name) {
@@ -328,9 +329,8 @@
   // The installed run's host, for the functions below (made once per
   // context). A run's own functions (tools, context) use its `call`.
   function hostCall(op, a, b) {
-    const r = active;
-    if (r === null) throw new TypeErrorCtor('no run is installed');
-    return r.call(op, a, b);
+    if (active === null) throw new TypeErrorCtor('no run is installed');
+    return host(op, a === undefined ? '' : a, b === undefined ? '' : b);
   }
   function describeMessage(e) {
     try {
@@ -596,179 +596,236 @@
   }
   let globalsDefined = false;
 
-  return function install(configJson) {
-  if (active !== null) throw new TypeErrorCtor('a run is already installed in this context');
-  const config = jsonParse(configJson);
-  if (isArray(config.seed)) seedRandom(config.seed);
-  const pending = new MapCtor();
-  const run = { tools: undefined, context: undefined, console: undefined, pending: pending, call: undefined };
-  // The host, for this run only: a function of this run that is called
-  // after it ended cannot reach the next run's host.
-  function call(op, a, b) {
-    if (active !== run) throw new TypeErrorCtor('this run has ended');
-    return host(op, a === undefined ? '' : a, b === undefined ? '' : b);
-  }
-  run.call = call;
-  // Installed from here on (building the context reads its getters); an
-  // install that throws leaves the context to be dropped, never reused.
-  active = run;
+  // ---- 5-7. What a run's static configuration makes -----------------------
+  // `tools` and `context` depend only on the static part of the config
+  // (tool names, limits, the caller's ids): they are made once and kept,
+  // frozen, for as long as the next run's static part is the same string.
+  // Their functions reach the host of whichever run is installed.
+  function makeShared(staticJson) {
+    const config = jsonParse(staticJson);
+    // ---- 5. tools -----------------------------------------------------------
+    const toolNames = config.tools;
+    const available = toolNames.length === 0 ? '(none)' : apply(arrayJoin, toolNames, [', ']);
 
-  // ---- 5. tools -----------------------------------------------------------
-  const toolNames = config.tools;
-  const available = toolNames.length === 0 ? '(none)' : apply(arrayJoin, toolNames, [', ']);
+    // Where in the script the current tool call is made: `\0line:column`
+    // appended to the tool's name (empty where the engine keeps no stack).
+    function callSite() {
+      let st;
+      try { st = StringCtor(new ErrorCtor().stack); } catch (_) { return ''; }
+      const m = apply(reExec, siteRe, [st]);
+      if (m === null) return '';
+      const line = NumberCtor(m[1]) - config.lineOffset;
+      return line >= 1 ? '\0' + line + ':' + m[2] : '';
+    }
 
-  // Where in the script the current tool call is made: `\0line:column`
-  // appended to the tool's name (empty where the engine keeps no stack).
-  function callSite() {
-    let st;
-    try { st = StringCtor(new ErrorCtor().stack); } catch (_) { return ''; }
-    const m = apply(reExec, siteRe, [st]);
-    if (m === null) return '';
-    const line = NumberCtor(m[1]) - config.lineOffset;
-    return line >= 1 ? '\0' + line + ':' + m[2] : '';
-  }
+    function argsToJson(name, args) {
+      let argsJson;
+      try {
+        argsJson = jsonStringify(args === undefined ? {} : args);
+      } catch (e) {
+        throw hostError('ToolValidationError',
+          'arguments for tool ' + name + ' are not JSON-serialisable: ' + describeMessage(e), name);
+      }
+      if (argsJson === undefined) {
+        throw hostError('ToolValidationError',
+          'arguments for tool ' + name + ' must be a JSON value, got ' + typeof args, name);
+      }
+      return argsJson;
+    }
 
-  function argsToJson(name, args) {
-    let argsJson;
-    try {
-      argsJson = jsonStringify(args === undefined ? {} : args);
-    } catch (e) {
-      throw hostError('ToolValidationError',
-        'arguments for tool ' + name + ' are not JSON-serialisable: ' + describeMessage(e), name);
+    function callTool(name, args) {
+      let argsJson;
+      try {
+        argsJson = argsToJson(name, args);
+      } catch (e) {
+        return promiseReject(e);
+      }
+      const id = NumberCtor(hostCall('call', name + callSite(), argsJson));
+      if (id === 0) {
+        // The host stopped recording calls: this run attempted too many.
+        return promiseReject(hostError('ToolBudgetExceededError',
+          'too many tool call attempts: this script may make at most ' + config.context.limits.maxToolCalls +
+          ' tool calls, and refused attempts are limited too', name));
+      }
+      let resolve, reject;
+      const p = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
+      apply(mapSet, active.pending, [id, { resolve: resolve, reject: reject, name: name }]);
+      apply(weakMapSet, toolPromises, [p, id]);
+      return p;
     }
-    if (argsJson === undefined) {
-      throw hostError('ToolValidationError',
-        'arguments for tool ' + name + ' must be a JSON value, got ' + typeof args, name);
-    }
-    return argsJson;
-  }
 
-  function callTool(name, args) {
-    let argsJson;
-    try {
-      argsJson = argsToJson(name, args);
-    } catch (e) {
-      return promiseReject(e);
+    const toolFns = create(null);
+    // Upstream MCP tools, `mcp.SERVER.TOOL`, are `tools.mcp.SERVER.TOOL`.
+    const mcpServers = create(null);
+    let hasMcp = false;
+    for (let i = 0; i < toolNames.length; i++) {
+      const name = toolNames[i];
+      const fn = (args) => callTool(name, args);
+      if (apply(stringSlice, name, [0, 4]) === 'mcp.') {
+        const rest = apply(stringSlice, name, [4]);
+        const dot = apply(stringIndexOf, rest, ['.']);
+        const server = apply(stringSlice, rest, [0, dot]);
+        const tool = apply(stringSlice, rest, [dot + 1]);
+        defineProperty(fn, 'name', { value: tool });
+        if (mcpServers[server] === undefined) mcpServers[server] = create(null);
+        mcpServers[server][tool] = freeze(fn);
+        hasMcp = true;
+        continue;
+      }
+      defineProperty(fn, 'name', { value: name });
+      toolFns[name] = freeze(fn);
     }
-    const id = NumberCtor(call('call', name + callSite(), argsJson));
-    if (id === 0) {
-      // The host stopped recording calls: this run attempted too many.
-      return promiseReject(hostError('ToolBudgetExceededError',
-        'too many tool call attempts: this script may make at most ' + config.maxToolCalls +
-        ' tool calls, and refused attempts are limited too', name));
-    }
-    let resolve, reject;
-    const p = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
-    apply(mapSet, pending, [id, { resolve: resolve, reject: reject, name: name }]);
-    apply(weakMapSet, toolPromises, [p, id]);
-    return p;
-  }
-
-  const toolFns = create(null);
-  // Upstream MCP tools, `mcp.SERVER.TOOL`, are `tools.mcp.SERVER.TOOL`.
-  const mcpServers = create(null);
-  let hasMcp = false;
-  for (let i = 0; i < toolNames.length; i++) {
-    const name = toolNames[i];
-    const fn = (args) => callTool(name, args);
-    if (apply(stringSlice, name, [0, 4]) === 'mcp.') {
-      const rest = apply(stringSlice, name, [4]);
-      const dot = apply(stringIndexOf, rest, ['.']);
-      const server = apply(stringSlice, rest, [0, dot]);
-      const tool = apply(stringSlice, rest, [dot + 1]);
-      defineProperty(fn, 'name', { value: tool });
-      if (mcpServers[server] === undefined) mcpServers[server] = create(null);
-      mcpServers[server][tool] = freeze(fn);
-      hasMcp = true;
-      continue;
-    }
-    defineProperty(fn, 'name', { value: name });
-    toolFns[name] = freeze(fn);
-  }
-  freeze(toolFns);
-  const unknownTool = function (name) {
-    return () => {
-      // The host answers `id\nmessage` (the message suggests a close name).
-      const answer = call('unknown', name);
-      const nl = apply(stringIndexOf, answer, ['\n']);
-      const id = NumberCtor(nl < 0 ? answer : apply(stringSlice, answer, [0, nl])) || undefined;
-      const message = nl < 0 ? "unknown tool '" + name + "'; available tools: " + available
-        : apply(stringSlice, answer, [nl + 1]);
-      throw hostError('ToolNotFoundError', message, name, id);
+    freeze(toolFns);
+    const unknownTool = function (name) {
+      return () => {
+        // The host answers `id\nmessage` (the message suggests a close name).
+        const answer = hostCall('unknown', name);
+        const nl = apply(stringIndexOf, answer, ['\n']);
+        const id = NumberCtor(nl < 0 ? answer : apply(stringSlice, answer, [0, nl])) || undefined;
+        const message = nl < 0 ? "unknown tool '" + name + "'; available tools: " + available
+          : apply(stringSlice, answer, [nl + 1]);
+        throw hostError('ToolNotFoundError', message, name, id);
+      };
     };
-  };
-  // ---- 5b. tools.spawn: detached tasks ------------------------------------
-  function cancelTask(id) {
-    return promiseResolve(call('cancel_task', StringCtor(id)) === '1');
-  }
-  const spawnExec = (toolOrArgs, args) => {
-    let name = toolOrArgs;
-    if (toolOrArgs !== null && typeof toolOrArgs === 'object') {
-      // `tools.spawn.exec({command: [...]})`: the `exec` tool.
-      name = 'exec';
-      args = toolOrArgs;
+    // ---- 5b. tools.spawn: detached tasks ------------------------------------
+    function cancelTask(id) {
+      return promiseResolve(hostCall('cancel_task', StringCtor(id)) === '1');
     }
-    name = StringCtor(name);
-    const argsJson = argsToJson(name, args);
-    const answer = jsonParse(call('spawn', name + callSite(), argsJson));
-    if (answer.error !== undefined) throw hostError(answer.error.code, answer.error.message, name);
-    let resolve, reject;
-    const done = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
-    apply(mapSet, pending, [answer.settle, { resolve: resolve, reject: reject, name: name, task: true }]);
-    const id = answer.id;
-    const cancel = () => cancelTask(id);
-    defineProperty(cancel, 'name', { value: 'cancel' });
-    return freeze({ id: id, done: done, cancel: freeze(cancel) });
-  };
-  defineProperty(spawnExec, 'name', { value: 'exec' });
-  const cancelById = (id) => cancelTask(id);
-  defineProperty(cancelById, 'name', { value: 'cancel' });
-  const spawnObj = freeze({ exec: freeze(spawnExec), cancel: freeze(cancelById) });
+    const spawnExec = (toolOrArgs, args) => {
+      let name = toolOrArgs;
+      if (toolOrArgs !== null && typeof toolOrArgs === 'object') {
+        // `tools.spawn.exec({command: [...]})`: the `exec` tool.
+        name = 'exec';
+        args = toolOrArgs;
+      }
+      name = StringCtor(name);
+      const argsJson = argsToJson(name, args);
+      const answer = jsonParse(hostCall('spawn', name + callSite(), argsJson));
+      if (answer.error !== undefined) throw hostError(answer.error.code, answer.error.message, name);
+      let resolve, reject;
+      const done = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
+      apply(mapSet, active.pending, [answer.settle, { resolve: resolve, reject: reject, name: name, task: true }]);
+      const id = answer.id;
+      const cancel = () => cancelTask(id);
+      defineProperty(cancel, 'name', { value: 'cancel' });
+      return freeze({ id: id, done: done, cancel: freeze(cancel) });
+    };
+    defineProperty(spawnExec, 'name', { value: 'exec' });
+    const cancelById = (id) => cancelTask(id);
+    defineProperty(cancelById, 'name', { value: 'cancel' });
+    const spawnObj = freeze({ exec: freeze(spawnExec), cancel: freeze(cancelById) });
 
-  // `tools.mcp.fs.nope` throws ToolNotFoundError like `tools.nope`.
-  function sealedTools(target, prefix) {
-    return new ProxyCtor(freeze(target), {
+    // `tools.mcp.fs.nope` throws ToolNotFoundError like `tools.nope`.
+    function sealedTools(target, prefix) {
+      return new ProxyCtor(freeze(target), {
+        get: function (t, key) {
+          if (typeof key !== 'string') return undefined;
+          if (apply(hasOwn, t, [key])) return t[key];
+          if (key === 'then' || key === 'toJSON') return undefined;
+          return unknownTool(prefix + key);
+        },
+        set: function () { return false; },
+        defineProperty: function () { return false; },
+        deleteProperty: function () { return false; },
+        setPrototypeOf: function () { return false; },
+      });
+    }
+    const mcpObj = create(null);
+    for (const server in mcpServers) mcpObj[server] = sealedTools(mcpServers[server], 'mcp.' + server + '.');
+    const mcpTools = sealedTools(mcpObj, 'mcp.');
+
+    const tools = new ProxyCtor(toolFns, {
       get: function (t, key) {
         if (typeof key !== 'string') return undefined;
         if (apply(hasOwn, t, [key])) return t[key];
         if (key === 'then' || key === 'toJSON') return undefined;
-        return unknownTool(prefix + key);
+        // The harness's own names: `if (tools.spawn)` must be false when off.
+        if (key === 'spawn') return config.spawn ? spawnObj : undefined;
+        if (key === 'mcp') return hasMcp ? mcpTools : undefined;
+        if (key === 'http') return undefined;
+        return unknownTool(key);
+      },
+      has: function (t, key) {
+        return (key === 'spawn' && config.spawn === true) || (key === 'mcp' && hasMcp) ||
+          apply(hasOwn, t, [key]);
       },
       set: function () { return false; },
       defineProperty: function () { return false; },
       deleteProperty: function () { return false; },
       setPrototypeOf: function () { return false; },
     });
+
+    // ---- 7. context -------------------------------------------------------------
+    const c = config.context;
+    const budget = create(O.prototype, {
+      remainingToolCalls: { get: freeze(() => NumberCtor(hostCall('budget'))), enumerable: true },
+      remainingMs: { get: freeze(() => NumberCtor(hostCall('remaining_ms'))), enumerable: true },
+    });
+    // emitProgress(message, data) as before, or emitProgress(message, kind,
+    // data) with kind 'info' or 'warn'.
+    const emitProgress = (message, kindOrData, data) => {
+      let kind = 'info';
+      if (kindOrData === 'info' || kindOrData === 'warn') {
+        kind = kindOrData;
+      } else {
+        data = kindOrData;
+      }
+      let dataJson = '';
+      if (data !== undefined) {
+        try { dataJson = jsonStringify(data); } catch (_) { dataJson = ''; }
+        if (dataJson === undefined) dataJson = '';
+      }
+      const text = StringCtor(message);
+      return (kind === 'warn' ? hostCall('progress_warn', text, dataJson) : hostCall('progress', text, dataJson)) === '1';
+    };
+    const telemetry = { emitProgress: emitProgress };
+    const sandbox = create(O.prototype, {
+      timeoutMs: { value: c.sandbox.timeoutMs, enumerable: true },
+      memoryMb: { value: c.sandbox.memoryMb, enumerable: true },
+      remainingToolBudget: { get: freeze(() => NumberCtor(hostCall('budget'))), enumerable: true },
+      maxConcurrentToolCalls: { value: c.sandbox.maxConcurrentToolCalls, enumerable: true },
+      mode: { value: c.sandbox.mode, enumerable: true },
+    });
+    const approvals = create(O.prototype, {
+      required: { value: c.approvalsEnabled, enumerable: true },
+      lastRequestId: { get: freeze(() => { const id = hostCall('approval_id'); return id === '' ? null : id; }), enumerable: true },
+    });
+    const contextObj = {
+      conversationId: c.conversationId,
+      sessionId: c.sessionId,
+      turnId: c.turnId,
+      sandbox: sandbox,
+      capabilities: { tools: toolNames },
+      approvals: approvals,
+      emitProgress: emitProgress,
+      identity: c.identity,
+      workingDirectory: c.workingDirectory,
+      provider: c.provider,
+      model: c.model,
+      extra: c.extra,
+      limits: c.limits,
+      tools: toolNames,
+      approvalsEnabled: c.approvalsEnabled,
+      mode: c.mode,
+      budget: budget,
+      telemetry: telemetry,
+    };
+    // The run's own id, read through the installed run.
+    defineProperty(contextObj, 'scriptId', { get: freeze(() => (active === null ? undefined : active.scriptId)), enumerable: true });
+    const context = deepFreeze(contextObj);
+    freeze(emitProgress);
+
+    return { json: staticJson, tools: tools, context: context };
   }
-  const mcpObj = create(null);
-  for (const server in mcpServers) mcpObj[server] = sealedTools(mcpServers[server], 'mcp.' + server + '.');
-  const mcpTools = sealedTools(mcpObj, 'mcp.');
+  let shared = null;
 
-  const tools = new ProxyCtor(toolFns, {
-    get: function (t, key) {
-      if (typeof key !== 'string') return undefined;
-      if (apply(hasOwn, t, [key])) return t[key];
-      if (key === 'then' || key === 'toJSON') return undefined;
-      // The harness's own names: `if (tools.spawn)` must be false when off.
-      if (key === 'spawn') return config.spawn ? spawnObj : undefined;
-      if (key === 'mcp') return hasMcp ? mcpTools : undefined;
-      if (key === 'http') return undefined;
-      return unknownTool(key);
-    },
-    has: function (t, key) {
-      return (key === 'spawn' && config.spawn === true) || (key === 'mcp' && hasMcp) ||
-        apply(hasOwn, t, [key]);
-    },
-    set: function () { return false; },
-    defineProperty: function () { return false; },
-    deleteProperty: function () { return false; },
-    setPrototypeOf: function () { return false; },
-  });
-
+  // The prelude's side of a run, the same object for every run.
   function settle(id, ok, payload) {
-    const entry = apply(mapGet, pending, [id]);
+    const r = active;
+    if (r === null) return;
+    const entry = apply(mapGet, r.pending, [id]);
     if (entry === undefined) return;
-    apply(mapDelete, pending, [id]);
+    apply(mapDelete, r.pending, [id]);
     if (ok) {
       entry.resolve(deepFreeze(jsonParse(payload)));
     } else {
@@ -777,89 +834,49 @@
         entry.task ? undefined : id, info.stderr === null ? undefined : info.stderr));
     }
   }
-
-  // ---- 6. console -----------------------------------------------------------
-  // ---- 7. context -------------------------------------------------------------
-  const c = config.context;
-  const budget = create(O.prototype, {
-    remainingToolCalls: { get: freeze(() => NumberCtor(call('budget'))), enumerable: true },
-    remainingMs: { get: freeze(() => NumberCtor(call('remaining_ms'))), enumerable: true },
-  });
-  // emitProgress(message, data) as before, or emitProgress(message, kind,
-  // data) with kind 'info' or 'warn'.
-  const emitProgress = (message, kindOrData, data) => {
-    let kind = 'info';
-    if (kindOrData === 'info' || kindOrData === 'warn') {
-      kind = kindOrData;
-    } else {
-      data = kindOrData;
-    }
-    let dataJson = '';
-    if (data !== undefined) {
-      try { dataJson = jsonStringify(data); } catch (_) { dataJson = ''; }
-      if (dataJson === undefined) dataJson = '';
-    }
-    const text = StringCtor(message);
-    return (kind === 'warn' ? call('progress_warn', text, dataJson) : call('progress', text, dataJson)) === '1';
-  };
-  const telemetry = { emitProgress: emitProgress };
-  const sandbox = create(O.prototype, {
-    timeoutMs: { value: c.sandbox.timeoutMs, enumerable: true },
-    memoryMb: { value: c.sandbox.memoryMb, enumerable: true },
-    remainingToolBudget: { get: freeze(() => NumberCtor(call('budget'))), enumerable: true },
-    maxConcurrentToolCalls: { value: c.sandbox.maxConcurrentToolCalls, enumerable: true },
-    mode: { value: c.sandbox.mode, enumerable: true },
-  });
-  const approvals = create(O.prototype, {
-    required: { value: c.approvalsEnabled, enumerable: true },
-    lastRequestId: { get: freeze(() => { const id = call('approval_id'); return id === '' ? null : id; }), enumerable: true },
-  });
-  const context = deepFreeze({
-    conversationId: c.conversationId,
-    sessionId: c.sessionId,
-    turnId: c.turnId,
-    scriptId: c.scriptId,
-    sandbox: sandbox,
-    capabilities: { tools: toolNames },
-    approvals: approvals,
-    emitProgress: emitProgress,
-    identity: c.identity,
-    workingDirectory: c.workingDirectory,
-    provider: c.provider,
-    model: c.model,
-    extra: c.extra,
-    limits: c.limits,
-    tools: toolNames,
-    approvalsEnabled: c.approvalsEnabled,
-    mode: c.mode,
-    budget: budget,
-    telemetry: telemetry,
-  });
-  freeze(emitProgress);
-
-  // ---- 8. Install ------------------------------------------------------------
-  run.tools = tools;
-  run.context = context;
-  run.console = sharedConsole;
-  if (!globalsDefined) {
-    defineProperty(G, 'tools', { get: currentOf('tools'), configurable: false, enumerable: false });
-    defineProperty(G, 'context', { get: currentOf('context'), configurable: false, enumerable: false });
-    defineProperty(G, 'console', { get: currentOf('console'), configurable: false, enumerable: false });
-    // The global object is sealed for good: a script cannot create or
-    // replace a global (scripts are strict, so trying throws a TypeError).
-    freeze(G);
-    globalsDefined = true;
-  }
-
-  // Closes the run: its functions no longer reach the host and the
-  // globals read `undefined`. True when the run left nothing pending, so
-  // that the context may serve another run.
+  // Closes the run: the host is no longer reachable and the globals read
+  // `undefined`. True when the run left nothing pending, so that the
+  // context may serve another run.
   function end() {
-    const clean = apply(mapSize, pending, []) === 0;
-    if (active === run) active = null;
-    return clean;
+    const r = active;
+    if (r === null) return false;
+    active = null;
+    return apply(mapSize, r.pending, []) === 0;
   }
+  const controller = freeze({ start: start, settle: settle, end: end });
 
-  return { start: start, settle: settle, end: end };
+  // The config is `{"run":{"scriptId":…,"seed":[…]},"static":{…}}`, in
+  // that order: the static part is compared as a string, without parsing.
+  const runPrefix = '{"run":';
+  const staticMark = ',"static":';
+  return function install(configJson) {
+    if (active !== null) throw new TypeErrorCtor('a run is already installed in this context');
+    let runConfig, staticJson;
+    const mark = apply(stringIndexOf, configJson, [staticMark]);
+    if (apply(stringSlice, configJson, [0, runPrefix.length]) === runPrefix && mark > 0) {
+      runConfig = jsonParse(apply(stringSlice, configJson, [runPrefix.length, mark]));
+      staticJson = apply(stringSlice, configJson, [mark + staticMark.length, configJson.length - 1]);
+    } else {
+      const whole = jsonParse(configJson);
+      runConfig = whole.run;
+      staticJson = jsonStringify(whole.static);
+    }
+    if (isArray(runConfig.seed)) seedRandom(runConfig.seed);
+    // Installed from here on (making `context` reads its getters); an
+    // install that throws leaves the context to be dropped, never reused.
+    active = { scriptId: runConfig.scriptId, pending: new MapCtor(), tools: undefined, context: undefined, console: sharedConsole };
+    if (shared === null || shared.json !== staticJson) shared = makeShared(staticJson);
+    active.tools = shared.tools;
+    active.context = shared.context;
+    if (!globalsDefined) {
+      defineProperty(G, 'tools', { get: currentOf('tools'), configurable: false, enumerable: false });
+      defineProperty(G, 'context', { get: currentOf('context'), configurable: false, enumerable: false });
+      defineProperty(G, 'console', { get: currentOf('console'), configurable: false, enumerable: false });
+      // The global object is sealed for good: a script cannot create or
+      // replace a global (scripts are strict, so trying throws a TypeError).
+      freeze(G);
+      globalsDefined = true;
+    }
+    return controller;
   };
 })

@@ -339,43 +339,111 @@ fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade, script_id: &s
         Mode::DryRun => "dry-run",
         Mode::Disabled => "disabled",
     };
-    json!({
-        "tools": facade.visible_tools(),
-        "spawn": request.tasks.is_some() && request.mode == Mode::Enabled,
-        "lineOffset": WRAPPER_LINE_OFFSET,
-        "seed": random_seed(),
-        "context": {
-            "conversationId": c.conversation_id,
-            "sessionId": c.session_id,
-            "turnId": c.turn_id,
-            "scriptId": script_id,
-            "sandbox": {
-                "timeoutMs": l.timeout_ms,
-                "memoryMb": l.memory_bytes / (1024 * 1024),
-                "maxConcurrentToolCalls": l.max_concurrent_tool_calls,
-                "mode": mode,
+    // What differs from run to run is kept apart from the rest, which the
+    // prelude compares as a string and, where it is the last run's, does
+    // not parse or build again (see prelude.js, `install`). Serialised
+    // from borrowing structs: building a `json!` tree cost more than the
+    // rest of the run's set-up.
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Run<'a> {
+        script_id: &'a str,
+        seed: [u32; 4],
+    }
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Fixed<'a> {
+        tools: &'a [String],
+        spawn: bool,
+        line_offset: u32,
+        context: Context<'a>,
+    }
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Context<'a> {
+        conversation_id: &'a Option<String>,
+        session_id: &'a Option<String>,
+        turn_id: &'a Option<String>,
+        sandbox: Sandbox<'a>,
+        identity: &'a Value,
+        working_directory: &'a Option<String>,
+        provider: &'a Option<String>,
+        model: &'a Option<String>,
+        extra: &'a Value,
+        approvals_enabled: bool,
+        mode: &'a str,
+        limits: LimitsView,
+    }
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Sandbox<'a> {
+        timeout_ms: u64,
+        memory_mb: u64,
+        max_concurrent_tool_calls: u32,
+        mode: &'a str,
+    }
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct LimitsView {
+        timeout_ms: u64,
+        memory_bytes: u64,
+        stack_bytes: u64,
+        max_source_bytes: u64,
+        max_return_bytes: u64,
+        max_tool_calls: u32,
+        max_concurrent_tool_calls: u32,
+        max_console_lines: u32,
+        max_progress_events: u32,
+    }
+    let run = Run {
+        script_id,
+        seed: random_seed(),
+    };
+    let fixed = Fixed {
+        tools: facade.visible_tools(),
+        spawn: request.tasks.is_some() && request.mode == Mode::Enabled,
+        line_offset: WRAPPER_LINE_OFFSET,
+        context: Context {
+            conversation_id: &c.conversation_id,
+            session_id: &c.session_id,
+            turn_id: &c.turn_id,
+            sandbox: Sandbox {
+                timeout_ms: l.timeout_ms,
+                memory_mb: l.memory_bytes / (1024 * 1024),
+                max_concurrent_tool_calls: l.max_concurrent_tool_calls,
+                mode,
             },
-            "identity": c.identity,
-            "workingDirectory": c.working_directory,
-            "provider": c.provider,
-            "model": c.model,
-            "extra": c.extra,
-            "approvalsEnabled": request.mode == Mode::Enabled,
-            "mode": mode,
-            "limits": {
-                "timeoutMs": l.timeout_ms,
-                "memoryBytes": l.memory_bytes,
-                "stackBytes": l.stack_bytes,
-                "maxSourceBytes": l.max_source_bytes,
-                "maxReturnBytes": l.max_return_bytes,
-                "maxToolCalls": l.max_tool_calls,
-                "maxConcurrentToolCalls": l.max_concurrent_tool_calls,
-                "maxConsoleLines": l.max_console_lines,
-                "maxProgressEvents": l.max_progress_events,
+            identity: &c.identity,
+            working_directory: &c.working_directory,
+            provider: &c.provider,
+            model: &c.model,
+            extra: &c.extra,
+            approvals_enabled: request.mode == Mode::Enabled,
+            mode,
+            limits: LimitsView {
+                timeout_ms: l.timeout_ms,
+                memory_bytes: l.memory_bytes,
+                stack_bytes: l.stack_bytes,
+                max_source_bytes: l.max_source_bytes,
+                max_return_bytes: l.max_return_bytes,
+                max_tool_calls: l.max_tool_calls,
+                max_concurrent_tool_calls: l.max_concurrent_tool_calls,
+                max_console_lines: l.max_console_lines,
+                max_progress_events: l.max_progress_events,
             },
         },
-    })
-    .to_string()
+    };
+    let (run, fixed) = (
+        serde_json::to_string(&run).unwrap_or_default(),
+        serde_json::to_string(&fixed).unwrap_or_default(),
+    );
+    let mut out = String::with_capacity(run.len() + fixed.len() + 20);
+    out.push_str(r#"{"run":"#);
+    out.push_str(&run);
+    out.push_str(r#","static":"#);
+    out.push_str(&fixed);
+    out.push('}');
+    out
 }
 
 /// Runs one script on `engine` and reports. `tokio` runs the tool calls.

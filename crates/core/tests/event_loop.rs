@@ -208,7 +208,7 @@ fn a_returned_value_is_the_report_value() {
     assert_eq!(out.report.metrics.engine, "fake");
     assert_eq!(out.report.metrics.memory_used_bytes, Some(4096));
     // The prelude's configuration names the tools the script may call.
-    assert_eq!(e.config["tools"], json!(["echo", "slow"]));
+    assert_eq!(e.config["static"]["tools"], json!(["echo", "slow"]));
 }
 
 #[test]
