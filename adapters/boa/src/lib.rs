@@ -30,7 +30,7 @@
 
 use boa_engine::context::HostHooks;
 use boa_engine::error::{EngineError, RuntimeLimitError, TryNativeError};
-use boa_engine::job::SimpleJobExecutor;
+use boa_engine::job::{Job, JobExecutor, SimpleJobExecutor};
 use boa_engine::object::FunctionObjectBuilder;
 use boa_engine::optimizer::OptimizerOptions;
 use boa_engine::realm::Realm;
@@ -110,6 +110,33 @@ impl HostHooks for Hooks {
 /// Where the native host function finds the current run (context data).
 struct HostSlot(Option<HostHandle>);
 
+/// Boa's own job executor, remembering whether a job was queued since its
+/// queues last ran dry: a context is handed to the next run only if not.
+struct TrackedJobs {
+    inner: Rc<SimpleJobExecutor>,
+    queued: std::cell::Cell<bool>,
+}
+
+impl JobExecutor for TrackedJobs {
+    fn enqueue_job(self: Rc<Self>, job: Job, context: &mut Context) {
+        self.queued.set(true);
+        self.inner.clone().enqueue_job(job, context);
+    }
+
+    /// Runs until every queue is empty (no timers exist in the context);
+    /// after an error the queues are cleared but the flag stays set.
+    fn run_jobs(self: Rc<Self>, context: &mut Context) -> JsResult<()> {
+        let ran = self.inner.clone().run_jobs(context);
+        if ran.is_ok() {
+            self.queued.set(false);
+        }
+        ran
+    }
+}
+
+/// The context's [`TrackedJobs`] (context data).
+struct Jobs(Rc<TrackedJobs>);
+
 fn arg_string(args: &[JsValue], i: usize) -> String {
     args.get(i)
         .and_then(JsValue::as_string)
@@ -130,13 +157,19 @@ fn host_native(_this: &JsValue, args: &[JsValue], ctx: &mut Context) -> JsResult
 }
 
 fn new_context(allow_code_generation: bool) -> Result<Context, EngineFault> {
-    Context::builder()
+    let jobs = Rc::new(TrackedJobs {
+        inner: Rc::new(SimpleJobExecutor::new()),
+        queued: std::cell::Cell::new(false),
+    });
+    let mut ctx = Context::builder()
         .host_hooks(Rc::new(Hooks {
             allow_code_generation,
         }))
-        .job_executor(Rc::new(SimpleJobExecutor::new()))
+        .job_executor(jobs.clone())
         .build()
-        .map_err(|e| internal(&format!("cannot build a Boa context: {e}")))
+        .map_err(|e| internal(&format!("cannot build a Boa context: {e}")))?;
+    ctx.insert_data(Jobs(jobs));
+    Ok(ctx)
 }
 
 /// A fresh context with the prelude's hardening done and nothing
@@ -311,11 +344,14 @@ fn parse_position(message: &str) -> Option<(u32, u32)> {
     Some((line.trim().parse().ok()?, col.parse().ok()?))
 }
 
-/// One run's engine: a fresh, hardened context.
+/// One run's engine: a hardened context, fresh or handed on by the last run.
 struct BoaEngine {
     ctx: Option<Context>,
+    /// The prelude's `install`, kept to hand the context on.
+    install: Option<JsObject>,
     start_fn: Option<JsObject>,
     settle_fn: Option<JsObject>,
+    end_fn: Option<JsObject>,
     /// A context hardened ahead of time, used by `load` if present.
     pre: Option<Warm>,
     /// A fault raised by the script itself during `start` (after it
@@ -325,6 +361,22 @@ struct BoaEngine {
 }
 
 impl BoaEngine {
+    /// Ends the installed run and takes its context back if it may serve
+    /// another run: the prelude's `end` found nothing of the run pending
+    /// and no job is queued. Any doubt drops it.
+    fn end_run(&mut self) -> Option<Warm> {
+        let mut ctx = self.ctx.take()?;
+        ctx.insert_data(HostSlot(None));
+        let (end, install) = (self.end_fn.take()?, self.install.take()?);
+        let clean = guarded(|| {
+            end.call(&JsValue::undefined(), &[], &mut ctx)
+                .map_err(|e| error_fault(&e, &mut ctx))
+        })
+        .is_ok_and(|v| v.as_boolean() == Some(true));
+        let queued = ctx.get_data::<Jobs>().is_none_or(|j| j.0.queued.get());
+        (clean && !queued).then_some(Warm { ctx, install })
+    }
+
     fn ctx(&mut self) -> Result<&mut Context, EngineFault> {
         self.ctx.as_mut().ok_or_else(|| internal("not loaded"))
     }
@@ -372,7 +424,9 @@ impl Engine for BoaEngine {
         };
         self.start_fn = Some(get(&mut ctx, "start")?);
         self.settle_fn = Some(get(&mut ctx, "settle")?);
+        self.end_fn = Some(get(&mut ctx, "end")?);
         self.ctx = Some(ctx);
+        self.install = Some(install);
         Ok(())
     }
 
@@ -435,25 +489,37 @@ struct BoaThread {
 }
 
 impl EngineThread for BoaThread {
-    /// Lends a fresh engine to `run` (which says whether it is tainted),
-    /// then drops the used context, collects garbage and hardens the next
-    /// context: after `run` has answered, off the critical path. Building
+    /// Lends an engine to `run` (which says whether it is tainted). A run
+    /// that ended clean hands its context to the next run (as QuickJS
+    /// does: nothing a script reaches is writable, see docs/security.md);
+    /// otherwise the used context is dropped, garbage collected and the
+    /// next context hardened: after `run` has answered, off the critical
+    /// path. Building
     /// a Boa context allocates a few thousand objects, and Boa's collector
     /// runs when allocation crosses its threshold: doing both here keeps
     /// that pause out of the next run.
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
         let mut engine = BoaEngine {
             ctx: None,
+            install: None,
             start_fn: None,
             settle_fn: None,
+            end_fn: None,
             pre: self.warm.take(),
             deferred: None,
         };
         let tainted = run(Ok(&mut engine));
+        // A run that ended clean hands its context to the next run.
+        let reuse = if tainted {
+            None
+        } else {
+            catch_unwind(AssertUnwindSafe(|| engine.end_run())).unwrap_or(None)
+        };
         // Dropping a context a panic left half-way may panic again.
         let dropped = catch_unwind(AssertUnwindSafe(move || drop(engine)));
-        let _ = tainted;
-        if dropped.is_ok() {
+        if reuse.is_some() {
+            self.warm = reuse;
+        } else if dropped.is_ok() {
             let _ = catch_unwind(boa_gc::force_collect);
             self.warm = harden().ok();
         }

@@ -11,7 +11,10 @@
 //! `--iters` runs are timed one by one, end to end (ours: `Harness::run`,
 //! i.e. prepare, fresh hardened context, run, report; the peer: fresh
 //! runtime and context with limits, `console` and `tools`, run, dump,
-//! dispose). Medians are compared; p90 is shown for the tail. `--gap-ms`
+//! dispose). Medians are compared; p90 is shown for the tail. The
+//! `throughput` row is CPU time per script with as many runs in flight as
+//! cores (batch wall time × cores ÷ runs); the peer runs one script at a
+//! time on one core, so its row is its trivial time. `--gap-ms`
 //! idles that long before each timed run (not timed), as between a
 //! model's turns: engines that prepare work ahead (our hardened contexts)
 //! then find it ready, as in production.
@@ -151,7 +154,55 @@ fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Ve
             .collect();
         rows.push(summarise(&name, &config.to_string(), samples));
     }
+    if o.only.as_ref().is_none_or(|w| w == THROUGHPUT) {
+        rows.push(throughput_per_core(&h, config, o, rt));
+    }
     rows
+}
+
+/// The throughput row's name.
+const THROUGHPUT: &str = "throughput";
+
+/// Throughput per core, as CPU time per trivial script: batches of as
+/// many concurrent runs as there are cores, each batch's wall time × cores
+/// ÷ runs. The peer runs one script at a time on one core, so its row is
+/// its trivial median, and `peer/ours` compares scripts/s per core.
+fn throughput_per_core(
+    h: &harness::Harness,
+    config: Config,
+    o: &Options,
+    rt: &tokio::runtime::Runtime,
+) -> Row {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let batch = || {
+        rt.block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            for _ in 0..cores {
+                let h = h.clone();
+                set.spawn(async move { h.run(TRIVIAL).await });
+            }
+            while let Some(r) = set.join_next().await {
+                let r = r.expect("a run task");
+                assert!(r.ok, "{config} throughput: {r:?}");
+            }
+        })
+    };
+    let until = Instant::now() + o.warmup;
+    while Instant::now() < until {
+        batch();
+    }
+    let samples = (0..o.iters)
+        .map(|_| {
+            if !o.gap.is_zero() {
+                std::thread::sleep(o.gap);
+            }
+            let t = Instant::now();
+            batch();
+            // cores × wall ÷ runs, with as many runs as cores.
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    summarise(THROUGHPUT, &config.to_string(), samples)
 }
 
 /// Runs the Node peer; its rows and a one-line description.
@@ -173,7 +224,17 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
         .args(["--json", "--iters", &o.iters.to_string()])
         .args(["--warmup-ms", &o.warmup.as_millis().to_string()])
         .args(["--gap-ms", &o.gap.as_millis().to_string()])
-        .args(o.only.iter().flat_map(|w| ["--only", w.as_str()]))
+        // The peer's throughput row is its trivial row.
+        .args(o.only.iter().flat_map(|w| {
+            [
+                "--only",
+                if w == THROUGHPUT {
+                    "trivial"
+                } else {
+                    w.as_str()
+                },
+            ]
+        }))
         .current_dir(&o.peer_dir)
         .output()
         .map_err(|e| {
@@ -195,7 +256,7 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
         meta["version"].as_str().unwrap_or("?"),
         meta["node"].as_str().unwrap_or("?")
     );
-    let rows = v["results"]
+    let mut rows: Vec<Row> = v["results"]
         .as_array()
         .ok_or("peer output has no results")?
         .iter()
@@ -207,6 +268,22 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
             mean_us: r["mean_us"].as_f64().unwrap_or(f64::NAN),
         })
         .collect();
+    // One script at a time on one core: its CPU time per script is its
+    // trivial time.
+    let per_core: Vec<Row> = rows
+        .iter()
+        .filter(|r| r.workload == "trivial")
+        .map(|r| Row {
+            workload: THROUGHPUT.to_string(),
+            ..r.clone()
+        })
+        .collect();
+    if o.only.as_ref().is_none_or(|w| w == THROUGHPUT) {
+        rows.extend(per_core);
+    }
+    if o.only.as_deref() == Some(THROUGHPUT) {
+        rows.retain(|r| r.workload == THROUGHPUT);
+    }
     Ok((rows, about))
 }
 
