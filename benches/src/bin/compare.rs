@@ -9,7 +9,7 @@
 //!
 //! Method, for both sides: each workload is run for `--warmup-ms`, then
 //! `--iters` runs are timed one by one, end to end (ours: `Harness::run`,
-//! i.e. prepare, fresh hardened context, run, report; the peer: fresh
+//! i.e. prepare, install in a hardened context, run, report; the peer: fresh
 //! runtime and context with limits, `console` and `tools`, run, dump,
 //! dispose). Medians are compared; p90 is shown for the tail. The
 //! `throughput` row is CPU time per script with as many runs in flight as
