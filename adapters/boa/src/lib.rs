@@ -494,10 +494,9 @@ impl EngineThread for BoaThread {
     /// does: nothing a script reaches is writable, see docs/security.md);
     /// otherwise the used context is dropped, garbage collected and the
     /// next context hardened: after `run` has answered, off the critical
-    /// path. Building
-    /// a Boa context allocates a few thousand objects, and Boa's collector
-    /// runs when allocation crosses its threshold: doing both here keeps
-    /// that pause out of the next run.
+    /// path. Building a Boa context allocates a few thousand objects, and
+    /// Boa's collector runs when allocation crosses its threshold: doing
+    /// both here keeps that pause out of the next run.
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
         let mut engine = BoaEngine {
             ctx: None,

@@ -73,8 +73,6 @@
   const setAdd = Set.prototype.add;
   const setDelete = Set.prototype.delete;
   const ObjectProto = Object.prototype;
-  const ArrayProto = Array.prototype;
-  const arrayPop = Array.prototype.pop;
   const ownKeys = Reflect.ownKeys;
   const imul = Math.imul;
   const nativeRandom = Math.random;
@@ -272,12 +270,10 @@
     const isSeen = apply(fnBind, setHas, [seen]);
     const see = apply(fnBind, setAdd, [seen]);
     const queue = roots;
-    let objects = 0;
     for (let n = 0; n < queue.length; n++) {
       const v = queue[n];
       if (v === null || (typeof v !== 'object' && typeof v !== 'function') || isSeen(v)) continue;
       see(v);
-      objects++;
       if (v !== G) freeze(v);
       queue[queue.length] = getPrototypeOf(v);
       const ds = getOwnPropertyDescriptors(v);
@@ -293,10 +289,9 @@
         }
       }
     }
-    return objects;
   }
-  // Intrinsics no global names, reachable from syntax or from what
-  // built-ins return.
+  // The roots: the global object, and intrinsics no global names,
+  // reachable from syntax or from what built-ins return.
   const hidden = [
     G,
     getPrototypeOf(Int8Array),

@@ -34,8 +34,8 @@ struct Shared<S> {
     stack_size: usize,
     name: String,
     factory: Factory<S>,
-    /// Workers spinning for their next job right now (at most one).
-    spinning: std::sync::atomic::AtomicUsize,
+    /// Whether a worker is spinning for its next job (at most one is).
+    spinning: std::sync::atomic::AtomicBool,
     /// The CPUs this process may use.
     cores: usize,
 }
@@ -76,7 +76,7 @@ impl<S: 'static> WorkerPool<S> {
                 stack_size,
                 name: name.to_owned(),
                 factory: Arc::new(factory),
-                spinning: std::sync::atomic::AtomicUsize::new(0),
+                spinning: std::sync::atomic::AtomicBool::new(false),
                 cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             }),
         }
@@ -222,23 +222,20 @@ const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// The next job sent to this idle worker; `None` once the pool closed.
 fn next_job<S>(shared: &Shared<S>, rx: &mpsc::Receiver<Job<S>>, may_spin: bool) -> Option<Job<S>> {
     use std::sync::atomic::Ordering;
-    if shared.spinning.fetch_add(1, Ordering::AcqRel) == 0 && may_spin {
+    if may_spin && !shared.spinning.swap(true, Ordering::AcqRel) {
         let until = std::time::Instant::now() + SPIN;
-        loop {
-            match rx.try_recv() {
-                Ok(j) => {
-                    shared.spinning.fetch_sub(1, Ordering::AcqRel);
-                    return Some(j);
-                }
-                Err(mpsc::TryRecvError::Disconnected) => break,
-                Err(mpsc::TryRecvError::Empty) if std::time::Instant::now() < until => {
-                    std::hint::spin_loop();
-                }
-                Err(mpsc::TryRecvError::Empty) => break,
-            }
+        let mut got = rx.try_recv();
+        while matches!(got, Err(mpsc::TryRecvError::Empty)) && std::time::Instant::now() < until {
+            std::hint::spin_loop();
+            got = rx.try_recv();
+        }
+        shared.spinning.store(false, Ordering::Release);
+        match got {
+            Ok(j) => return Some(j),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => {}
         }
     }
-    shared.spinning.fetch_sub(1, Ordering::AcqRel);
     rx.recv().ok()
 }
 
