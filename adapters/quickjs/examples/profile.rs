@@ -3,6 +3,7 @@
 //! prints the mean time per run: `profile N [GAP] [WORKERS] [IN_FLIGHT]`
 //! (with IN_FLIGHT > 1: N runs with that many in flight at once, and the
 //! throughput in scripts/s);
+//! `PROFILE_SCRIPT=FILE` runs that script instead of `return 1+1`;
 //! a steady driver for profilers:
 //! `cargo build --release -p harness-quickjs --example profile &&
 //!  valgrind --tool=callgrind target/release/examples/profile 200`
@@ -18,6 +19,14 @@ fn main() {
         .nth(2)
         .and_then(|a| a.parse().ok())
         .unwrap_or(0);
+    let script: &'static str = match std::env::var("PROFILE_SCRIPT") {
+        Ok(path) => Box::leak(
+            std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("PROFILE_SCRIPT {path}: {e}"))
+                .into_boxed_str(),
+        ),
+        Err(_) => "return 1+1",
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -34,7 +43,7 @@ fn main() {
             let mut set = tokio::task::JoinSet::new();
             for _ in 0..16 {
                 let e = e.clone();
-                set.spawn(async move { e.execute(ExecutionRequest::new("return 1+1")).await });
+                set.spawn(async move { e.execute(ExecutionRequest::new(script)).await });
             }
             while set.join_next().await.is_some() {}
         });
@@ -53,7 +62,7 @@ fn main() {
             while done < n {
                 while started < n && set.len() < in_flight {
                     let e = e.clone();
-                    set.spawn(async move { e.execute(ExecutionRequest::new("return 1+1")).await });
+                    set.spawn(async move { e.execute(ExecutionRequest::new(script)).await });
                     started += 1;
                 }
                 if let Some(r) = set.join_next().await {
@@ -72,7 +81,7 @@ fn main() {
     let mut busy = std::time::Duration::ZERO;
     for _ in 0..n {
         let t = std::time::Instant::now();
-        let r = rt.block_on(e.execute(ExecutionRequest::new("return 1+1")));
+        let r = rt.block_on(e.execute(ExecutionRequest::new(script)));
         busy += t.elapsed();
         assert!(r.ok);
         if gap > 0 {

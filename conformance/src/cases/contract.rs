@@ -64,6 +64,43 @@ pub const CASES: &[Case] = &[
             "  }\n",
             "}\n",
             "return [seen.size > 200, open.slice(0, 10)]"), |o| expect_value(o, json!([true, []])))]),
+    case!("contract::no_override_mistake", "assigning to a property that a frozen built-in prototype holds creates an own property on the receiver, for every prototype a walk from globalThis reaches; the prototypes themselves stay read-only", Security, Nothing,
+        [Spec::new(concat!(
+            "const protos = new Set(); const seen = new Set(); const queue = [globalThis, Object.getPrototypeOf(async function () {}), Object.getPrototypeOf(function* () {}),\n",
+            "  Object.getPrototypeOf(async function* () {}), [][Symbol.iterator](), new Map().entries(), new Set().values(), ''[Symbol.iterator](), /x/[Symbol.matchAll]('')];\n",
+            "while (queue.length > 0) {\n",
+            "  const v = queue.pop();\n",
+            "  if (v === null || (typeof v !== 'object' && typeof v !== 'function') || seen.has(v)) continue;\n",
+            "  seen.add(v); const p = Object.getPrototypeOf(v); if (p !== null) { protos.add(p); queue.push(p); }\n",
+            "  for (const k of Reflect.ownKeys(v)) {\n",
+            "    const d = Object.getOwnPropertyDescriptor(v, k);\n",
+            "    if ('value' in d) { queue.push(d.value); if (k === 'prototype' && typeof v === 'function' && d.value !== null && typeof d.value === 'object') protos.add(d.value); }\n",
+            "    else queue.push(d.get, d.set);\n",
+            "  }\n",
+            "}\n",
+            // Data properties that are read-only in a fresh engine too, and
+            // the stack knobs the prelude pins on `Error` (docs/security.md);
+            // below, accessors that throw there too: %ThrowTypeError% pairs.
+            // The mark is a string: QuickJS's own `stack` setter takes one.
+            "const readOnly = new Set(['length', 'name', 'prototype', 'BYTES_PER_ELEMENT', 'stackTraceLimit', 'prepareStackTrace', Symbol.toStringTag, Symbol.hasInstance, Symbol.unscopables, Symbol.toPrimitive]);\n",
+            "const failed = []; const stillData = []; let tried = 0;\n",
+            "for (const p of protos) {\n",
+            "  for (const k of Reflect.ownKeys(p)) {\n",
+            "    const d = Object.getOwnPropertyDescriptor(p, k);\n",
+            "    if ('value' in d) { if (!readOnly.has(k)) stillData.push(String(k)); continue; }\n",
+            "    if (d.set === undefined || k === '__proto__' || k === 'caller' || k === 'arguments') continue;\n",
+            "    const o = Object.create(p); const mark = 'mark' + tried; tried++;\n",
+            "    try { o[k] = mark; if (!Object.prototype.hasOwnProperty.call(o, k) || o[k] !== mark || p[k] === mark) failed.push(String(k)); }\n",
+            "    catch (e) { failed.push(String(k) + ': ' + e.message); }\n",
+            "  }\n",
+            "}\n",
+            "const instances = []; instances.push([].constructor === Array);\n",
+            "const a = []; a.constructor = 1; const e = new TypeError('m'); e.name = 'Mine'; e.message = 'changed';\n",
+            "const m = new Map(); m.get = () => 'own'; const it = [1][Symbol.iterator](); it.next = () => ({ done: true });\n",
+            "class MyArray extends Array {} const ma = new MyArray(); ma.map = 'shadowed';\n",
+            "let refused = 0; for (const f of [() => { Array.prototype.constructor = 1 }, () => { Map.prototype.get = 1 }, () => { Math.toString = 1 }]) { try { f() } catch (_) { refused++ } }\n",
+            "return [tried > 300, failed.slice(0, 10), stillData.slice(0, 10), a.constructor, String(e), m.get(), [...it].length, ma.map, [].map === Array.prototype.map, refused]"),
+            |o| expect_value(o, json!([true, [], [], 1, "Mine: changed", "own", 0, "shadowed", true, 3])))]),
     case!("contract::context_shape", "context has the documented ids, sandbox, capabilities and approvals; scriptId is new per run and in the report", Context, Nothing,
         [Spec::new("return [context.model, context.provider, context.conversationId, context.sessionId, context.turnId, context.scriptId, context.sandbox.timeoutMs, context.sandbox.memoryMb, context.sandbox.maxConcurrentToolCalls, context.sandbox.mode, context.capabilities.tools.includes('echo'), context.approvals.required, context.approvals.lastRequestId, Object.isFrozen(context.sandbox) && Object.isFrozen(context.capabilities) && Object.isFrozen(context.approvals)]", |o| {
             let v = o.report.value.clone().unwrap_or_default();

@@ -139,7 +139,7 @@
     const ctor = blocked('the ' + ctorProtos[i][1] + ' constructor');
     defineProperty(ctor, 'name', { value: ctorProtos[i][1] });
     defineProperty(ctor, 'prototype', { value: proto, writable: false });
-    defineProperty(proto, 'constructor', { value: ctor, writable: false, configurable: true });
+    defineProperty(proto, 'constructor', { value: ctor, writable: true, configurable: true });
     if (i === 0) SafeFunction = ctor;
   }
   defineProperty(G, 'Function', { value: SafeFunction, writable: false, configurable: false });
@@ -171,36 +171,8 @@
   defineProperty(Promise, 'any', { value: withLoserCancel(origAny, 'any'), writable: true, configurable: true });
 
   // ---- 4. Freeze intrinsics ----------------------------------------------
-  // Assigning to a property a frozen prototype holds (`err.name = 'X'`,
-  // `obj.toString = f`) would throw; these common ones become accessors
-  // whose setter defines an own property on the receiver instead.
-  function tame(proto, prop) {
-    const d = getOwnPropertyDescriptor(proto, prop);
-    if (d === undefined || !('value' in d) || !d.configurable) return;
-    const value = d.value;
-    defineProperty(proto, prop, {
-      get: function () { return value; },
-      set: function (v) {
-        if (this === proto) throw new TypeErrorCtor("Cannot assign to read only property '" + StringCtor(prop) + "' of a built-in prototype");
-        if (apply(hasOwn, this, [prop])) { this[prop] = v; return; }
-        defineProperty(this, prop, { value: v, writable: true, enumerable: true, configurable: true });
-      },
-      enumerable: d.enumerable,
-      configurable: false,
-    });
-  }
-  const errorCtors = [Error, TypeError, RangeError, SyntaxError, ReferenceError, EvalError, URIError];
-  if (typeof AggregateError === 'function') apply(arrayPush, errorCtors, [AggregateError]);
-  if (typeof InternalError === 'function') apply(arrayPush, errorCtors, [InternalError]);
-  for (let i = 0; i < errorCtors.length; i++) {
-    const p = errorCtors[i].prototype;
-    tame(p, 'name'); tame(p, 'message'); tame(p, 'constructor'); tame(p, 'toString');
-  }
-  const tamedObject = ['constructor', 'toString', 'valueOf', 'toLocaleString'];
-  for (let i = 0; i < tamedObject.length; i++) tame(O.prototype, tamedObject[i]);
-  tame(FunctionProto, 'toString');
-  tame(Array.prototype, 'toString');
-  tame(Promise.prototype, 'constructor');
+  // (The walk and the taming of the override mistake are below, after the
+  // last changes to the intrinsics.)
 
   // Math.random is reseeded for every run (install's `config.seed`, 128
   // bits from the host): an engine's own generator is seeded once per
@@ -259,35 +231,84 @@
       defineProperty(G, frozenGlobals[i], { writable: false, configurable: false });
     }
   }
+  // The override mistake: an assignment to a property that a frozen
+  // prototype holds (`const a = []; a.constructor = C`, `err.name = 'X'`,
+  // `obj.toString = f`) would throw instead of creating an own property
+  // on the receiver. As Hardened JavaScript's lockdown does, every
+  // writable data property of every intrinsic that serves as a prototype
+  // (the [[Prototype]] of a reachable object, a function's `prototype`, or
+  // one of the hidden intrinsics below, such as %ArrayIteratorPrototype%)
+  // becomes a getter/setter pair: the getter returns the original value,
+  // the setter defines an own property on the receiver, and assigning to
+  // the prototype itself still fails.
+  function tame(proto) {
+    const ds = getOwnPropertyDescriptors(proto);
+    const ks = ownKeys(ds);
+    for (let i = 0; i < ks.length; i++) {
+      const prop = ks[i];
+      const d = ds[prop];
+      if (!('value' in d) || !d.writable || !d.configurable) continue;
+      const value = d.value;
+      // Arrows and methods: no `prototype` object of their own to freeze.
+      // (A bound `Object.prototype.valueOf` as the getter was measured
+      // and is slower on QuickJS than this closure.)
+      const pair = {
+        get: () => value,
+        set(v) {
+          if (this === proto) throw new TypeErrorCtor("Cannot assign to read only property '" + StringCtor(prop) + "' of a built-in prototype");
+          if (apply(hasOwn, this, [prop])) { this[prop] = v; return; }
+          defineProperty(this, prop, { value: v, writable: true, enumerable: true, configurable: true });
+        },
+      };
+      defineProperty(proto, prop, { get: freeze(pair.get), set: freeze(pair.set), enumerable: d.enumerable, configurable: false });
+    }
+  }
   // Every object reachable from the roots, through own properties (values,
   // getters and setters, string and symbol keys) and prototypes, is
-  // frozen: a walk, so an intrinsic an engine upgrade adds is frozen too.
-  // Written for slow interpreters too (Boa walks ~700 objects in every
-  // fresh context): one descriptor call per object, primitives never
-  // queued, no array allocated per step.
+  // tamed where it is a prototype and then frozen: a walk, so an intrinsic
+  // an engine upgrade adds is covered too. Written for slow interpreters
+  // (Boa walks ~700 objects in every fresh context): one descriptor call
+  // per object, primitives never queued, no array allocated per step.
   function freezeReachable(roots) {
     const seen = new SetCtor();
     const isSeen = apply(fnBind, setHas, [seen]);
     const see = apply(fnBind, setAdd, [seen]);
+    const protos = new SetCtor();
+    const isProto = apply(fnBind, setHas, [protos]);
+    const addProto = apply(fnBind, setAdd, [protos]);
+    const objects = [];
     const queue = roots;
+    // Every root but the global object is an intrinsic prototype only
+    // syntax or a built-in's result reaches (the iterator prototypes, …).
+    for (let i = 0; i < roots.length; i++) if (roots[i] !== G) addProto(roots[i]);
     for (let n = 0; n < queue.length; n++) {
       const v = queue[n];
       if (v === null || (typeof v !== 'object' && typeof v !== 'function') || isSeen(v)) continue;
       see(v);
-      if (v !== G) freeze(v);
-      queue[queue.length] = getPrototypeOf(v);
+      objects[objects.length] = v;
+      const p = getPrototypeOf(v);
+      if (p !== null) { addProto(p); queue[queue.length] = p; }
       const ds = getOwnPropertyDescriptors(v);
       const ks = ownKeys(ds);
       for (let i = 0; i < ks.length; i++) {
         const d = ds[ks[i]];
         if ('value' in d) {
           const x = d.value;
-          if (x !== null && (typeof x === 'object' || typeof x === 'function')) queue[queue.length] = x;
+          if (x !== null && (typeof x === 'object' || typeof x === 'function')) {
+            queue[queue.length] = x;
+            if (ks[i] === 'prototype' && typeof v === 'function') addProto(x);
+          }
         } else {
           if (d.get !== undefined) queue[queue.length] = d.get;
           if (d.set !== undefined) queue[queue.length] = d.set;
         }
       }
+    }
+    for (let i = 0; i < objects.length; i++) {
+      const v = objects[i];
+      if (v === G) continue;
+      if (isProto(v)) tame(v);
+      freeze(v);
     }
   }
   // The roots: the global object, and intrinsics no global names,
