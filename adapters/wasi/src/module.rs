@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use wasmtime::{
-    Caller, Config, Engine, InstancePre, Linker, Module, ResourceLimiter, Store, StoreLimits,
-    StoreLimitsBuilder, UpdateDeadline,
+    Caller, Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
+    PoolingAllocationConfig, ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder,
+    UpdateDeadline,
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
 
@@ -132,8 +133,9 @@ pub fn load(opts: &ModuleOptions) -> Result<Arc<Loaded>, LoadError> {
 }
 
 /// The engine configuration, and a tag that tells its compiled code apart
-/// in the cache (code for bounds-checked memories differs).
-pub(crate) fn engine_config(bounded_memory: bool) -> (Config, &'static str) {
+/// in the cache (code for bounds-checked memories differs). `pooled`
+/// draws instances from the pooling allocator (see [`pool`]).
+pub(crate) fn engine_config(bounded_memory: bool, pooled: bool) -> (Config, &'static str) {
     let mut c = Config::new();
     c.consume_fuel(true);
     c.epoch_interruption(true);
@@ -148,7 +150,47 @@ pub(crate) fn engine_config(bounded_memory: bool) -> (Config, &'static str) {
         c.memory_guard_size(64 << 10);
         return (c, "bounded");
     }
+    if pooled {
+        c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool()));
+    }
     (c, "reserved")
+}
+
+/// Instances come from a pool of slots reserved up front (1,000, wasmtime's
+/// default: about 4 TiB of address space, none of it committed until used),
+/// each kept mapped to the guest's copy-on-write image between runs. A
+/// freed slot's dirty pages are put back from the image in place (up to
+/// [`KEEP_RESIDENT_BYTES`]; the rest is given back to the kernel), so the
+/// next run neither maps nor faults in its memory, and nothing of one run
+/// survives into the next: the slot holds the image again. Where that much
+/// address space cannot be reserved (valgrind, a small `ulimit -v`), the
+/// engine falls back to mapping each instance on demand.
+fn pool() -> PoolingAllocationConfig {
+    let mut pool = PoolingAllocationConfig::new();
+    pool.linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+        .table_keep_resident(KEEP_RESIDENT_BYTES);
+    pool
+}
+
+/// Bytes of a pooled instance's memory (and table) reset in place and kept
+/// resident when it is freed, instead of being given back to the kernel.
+const KEEP_RESIDENT_BYTES: usize = 8 << 20;
+
+/// The engine for `bounded_memory`: pooled where the pool can be reserved,
+/// else on demand (see [`pool`]).
+fn new_engine(bounded_memory: bool) -> wasmtime::Result<(Engine, &'static str)> {
+    if !bounded_memory {
+        let (config, tag) = engine_config(false, true);
+        match Engine::new(&config) {
+            Ok(engine) => return Ok((engine, tag)),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "wasi: no instance pool (address space?); instances are mapped on demand"
+            ),
+        }
+    }
+    let (config, tag) = engine_config(bounded_memory, false);
+    Ok((Engine::new(&config)?, tag))
 }
 
 /// Compiles (or reads back) and links the guest; not memoised.
@@ -166,8 +208,7 @@ pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
         Err(e) => return Err(invalid(e.to_string())),
     };
     let sha256 = hex(&Sha256::digest(&bytes));
-    let (config, tag) = engine_config(opts.bounded_memory);
-    let engine = Engine::new(&config).map_err(|e| invalid(e.to_string()))?;
+    let (engine, tag) = new_engine(opts.bounded_memory).map_err(|e| invalid(e.to_string()))?;
     let init = if opts.preinit { "-preinit" } else { "" };
     let cache_file = opts.cache_dir.as_ref().map(|d| {
         d.join(format!(

@@ -48,3 +48,33 @@ fn math_random_differs_between_runs() {
     );
     assert_eq!(r.value, Some(serde_json::json!(true)));
 }
+
+/// Instances come from a pool that reserves ~4 TiB of address space up
+/// front; where that cannot be had (`ulimit -v`, valgrind), the engine maps
+/// each instance on demand instead and still runs. The test runs itself
+/// again under `ulimit -v` (16 GB: room for one on-demand instance).
+#[test]
+fn runs_without_room_for_the_instance_pool() {
+    if std::env::var_os("HARNESS_WASI_SMALL_ADDRESS_SPACE").is_some() {
+        let engine = Wasi::new();
+        let r = run(
+            &engine,
+            "return [1 + 1, Math.random() < 1]",
+            Limits::default(),
+        );
+        assert_eq!(r.value, Some(serde_json::json!([2, true])), "{r:?}");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 16000000 && exec \"$0\" --exact runs_without_room_for_the_instance_pool --nocapture")
+        .arg(exe)
+        .env("HARNESS_WASI_SMALL_ADDRESS_SPACE", "1")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "{text}");
+}

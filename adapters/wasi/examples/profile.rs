@@ -1,0 +1,43 @@
+//! Runs a trivial script N times back to back (optionally GAP ms apart)
+//! on WASI-QuickJS and prints the mean time per run: `profile N [GAP]`;
+//! `PROFILE_SCRIPT=FILE` runs that script instead of `return 1+1`.
+//! Needs `bin/quickjs.wasm` (scripts/build-quickjs-wasm). A steady driver
+//! for profilers: `cargo build --release -p harness-wasi --example profile
+//! && strace -c -f target/release/examples/profile 1000`.
+use harness_core::{ExecutionRequest, ScriptRuntimeAdapter};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let n: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(300);
+    let gap: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let script = match std::env::var("PROFILE_SCRIPT") {
+        Ok(path) => {
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("PROFILE_SCRIPT {path}: {e}"))
+        }
+        Err(_) => "return 1+1".to_owned(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let engine = harness_wasi::Wasi::new();
+    engine
+        .adapter()
+        .preload()
+        .expect("bin/quickjs.wasm (scripts/build-quickjs-wasm)");
+    // Warm up: the pool's thread, the first instance.
+    let r = rt.block_on(engine.execute(ExecutionRequest::new(script.clone())));
+    assert!(r.ok, "{r:?}");
+    let mut busy = std::time::Duration::ZERO;
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        let r = rt.block_on(engine.execute(ExecutionRequest::new(script.clone())));
+        busy += t.elapsed();
+        assert!(r.ok, "{r:?}");
+        if gap > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(gap));
+        }
+    }
+    println!("{:?} per run (gap {gap} ms)", busy / n);
+}
