@@ -157,7 +157,46 @@ fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Ve
     if o.only.as_ref().is_none_or(|w| w == THROUGHPUT) {
         rows.push(throughput_per_core(&h, config, o, rt));
     }
+    #[cfg(feature = "wasi")]
+    if config.to_string() == "wasi" && o.only.as_ref().is_none_or(|w| w == SANDBOX) {
+        rows.push(sandbox_execute(o));
+    }
     rows
+}
+
+/// The workspace sandbox's row's name.
+const SANDBOX: &str = "sandbox_execute";
+
+/// The workspace sandbox (WASI): `execute("console.log(1+1)")` end to end:
+/// the session directory, `user_code.js` written, a fresh instance of the
+/// guest as a program (`quickjs /app/user_code.js`, not pre-initialised),
+/// stdout back, the files created and modified. The peer has no such
+/// thing; its row is its trivial time.
+#[cfg(feature = "wasi")]
+fn sandbox_execute(o: &Options) -> Row {
+    use harness::wasi::{Sandbox, SandboxPolicy};
+    let root = std::env::temp_dir().join(format!("harness-compare-{}", std::process::id()));
+    let sandbox = Sandbox::new(SandboxPolicy::default(), "compare", &root).expect("a sandbox");
+    let once = || {
+        let r = sandbox.execute("console.log(1+1)").expect("the sandbox runs");
+        assert!(r.success && r.stdout == "2\n", "sandbox: {r:?}");
+    };
+    let until = Instant::now() + o.warmup;
+    while Instant::now() < until {
+        once();
+    }
+    let samples = (0..o.iters)
+        .map(|_| {
+            if !o.gap.is_zero() {
+                std::thread::sleep(o.gap);
+            }
+            let t = Instant::now();
+            once();
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&root);
+    summarise(SANDBOX, "wasi", samples)
 }
 
 /// The throughput row's name.
@@ -224,11 +263,11 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
         .args(["--json", "--iters", &o.iters.to_string()])
         .args(["--warmup-ms", &o.warmup.as_millis().to_string()])
         .args(["--gap-ms", &o.gap.as_millis().to_string()])
-        // The peer's throughput row is its trivial row.
+        // The peer's throughput and sandbox rows are its trivial row.
         .args(o.only.iter().flat_map(|w| {
             [
                 "--only",
-                if w == THROUGHPUT {
+                if w == THROUGHPUT || w == SANDBOX {
                     "trivial"
                 } else {
                     w.as_str()
@@ -278,11 +317,22 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
             ..r.clone()
         })
         .collect();
+    // Nor has it a sandbox: its row there is its trivial time too.
+    let sandbox: Vec<Row> = per_core
+        .iter()
+        .map(|r| Row {
+            workload: SANDBOX.to_string(),
+            ..r.clone()
+        })
+        .collect();
     if o.only.as_ref().is_none_or(|w| w == THROUGHPUT) {
         rows.extend(per_core);
     }
-    if o.only.as_deref() == Some(THROUGHPUT) {
-        rows.retain(|r| r.workload == THROUGHPUT);
+    if o.only.as_ref().is_none_or(|w| w == SANDBOX) {
+        rows.extend(sandbox);
+    }
+    if let Some(only @ (THROUGHPUT | SANDBOX)) = o.only.as_deref() {
+        rows.retain(|r| r.workload == only);
     }
     Ok((rows, about))
 }
