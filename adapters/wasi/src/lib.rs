@@ -65,6 +65,15 @@ const GUEST_OVERHEAD_BYTES: u64 = 16 << 20;
 const SHADOW_STACK_BYTES: u64 = 4 << 20;
 const SHADOW_STACK_MARGIN: u64 = 512 << 10;
 
+/// Fuel for `harness_end` (the prelude's `end()` and, at most, a
+/// collection of the reused context's garbage).
+const END_FUEL: u64 = 2_000_000_000;
+
+/// The linear-memory cap for a run with a `memory_bytes` heap limit.
+fn linear_bytes(memory_bytes: u64) -> usize {
+    usize::try_from(memory_bytes.saturating_add(GUEST_OVERHEAD_BYTES)).unwrap_or(usize::MAX)
+}
+
 /// `harness_check` kinds: a wrapped harness script, a sandbox program.
 const CHECK_HARNESS_SCRIPT: i32 = 0;
 const CHECK_PROGRAM: i32 = 1;
@@ -78,6 +87,9 @@ struct Guest {
     start: TypedFunc<(), i32>,
     run_jobs: TypedFunc<(), i32>,
     settle: TypedFunc<(f64, i32), i32>,
+    /// `harness_end`: whether the instance may serve the next run (absent
+    /// in guests built before instances were reused: then it never does).
+    end: Option<TypedFunc<(), i32>>,
     check: TypedFunc<i32, i32>,
     memory_refused: TypedFunc<(), i32>,
     heap_peak: TypedFunc<(), u64>,
@@ -100,9 +112,13 @@ impl Guest {
     ) -> Result<Guest, EngineFault> {
         let mut wasi = wasmtime_wasi::WasiCtxBuilder::new();
         wasi.env("NODE_ENV", "production");
-        let linear = usize::try_from(memory_bytes.saturating_add(GUEST_OVERHEAD_BYTES))
-            .unwrap_or(usize::MAX);
-        let mut store = new_store(&loaded.engine, wasi.build_p1(), linear, fuel, stop);
+        let mut store = new_store(
+            &loaded.engine,
+            wasi.build_p1(),
+            linear_bytes(memory_bytes),
+            fuel,
+            stop,
+        );
         let instance = loaded
             .pre
             .instantiate(&mut store)
@@ -129,6 +145,7 @@ impl Guest {
             start: func!("harness_start"),
             run_jobs: func!("harness_run_jobs"),
             settle: func!("harness_settle"),
+            end: instance.get_typed_func(&mut store, "harness_end").ok(),
             check: func!("harness_check"),
             memory_refused: func!("harness_memory_refused"),
             heap_peak: func!("harness_heap_peak"),
@@ -136,6 +153,40 @@ impl Guest {
             memory,
             store,
         })
+    }
+
+    /// Makes an instance that served a run ready for the next one, with
+    /// that run's limits: fuel, memory cap, deadline and cancellation.
+    /// False (the caller makes a fresh instance) when its linear memory
+    /// has grown past the new run's cap.
+    fn rearm(&mut self, memory_bytes: u64, fuel: Option<u64>, stop: StopWhen) -> bool {
+        let linear = linear_bytes(memory_bytes);
+        if self.trapped.is_some() || self.memory.data_size(&self.store) > linear {
+            return false;
+        }
+        let state = self.store.data_mut();
+        state.limiter = module::Limiter::new(linear);
+        state.stop = stop;
+        state.reply.clear();
+        state.fault = None;
+        let _ = self.store.set_fuel(fuel.unwrap_or(u64::MAX));
+        self.store.set_epoch_deadline(1);
+        true
+    }
+
+    /// Ends the run; true when the guest says the instance ended clean and
+    /// may serve the next run (`harness_end`).
+    fn finish(&mut self) -> bool {
+        let Some(end) = self.end.clone() else {
+            return false;
+        };
+        if self.trapped.is_some() || self.store.data().limiter.refused {
+            return false;
+        }
+        // Whatever the guest does here is bounded: no deadline is left, so
+        // fuel is what stops it.
+        let _ = self.store.set_fuel(END_FUEL);
+        matches!(end.call(&mut self.store, ()), Ok(1))
     }
 
     /// Calls one export, unless the instance trapped before; a trap is
@@ -241,10 +292,13 @@ pub(crate) fn check_source(
     guest.primitive(Some(source.as_bytes()), |g| &g.check, kind)
 }
 
-/// One run's engine: a fresh instance, made in `load`.
+/// One run's engine: the instance the last clean run left on this thread,
+/// or a fresh one, made ready in `load`.
 struct WasiEngine {
     loaded: Result<Arc<module::Loaded>, EngineFault>,
     guest: Option<Guest>,
+    /// The instance the thread's last run left, if it ended clean.
+    spare: Option<Guest>,
     host: Option<HostHandle>,
     fuel: Option<u64>,
 }
@@ -273,7 +327,14 @@ impl Engine for WasiEngine {
             cancel: Some(setup.cancel.clone()),
         };
         self.fuel = limits.fuel;
-        self.guest = Some(Guest::new(&loaded, limits.memory_bytes, limits.fuel, stop)?);
+        let spare = self.spare.take().and_then(|mut g| {
+            g.rearm(limits.memory_bytes, limits.fuel, stop.clone())
+                .then_some(g)
+        });
+        self.guest = match spare {
+            Some(g) => Some(g),
+            None => Some(Guest::new(&loaded, limits.memory_bytes, limits.fuel, stop)?),
+        };
         self.host = Some(host);
         let stack = limits
             .stack_bytes
@@ -365,10 +426,11 @@ impl Source {
     }
 }
 
-/// One engine thread's state: where the guest comes from.
-#[derive(Debug)]
+/// One engine thread's state: where the guest comes from, and the
+/// instance its last run ended clean in.
 struct WasiThread {
     source: Source,
+    warm: Option<Guest>,
 }
 
 impl WasiThread {
@@ -382,11 +444,23 @@ impl EngineThread for WasiThread {
         let mut engine = WasiEngine {
             loaded: self.loaded(),
             guest: None,
+            spare: self.warm.take(),
             host: None,
             fuel: None,
         };
-        // Every run has its own instance: nothing to recycle.
-        let _tainted = run(Ok(&mut engine));
+        let tainted = run(Ok(&mut engine));
+        // After the run has answered its caller: an instance that ended
+        // clean serves the next run (the same rules as the native engine's
+        // context reuse, docs/security.md "Between runs"); any other is
+        // dropped, and its pool slot goes back to the snapshot's image.
+        engine.host = None;
+        if !tainted {
+            if let Some(mut guest) = engine.guest.take() {
+                if guest.finish() {
+                    self.warm = Some(guest);
+                }
+            }
+        }
     }
 
     fn check(&mut self, source: &str) -> Result<(), ScriptError> {
@@ -449,6 +523,7 @@ impl EngineAdapter for WasiAdapter {
     fn new_thread(&self) -> Box<dyn EngineThread> {
         Box::new(WasiThread {
             source: self.source.clone(),
+            warm: None,
         })
     }
 }
@@ -521,6 +596,7 @@ fn worker_module_options() -> ModuleOptions {
 fn worker_thread() -> Box<dyn EngineThread> {
     let thread = WasiThread {
         source: Source::Options(worker_module_options()),
+        warm: None,
     };
     // Load and instantiate once before the worker caps itself: runs arm
     // the worker's heap budget and forbid file writes (RLIMIT_FSIZE 0),

@@ -178,7 +178,9 @@ fn sandbox_execute(o: &Options) -> Row {
     let root = std::env::temp_dir().join(format!("harness-compare-{}", std::process::id()));
     let sandbox = Sandbox::new(SandboxPolicy::default(), "compare", &root).expect("a sandbox");
     let once = || {
-        let r = sandbox.execute("console.log(1+1)").expect("the sandbox runs");
+        let r = sandbox
+            .execute("console.log(1+1)")
+            .expect("the sandbox runs");
         assert!(r.success && r.stdout == "2\n", "sandbox: {r:?}");
     };
     let until = Instant::now() + o.warmup;

@@ -58,11 +58,20 @@ extern "C" {
 struct State {
     start: Option<Persistent<Function<'static>>>,
     settle: Option<Persistent<Function<'static>>>,
+    /// The prelude's `end()` for the installed run: whether it ended clean.
+    end: Option<Persistent<Function<'static>>>,
     install: Option<Persistent<Function<'static>>>,
     ctx: Context,
     rt: Runtime,
     alloc: Arc<AllocState>,
+    /// Heap bytes the last collection left.
+    after_gc: usize,
 }
+
+/// Garbage a reused context may leave before it is collected between runs
+/// (as on the native engine: a collection marks the whole hardened
+/// context).
+const GC_SLACK_BYTES: usize = 1 << 20;
 
 thread_local! {
     /// The allocator's state, for faults reported outside `STATE`'s borrow.
@@ -243,10 +252,12 @@ fn init_state() -> Result<State, Fault> {
     Ok(State {
         start: None,
         settle: None,
+        end: None,
         install: Some(install),
         ctx,
         rt,
         alloc,
+        after_gc: 0,
     })
 }
 
@@ -290,8 +301,12 @@ pub extern "C" fn harness_init() -> i32 {
             return 0;
         }
         match init_state() {
-            Ok(state) => {
+            Ok(mut state) => {
                 state.rt.run_gc();
+                state.after_gc = state.alloc.used();
+                state
+                    .rt
+                    .set_gc_threshold(state.after_gc.saturating_add(2 * GC_SLACK_BYTES));
                 *s = Some(state);
                 0
             }
@@ -327,23 +342,36 @@ pub extern "C" fn harness_load(memory_limit: u64, stack_limit: u64) -> i32 {
         state
             .rt
             .set_max_stack_size(usize::try_from(stack_limit).unwrap_or(usize::MAX));
+        if state.start.is_some() {
+            return Err(Fault::internal("a run is installed already"));
+        }
         let install = state
             .install
-            .take()
-            .ok_or_else(|| Fault::internal("a context is installed at most once"))?;
-        let (start, settle) = state.ctx.with(|ctx| {
-            let run = || -> rquickjs::Result<(Function<'_>, Function<'_>)> {
+            .clone()
+            .ok_or_else(|| Fault::internal("the context was not hardened"))?;
+        let (start, settle, end) = state.ctx.with(|ctx| {
+            type Controller<'js> = (Function<'js>, Function<'js>, Function<'js>);
+            let run = || -> rquickjs::Result<Controller<'_>> {
                 let install = install.restore(&ctx)?;
                 let controller: Object = install.call((config.as_str(),))?;
-                Ok((controller.get("start")?, controller.get("settle")?))
+                Ok((
+                    controller.get("start")?,
+                    controller.get("settle")?,
+                    controller.get("end")?,
+                ))
             };
             match run() {
-                Ok((s, t)) => Ok((Persistent::save(&ctx, s), Persistent::save(&ctx, t))),
+                Ok((s, t, e)) => Ok((
+                    Persistent::save(&ctx, s),
+                    Persistent::save(&ctx, t),
+                    Persistent::save(&ctx, e),
+                )),
                 Err(e) => Err(js_fault(&ctx, e)),
             }
         })?;
         state.start = Some(start);
         state.settle = Some(settle);
+        state.end = Some(end);
         Ok(())
     })
 }
@@ -402,6 +430,41 @@ pub extern "C" fn harness_settle(id: f64, ok: i32) -> i32 {
             f.call::<_, ()>((id, ok != 0, payload.as_str()))
                 .map_err(|e| js_fault(&ctx, e))
         })
+    })
+}
+
+/// Ends the installed run and says whether this instance may serve the
+/// next one (1) or must be dropped (0): only if the prelude's `end()` finds
+/// nothing of the run left (no tool call or detached task pending), no job
+/// is queued, and the memory limit never refused an allocation; the same
+/// rules as the native engine's context reuse (docs/security.md, "Between
+/// runs"). Garbage past the slack is collected here, between runs.
+#[no_mangle]
+pub extern "C" fn harness_end() -> i32 {
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some(state) = s.as_mut() else { return 0 };
+        state.start = None;
+        state.settle = None;
+        let clean = state.end.take().is_some_and(|end| {
+            state
+                .ctx
+                .with(|ctx| end.restore(&ctx).and_then(|f| f.call::<_, bool>(())))
+                .unwrap_or(false)
+        });
+        let reusable = clean && !state.alloc.refused() && !state.rt.is_job_pending();
+        state.alloc.disarm();
+        if !reusable {
+            return 0;
+        }
+        if state.alloc.used() > state.after_gc.saturating_add(GC_SLACK_BYTES) {
+            state.rt.run_gc();
+            state.after_gc = state.alloc.used();
+        }
+        state
+            .rt
+            .set_gc_threshold(state.after_gc.saturating_add(2 * GC_SLACK_BYTES));
+        1
     })
 }
 
