@@ -11,7 +11,7 @@
 //! `--iters` runs are timed one by one, end to end (ours: `Harness::run`,
 //! i.e. prepare, install in a hardened context, run, report; the peer: fresh
 //! runtime and context with limits, `console` and `tools`, run, dump,
-//! dispose). Medians are compared; p90 is shown for the tail. The
+//! dispose). Medians are compared; p90 (and p99, ours) is shown for the tail. The
 //! `throughput` row is CPU time per script with as many runs in flight as
 //! cores (batch wall time × cores ÷ runs); the peer runs one script at a
 //! time on one core, so its row is its trivial time. `--gap-ms`
@@ -109,6 +109,8 @@ struct Row {
     config: String,
     median_us: f64,
     p90_us: f64,
+    /// Ours only (the peer's script reports p90); NaN where unknown.
+    p99_us: f64,
     mean_us: f64,
 }
 
@@ -120,6 +122,7 @@ fn summarise(workload: &str, config: &str, mut samples: Vec<f64>) -> Row {
         config: config.to_string(),
         median_us: q(0.5),
         p90_us: q(0.9),
+        p99_us: q(0.99),
         mean_us: samples.iter().sum::<f64>() / samples.len() as f64,
     }
 }
@@ -306,6 +309,7 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
             config: r["config"].as_str().unwrap_or("?").to_string(),
             median_us: r["median_us"].as_f64().unwrap_or(f64::NAN),
             p90_us: r["p90_us"].as_f64().unwrap_or(f64::NAN),
+            p99_us: r["p99_us"].as_f64().unwrap_or(f64::NAN),
             mean_us: r["mean_us"].as_f64().unwrap_or(f64::NAN),
         })
         .collect();
@@ -385,11 +389,11 @@ fn cpu_model() -> String {
 
 fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
     let (sep, head, rule) = if o.markdown {
-        (" | ", "| ", "|---|---|---:|---:|---|---:|---:|---:|")
+        (" | ", "| ", "|---|---|---:|---:|---:|---|---:|---:|---:|")
     } else {
         ("  ", "", "")
     };
-    let line = |cells: [String; 8]| {
+    let line = |cells: [String; 9]| {
         let body = cells.join(sep);
         if o.markdown {
             println!("{head}{body} |");
@@ -402,6 +406,7 @@ fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
         format!("{:<16}", "ours"),
         format!("{:>11}", "median µs"),
         format!("{:>9}", "p90 µs"),
+        format!("{:>9}", "p99 µs"),
         format!("{:<28}", "peer"),
         format!("{:>11}", "median µs"),
         format!("{:>9}", "p90 µs"),
@@ -418,6 +423,7 @@ fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
                 format!("{:<16}", r.config),
                 format!("{:>11.1}", r.median_us),
                 format!("{:>9.1}", r.p90_us),
+                format!("{:>9.1}", r.p99_us),
                 format!("{:<28}", "-"),
                 format!("{:>11}", "-"),
                 format!("{:>9}", "-"),
@@ -430,6 +436,7 @@ fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
                 format!("{:<16}", r.config),
                 format!("{:>11.1}", r.median_us),
                 format!("{:>9.1}", r.p90_us),
+                format!("{:>9.1}", r.p99_us),
                 format!("{:<28}", p.config),
                 format!("{:>11.1}", p.median_us),
                 format!("{:>9.1}", p.p90_us),
@@ -469,7 +476,7 @@ harness::main! {
                 rs.iter()
                     .map(|r| {
                         serde_json::json!({"workload": r.workload, "config": r.config,
-                            "median_us": r.median_us, "p90_us": r.p90_us, "mean_us": r.mean_us})
+                            "median_us": r.median_us, "p90_us": r.p90_us, "p99_us": r.p99_us, "mean_us": r.mean_us})
                     })
                     .collect()
             };
