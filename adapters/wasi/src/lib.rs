@@ -3,8 +3,10 @@
 //!
 //! Two products share the guest:
 //! - [`Wasi`], a harness engine: the module is compiled once per process
-//!   (and cached on disk next to the guest), each run gets a fresh instance
-//!   from an `InstancePre` with fuel ([`Limits::fuel`]), an epoch deadline
+//!   (and cached on disk next to the guest); an instance made from an
+//!   `InstancePre` (from wasmtime's pooling allocator where the address
+//!   space allows) serves the runs of its engine thread while each ends
+//!   clean, and each run gets fuel ([`Limits::fuel`]), an epoch deadline
 //!   for wall-clock time and cancellation, and `StoreLimits` for memory. No
 //!   file system, no environment beyond `NODE_ENV=production`, no
 //!   arguments. The shared event loop drives it through the same engine
