@@ -185,8 +185,9 @@ impl Guest {
         if self.trapped.is_some() || self.store.data().limiter.refused {
             return false;
         }
-        // Whatever the guest does here is bounded: no deadline is left, so
-        // fuel is what stops it.
+        // Bounded by fuel (and by the finished run's deadline and
+        // cancellation, still the store's: past them the call traps and
+        // the instance is dropped).
         let _ = self.store.set_fuel(END_FUEL);
         matches!(end.call(&mut self.store, ()), Ok(1))
     }
