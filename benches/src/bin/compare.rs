@@ -127,6 +127,25 @@ fn summarise(workload: &str, config: &str, mut samples: Vec<f64>) -> Row {
     }
 }
 
+/// Runs `once` for the warm-up, then times `--iters` calls of it one by
+/// one (each after `--gap-ms` of idling), in µs.
+fn timed(o: &Options, once: impl Fn()) -> Vec<f64> {
+    let until = Instant::now() + o.warmup;
+    while Instant::now() < until {
+        once();
+    }
+    (0..o.iters)
+        .map(|_| {
+            if !o.gap.is_zero() {
+                std::thread::sleep(o.gap);
+            }
+            let t = Instant::now();
+            once();
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect()
+}
+
 fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Vec<Row> {
     let h = harness(config);
     let mut rows = Vec::new();
@@ -141,20 +160,7 @@ fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Ve
                 "{config} {name}: {r:?}"
             );
         };
-        let until = Instant::now() + o.warmup;
-        while Instant::now() < until {
-            once();
-        }
-        let samples = (0..o.iters)
-            .map(|_| {
-                if !o.gap.is_zero() {
-                    std::thread::sleep(o.gap);
-                }
-                let t = Instant::now();
-                once();
-                t.elapsed().as_secs_f64() * 1e6
-            })
-            .collect();
+        let samples = timed(o, once);
         rows.push(summarise(&name, &config.to_string(), samples));
     }
     if o.only.as_ref().is_none_or(|w| w == THROUGHPUT) {
@@ -186,20 +192,7 @@ fn sandbox_execute(o: &Options) -> Row {
             .expect("the sandbox runs");
         assert!(r.success && r.stdout == "2\n", "sandbox: {r:?}");
     };
-    let until = Instant::now() + o.warmup;
-    while Instant::now() < until {
-        once();
-    }
-    let samples = (0..o.iters)
-        .map(|_| {
-            if !o.gap.is_zero() {
-                std::thread::sleep(o.gap);
-            }
-            let t = Instant::now();
-            once();
-            t.elapsed().as_secs_f64() * 1e6
-        })
-        .collect();
+    let samples = timed(o, once);
     let _ = std::fs::remove_dir_all(&root);
     summarise(SANDBOX, "wasi", samples)
 }
@@ -231,21 +224,8 @@ fn throughput_per_core(
             }
         })
     };
-    let until = Instant::now() + o.warmup;
-    while Instant::now() < until {
-        batch();
-    }
-    let samples = (0..o.iters)
-        .map(|_| {
-            if !o.gap.is_zero() {
-                std::thread::sleep(o.gap);
-            }
-            let t = Instant::now();
-            batch();
-            // cores × wall ÷ runs, with as many runs as cores.
-            t.elapsed().as_secs_f64() * 1e6
-        })
-        .collect();
+    // cores × wall ÷ runs, with as many runs as cores.
+    let samples = timed(o, batch);
     summarise(THROUGHPUT, &config.to_string(), samples)
 }
 
