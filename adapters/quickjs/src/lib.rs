@@ -161,14 +161,6 @@ struct RuntimeSlot {
     after_gc: std::cell::Cell<usize>,
 }
 
-/// Garbage a reused context may carry into the next run before it is
-/// collected between runs. A collection marks the whole hardened context
-/// (about 450,000 instructions, a third of a trivial run), and QuickJS
-/// frees most of a run's garbage by reference counting anyway; what is
-/// left is cycles (every function with a `prototype` is one). QuickJS
-/// also collects on its own as a run allocates.
-const GC_SLACK_BYTES: usize = 1 << 20;
-
 impl RuntimeSlot {
     fn new() -> Result<Self, EngineFault> {
         let alloc = Arc::new(AllocState::default());
@@ -517,23 +509,17 @@ impl QuickJsThread {
         } else {
             // A context that serves the next run is collected only once
             // its garbage passes the slack; anything else now.
-            let due = reuse.is_none()
-                || slot.alloc.used() > slot.after_gc.get().saturating_add(GC_SLACK_BYTES);
+            let force = reuse.is_none();
             if reuse.is_some() {
                 self.warm = reuse;
             }
-            if due {
-                slot.rt.run_gc();
-                slot.after_gc.set(slot.alloc.used());
-            }
-            // QuickJS collects on its own once its heap passes 1.5 times
-            // what the last collection left: with a hardened context that
-            // is every few runs, on the critical path. Let the runs leave
-            // the slack first; past twice the slack (a run making cyclic
-            // garbage) QuickJS collects as before, then sets its own
-            // threshold again.
-            slot.rt
-                .set_gc_threshold(slot.after_gc.get().saturating_add(2 * GC_SLACK_BYTES));
+            slot.after_gc
+                .set(harness_quickjs_common::collect_between_runs(
+                    &slot.rt,
+                    &slot.alloc,
+                    slot.after_gc.get(),
+                    force,
+                ));
         }
     }
 }

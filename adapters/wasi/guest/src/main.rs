@@ -25,7 +25,9 @@ mod sandbox;
 // The native engine's counting allocator (it enforces the memory limit and
 // remembers a refusal, which QuickJS may report only as a thrown `null`),
 // its intrinsics and its reading of exceptions.
-use harness_quickjs_common::{read_exception, AllocState, CountingAllocator, Intrinsics};
+use harness_quickjs_common::{
+    collect_between_runs, read_exception, AllocState, CountingAllocator, Intrinsics,
+};
 use std::sync::Arc;
 
 // The hardening prelude shared by every engine, built in so that a
@@ -67,11 +69,6 @@ struct State {
     /// Heap bytes the last collection left.
     after_gc: usize,
 }
-
-/// Garbage a reused context may leave before it is collected between runs
-/// (as on the native engine: a collection marks the whole hardened
-/// context).
-const GC_SLACK_BYTES: usize = 1 << 20;
 
 thread_local! {
     /// The allocator's state, for faults reported outside `STATE`'s borrow.
@@ -302,11 +299,7 @@ pub extern "C" fn harness_init() -> i32 {
         }
         match init_state() {
             Ok(mut state) => {
-                state.rt.run_gc();
-                state.after_gc = state.alloc.used();
-                state
-                    .rt
-                    .set_gc_threshold(state.after_gc.saturating_add(2 * GC_SLACK_BYTES));
+                state.after_gc = collect_between_runs(&state.rt, &state.alloc, 0, true);
                 *s = Some(state);
                 0
             }
@@ -457,13 +450,7 @@ pub extern "C" fn harness_end() -> i32 {
         if !reusable {
             return 0;
         }
-        if state.alloc.used() > state.after_gc.saturating_add(GC_SLACK_BYTES) {
-            state.rt.run_gc();
-            state.after_gc = state.alloc.used();
-        }
-        state
-            .rt
-            .set_gc_threshold(state.after_gc.saturating_add(2 * GC_SLACK_BYTES));
+        state.after_gc = collect_between_runs(&state.rt, &state.alloc, state.after_gc, false);
         1
     })
 }
