@@ -171,8 +171,7 @@ impl Guest {
         state.stop = stop;
         state.reply.clear();
         state.fault = None;
-        let _ = self.store.set_fuel(fuel.unwrap_or(u64::MAX));
-        self.store.set_epoch_deadline(1);
+        module::set_budget(&mut self.store, fuel);
         true
     }
 

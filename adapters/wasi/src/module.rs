@@ -491,10 +491,7 @@ pub(crate) fn new_store(
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limiter);
-    // Fuel is always on in this engine's configuration; unlimited is the
-    // most the store can hold.
-    let _ = store.set_fuel(fuel.unwrap_or(u64::MAX));
-    store.set_epoch_deadline(1);
+    set_budget(&mut store, fuel);
     store.epoch_deadline_callback(|ctx| {
         if ctx.data().stop.now() {
             Ok(UpdateDeadline::Interrupt)
@@ -503,6 +500,15 @@ pub(crate) fn new_store(
         }
     });
     store
+}
+
+/// Gives a store `fuel` units (unlimited when `None`) and arms its epoch
+/// deadline anew, for a new run.
+pub(crate) fn set_budget(store: &mut Store<RunState>, fuel: Option<u64>) {
+    // Fuel is always on in this engine's configuration; unlimited is the
+    // most the store can hold.
+    let _ = store.set_fuel(fuel.unwrap_or(u64::MAX));
+    store.set_epoch_deadline(1);
 }
 
 /// Fuel a store has burned since it was given `fuel`.
