@@ -1,6 +1,8 @@
 //! Runs a trivial script N times back to back (optionally GAP ms apart)
 //! on WASI-QuickJS and prints the mean time per run: `profile N [GAP]`;
-//! `PROFILE_SCRIPT=FILE` runs that script instead of `return 1+1`.
+//! `PROFILE_SCRIPT=FILE` runs that script instead of `return 1+1`;
+//! `PROFILE_SANDBOX=1` times the workspace sandbox's `execute` of
+//! `console.log(1+1)` (a session under the temporary directory) instead.
 //! Needs `bin/quickjs.wasm` (scripts/build-quickjs-wasm). A steady driver
 //! for profilers: `cargo build --release -p harness-wasi --example profile
 //! && strace -c -f target/release/examples/profile 1000`.
@@ -16,6 +18,9 @@ fn main() {
         }
         Err(_) => "return 1+1".to_owned(),
     };
+    if std::env::var_os("PROFILE_SANDBOX").is_some() {
+        return sandbox(n, gap);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -40,4 +45,27 @@ fn main() {
         }
     }
     println!("{:?} per run (gap {gap} ms)", busy / n);
+}
+
+/// `PROFILE_SANDBOX=1`: the sandbox's `execute`, end to end.
+fn sandbox(n: u32, gap: u64) {
+    use harness_wasi::{Sandbox, SandboxPolicy};
+    let root = std::env::temp_dir().join(format!("harness-profile-{}", std::process::id()));
+    let sb = Sandbox::new(SandboxPolicy::default(), "profile", &root).expect("a sandbox");
+    let once = || {
+        let r = sb.execute("console.log(1+1)").expect("the sandbox runs");
+        assert!(r.success && r.stdout == "2\n", "{r:?}");
+    };
+    once();
+    let mut busy = std::time::Duration::ZERO;
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        once();
+        busy += t.elapsed();
+        if gap > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(gap));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    println!("{:?} per sandbox execute (gap {gap} ms)", busy / n);
 }

@@ -70,10 +70,12 @@ pub struct ModuleOptions {
     /// reservation, for processes with an address-space cap (the process
     /// workers, RLIMIT_AS 4 GiB); a little slower.
     pub bounded_memory: bool,
-    /// Pre-initialise the guest (wizer): run its QuickJS start-up and the
-    /// prelude's hardening once, and start every instance from a snapshot
-    /// of that state. For the harness engine; the sandbox runs the guest
-    /// as a program and does not want it.
+    /// Pre-initialise the guest (wizer): run its QuickJS start-up once and
+    /// start every instance from a snapshot of that state. For the harness
+    /// engine that is the runtime and the hardened context; for the
+    /// sandbox, which runs the guest as a program, the program's runtime,
+    /// context and Node-like globals (each run still instantiates the
+    /// snapshot afresh).
     pub preinit: bool,
 }
 
@@ -116,19 +118,56 @@ impl std::fmt::Debug for Loaded {
     }
 }
 
-fn loaded_modules() -> &'static Mutex<HashMap<ModuleOptions, Arc<Loaded>>> {
-    static MODULES: OnceLock<Mutex<HashMap<ModuleOptions, Arc<Loaded>>>> = OnceLock::new();
+/// How the guest will be entered, which decides what a pre-initialised
+/// snapshot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Entry {
+    /// The `harness_*` primitives: the hardened context.
+    Harness,
+    /// `_start`, the sandbox's program: its runtime, context and globals.
+    Program,
+}
+
+impl Entry {
+    /// The guest's export wizer calls (`[] -> []`).
+    fn init_func(self) -> &'static str {
+        match self {
+            Entry::Harness => "wizer_initialize",
+            Entry::Program => "wizer_initialize_program",
+        }
+    }
+
+    /// Tells the compiled files of the two snapshots apart.
+    fn cache_tag(self) -> &'static str {
+        match self {
+            Entry::Harness => "-preinit",
+            Entry::Program => "-program",
+        }
+    }
+}
+
+type ModuleCache = Mutex<HashMap<(ModuleOptions, Entry), Arc<Loaded>>>;
+
+fn loaded_modules() -> &'static ModuleCache {
+    static MODULES: OnceLock<ModuleCache> = OnceLock::new();
     MODULES.get_or_init(Mutex::default)
 }
 
 /// The guest for `opts`, compiled at most once per process.
 pub fn load(opts: &ModuleOptions) -> Result<Arc<Loaded>, LoadError> {
+    load_as(opts, Entry::Harness)
+}
+
+/// The guest for `opts` entered as `entry`, compiled at most once per
+/// process.
+pub(crate) fn load_as(opts: &ModuleOptions, entry: Entry) -> Result<Arc<Loaded>, LoadError> {
     let mut map = loaded_modules().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(l) = map.get(opts) {
+    let key = (opts.clone(), entry);
+    if let Some(l) = map.get(&key) {
         return Ok(l.clone());
     }
-    let loaded = Arc::new(load_uncached(opts)?);
-    map.insert(opts.clone(), loaded.clone());
+    let loaded = Arc::new(load_uncached_as(opts, entry)?);
+    map.insert(key, loaded.clone());
     Ok(loaded)
 }
 
@@ -159,16 +198,20 @@ pub(crate) fn engine_config(bounded_memory: bool, pooled: bool) -> (Config, &'st
 /// Instances come from a pool of slots reserved up front (1,000, wasmtime's
 /// default: about 4 TiB of address space, none of it committed until used),
 /// each kept mapped to the guest's copy-on-write image between runs. A
-/// freed slot's dirty pages are put back from the image in place (up to
-/// [`KEEP_RESIDENT_BYTES`]; the rest is given back to the kernel), so the
-/// next run neither maps nor faults in its memory, and nothing of one run
-/// survives into the next: the slot holds the image again. Where that much
-/// address space cannot be reserved (valgrind, a small `ulimit -v`), the
-/// engine falls back to mapping each instance on demand.
+/// freed slot's low [`KEEP_RESIDENT_BYTES`] are put back from the image in
+/// place (the rest is given back to the kernel), so the next run neither
+/// maps nor faults in its memory, and nothing of one run survives into
+/// the next: the slot holds the image again. Where the kernel has the
+/// `PAGEMAP_SCAN` ioctl (Linux 6.7+) only the pages the run dirtied are
+/// put back; elsewhere wasmtime rewrites the whole resident part, which
+/// cost a sandbox run of a trivial program about 17% of its CPU. Where
+/// that much address space cannot be reserved (valgrind, a small
+/// `ulimit -v`), the engine falls back to mapping each instance on demand.
 fn pool() -> PoolingAllocationConfig {
     let mut pool = PoolingAllocationConfig::new();
     pool.linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
-        .table_keep_resident(KEEP_RESIDENT_BYTES);
+        .table_keep_resident(KEEP_RESIDENT_BYTES)
+        .pagemap_scan(wasmtime::Enabled::Auto);
     pool
 }
 
@@ -195,6 +238,10 @@ fn new_engine(bounded_memory: bool) -> wasmtime::Result<(Engine, &'static str)> 
 
 /// Compiles (or reads back) and links the guest; not memoised.
 pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
+    load_uncached_as(opts, Entry::Harness)
+}
+
+fn load_uncached_as(opts: &ModuleOptions, entry: Entry) -> Result<Loaded, LoadError> {
     let path = opts.path();
     let invalid = |message: String| LoadError::Invalid {
         path: path.clone(),
@@ -209,7 +256,7 @@ pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
     };
     let sha256 = hex(&Sha256::digest(&bytes));
     let (engine, tag) = new_engine(opts.bounded_memory).map_err(|e| invalid(e.to_string()))?;
-    let init = if opts.preinit { "-preinit" } else { "" };
+    let init = if opts.preinit { entry.cache_tag() } else { "" };
     let cache_file = opts.cache_dir.as_ref().map(|d| {
         d.join(format!(
             ".quickjs-{}-wasmtime{}-{tag}{init}.cwasm",
@@ -228,11 +275,24 @@ pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
     let module = match module {
         Some(m) => m,
         None => {
-            let wasm = if opts.preinit {
-                preinitialise(&engine, &bytes)
-                    .map_err(|e| invalid(format!("pre-initialising: {e:#}")))?
-            } else {
-                bytes
+            let wasm = match (opts.preinit, entry) {
+                (false, _) => bytes,
+                (true, Entry::Harness) => preinitialise(&engine, &bytes, entry.init_func())
+                    .map_err(|e| invalid(format!("pre-initialising: {e:#}")))?,
+                // A guest from before program snapshots (no such export)
+                // still runs, starting its program from scratch.
+                (true, Entry::Program) if !exports_func(&bytes, entry.init_func()) => {
+                    tracing::warn!(
+                        target: "harness::wasi",
+                        path = %path.display(),
+                        "the guest has no {}: every sandbox run builds its runtime \
+                         (rebuild it with {BUILD_SCRIPT})",
+                        entry.init_func()
+                    );
+                    bytes
+                }
+                (true, Entry::Program) => preinitialise(&engine, &bytes, entry.init_func())
+                    .map_err(|e| invalid(format!("pre-initialising the program: {e:#}")))?,
             };
             let m = Module::from_binary(&engine, &wasm).map_err(|e| invalid(e.to_string()))?;
             if let Some(file) = &cache_file {
@@ -254,21 +314,37 @@ pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
     })
 }
 
-/// The export wizer calls; `harness_init` with the `[] -> []` type.
-const PREINIT_FUNC: &str = "wizer_initialize";
+/// Whether the module exports a function called `name`.
+fn exports_func(wasm: &[u8], name: &str) -> bool {
+    use wasmparser::{ExternalKind, Parser, Payload};
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload {
+            Ok(Payload::ExportSection(exports)) => {
+                return exports
+                    .into_iter()
+                    .flatten()
+                    .any(|e| e.name == name && e.kind == ExternalKind::Func);
+            }
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    false
+}
 
-/// Runs the guest's start-up (runtime, context, hardening) once and
-/// returns a module whose memory and globals start where it ended.
-fn preinitialise(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
+/// Runs the guest's start-up (`init_func`: runtime, context, hardening or
+/// the program's globals) once and returns a module whose memory and
+/// globals start where it ended.
+fn preinitialise(engine: &Engine, wasm: &[u8], init_func: &str) -> wasmtime::Result<Vec<u8>> {
     let mut wizer = wasmtime_wizer::Wizer::new();
-    wizer.init_func(PREINIT_FUNC);
+    wizer.init_func(init_func);
     let (cx, instrumented) = wizer.instrument(wasm)?;
     let module = Module::from_binary(engine, &instrumented)?;
     let wasi = wasmtime_wasi::WasiCtxBuilder::new().build_p1();
     let mut store = new_store(engine, wasi, 1 << 30, None, StopWhen::default());
     let instance = linker(engine)?.instantiate(&mut store, &module)?;
     instance
-        .get_typed_func::<(), ()>(&mut store, PREINIT_FUNC)?
+        .get_typed_func::<(), ()>(&mut store, init_func)?
         .call(&mut store, ())?;
     let mut state = Snapshot {
         store: &mut store,

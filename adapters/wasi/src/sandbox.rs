@@ -15,7 +15,7 @@
 //! # Ok::<(), harness_wasi::SandboxError>(())
 //! ```
 
-use crate::module::{self, fuel_used, new_store, ModuleOptions, StopWhen};
+use crate::module::{self, fuel_used, new_store, Entry, ModuleOptions, StopWhen};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -178,11 +178,7 @@ impl Sandbox {
             policy,
             session_id,
             workspace_root: workspace_root.into(),
-            // A program, not the harness: no pre-initialised harness state.
-            module: ModuleOptions {
-                preinit: false,
-                ..ModuleOptions::cached()
-            },
+            module: ModuleOptions::cached(),
         })
     }
 
@@ -193,7 +189,7 @@ impl Sandbox {
             cache_dir: path.parent().map(Path::to_path_buf),
             wasm_path: Some(path),
             bounded_memory: false,
-            preinit: false,
+            preinit: true,
         };
         self
     }
@@ -214,7 +210,7 @@ impl Sandbox {
     /// Whether `code` parses as a program, without running anything.
     /// False also when the guest cannot be loaded.
     pub fn validate_code(&self, code: &str) -> bool {
-        match module::load(&self.module) {
+        match module::load_as(&self.module, Entry::Program) {
             Ok(loaded) => crate::check_source(&loaded, code, crate::CHECK_PROGRAM).is_ok(),
             Err(_) => false,
         }
@@ -223,7 +219,7 @@ impl Sandbox {
     /// Writes `code` to `user_code.js` in the session directory and runs it
     /// as `quickjs /app/user_code.js`.
     pub fn execute(&self, code: &str) -> Result<SandboxResult, SandboxError> {
-        let loaded = module::load(&self.module)?;
+        let loaded = module::load_as(&self.module, Entry::Program)?;
         let dir = self.workspace_path();
         let io = |source| SandboxError::Workspace {
             path: dir.clone(),

@@ -162,6 +162,54 @@ fn sessions_never_see_each_other() {
     assert_eq!(r.stdout, "false false [\"user_code.js\"]\nEACCES\n");
 }
 
+/// The program's runtime, context and globals come from the guest's
+/// pre-initialised snapshot: a trivial program costs a fraction of the
+/// ~4.9 million fuel units that building them takes (fuel is exact, so
+/// this checks which path ran, not how fast).
+#[test]
+fn a_program_starts_from_its_pre_initialised_runtime() {
+    let root = tempfile::tempdir().unwrap();
+    let r = run(
+        &sandbox(root.path(), "s", SandboxPolicy::default()),
+        "console.log(1 + 1)",
+    );
+    assert!(r.success && r.stdout == "2\n", "{r:?}");
+    assert!(r.fuel_consumed < 2_000_000, "{}", r.fuel_consumed);
+}
+
+/// Every run starts from the same pre-initialised snapshot of the
+/// program's runtime: what one run leaves in its globals is gone in the
+/// next, and `Math.random` is seeded per run, not frozen into the snapshot.
+#[test]
+fn runs_start_from_a_fresh_snapshot_with_their_own_randomness() {
+    let root = tempfile::tempdir().unwrap();
+    let sb = sandbox(root.path(), "s", SandboxPolicy::default());
+    let probe = "console.log(JSON.stringify([typeof globalThis.planted, Object.prototype.planted, \
+                 module.exports.planted, Math.random(), Math.random()]));\n\
+                 globalThis.planted = 1; Object.prototype.planted = 2; module.exports.planted = 3;\n\
+                 Math.random = () => 0.5;";
+    let seen: Vec<serde_json::Value> = (0..3)
+        .map(|_| {
+            let r = run(&sb, probe);
+            assert!(r.success, "{r:?}");
+            serde_json::from_str(r.stdout.trim()).expect("one JSON line")
+        })
+        .collect();
+    for v in &seen {
+        assert_eq!(v[0], "undefined", "{v}");
+        assert_eq!(v[1], serde_json::Value::Null, "{v}");
+        assert_eq!(v[2], serde_json::Value::Null, "{v}");
+        let x = v[3].as_f64().expect("a number");
+        assert!((0.0..1.0).contains(&x) && x != 0.5, "{v}");
+    }
+    let firsts: std::collections::HashSet<String> = seen.iter().map(|v| v[3].to_string()).collect();
+    assert_eq!(
+        firsts.len(),
+        3,
+        "Math.random repeated across runs: {seen:?}"
+    );
+}
+
 #[test]
 fn an_endless_loop_runs_out_of_fuel() {
     let root = tempfile::tempdir().unwrap();

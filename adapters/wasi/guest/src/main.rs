@@ -525,7 +525,7 @@ fn compile_global(ctx: &Ctx<'_>, source: &str) -> rquickjs::Result<()> {
     Ok(())
 }
 
-fn main() {
+fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let code = match args.get(1) {
         Some(path) => sandbox::run_file(path),
@@ -534,5 +534,8 @@ fn main() {
             2
         }
     };
-    std::process::exit(code);
+    // Returned, not `process::exit`: `_start` then returns normally on 0
+    // (WASI `proc_exit` is only called for a failure), and the host does
+    // not capture a backtrace for an exit that is no error.
+    std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

@@ -9,8 +9,10 @@
 use rquickjs::context::EvalOptions;
 use rquickjs::function::Opt;
 use rquickjs::{Context, Ctx, Function, Object, Runtime, TypedArray, Value};
+use std::cell::{Cell, RefCell};
 use std::io::{ErrorKind, Write};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 /// The one directory a sandboxed script may touch.
 const ROOT: &str = "/app";
@@ -336,6 +338,76 @@ fn describe(v: Value<'_>) -> String {
     }
 }
 
+/// A runtime and context with the bootstrap done, ready for one program.
+/// Field order is drop order: the context before the runtime.
+struct Program {
+    ctx: Context,
+    rt: Runtime,
+    /// Set by the rejection tracker when a promise is left rejected.
+    rejected: Rc<Cell<bool>>,
+}
+
+thread_local! {
+    /// The program state `wizer_initialize_program` built into the
+    /// snapshot; `run_file` takes it (a module without it builds its own).
+    static PROGRAM: RefCell<Option<Program>> = const { RefCell::new(None) };
+}
+
+/// Builds the runtime and context and runs the bootstrap. Touches neither
+/// the file system nor the clock, so its result may be snapshotted:
+/// `Math.random` is the guest's generator, seeded by `run_file` per run
+/// (QuickJS seeds its own when the context is made, which a snapshot would
+/// freeze for every run).
+fn new_program() -> Result<Program, String> {
+    let rt = Runtime::new().map_err(|e| e.to_string())?;
+    // A deep recursion is a RangeError the script can catch, well before
+    // the wasm stack runs out.
+    rt.set_max_stack_size(crate::SANDBOX_STACK_BYTES);
+    let rejected = Rc::new(Cell::new(false));
+    let seen = rejected.clone();
+    rt.set_host_promise_rejection_tracker(Some(Box::new(
+        move |_ctx: Ctx<'_>, _promise, reason: Value<'_>, handled: bool| {
+            if !handled {
+                eprintln!("Uncaught (in promise) {}", describe(reason));
+                seen.set(true);
+            }
+        },
+    )));
+    let ctx = Context::full(&rt).map_err(|e| e.to_string())?;
+    ctx.with(|ctx| {
+        let setup = || -> rquickjs::Result<()> {
+            let random = Function::new(ctx.clone(), crate::next_random)?.with_name("random")?;
+            ctx.globals()
+                .get::<_, Object>("Math")?
+                .set("random", random)?;
+            let boot: Function = ctx.eval(BOOTSTRAP)?;
+            let write = Function::new(ctx.clone(), write_fd)?;
+            let fs = Function::new(ctx.clone(), fs_native)?;
+            boot.call::<_, ()>((write, fs))
+        };
+        setup().map_err(|e| match e {
+            rquickjs::Error::Exception => format!("setup failed: {}", describe(ctx.catch())),
+            other => format!("setup failed: {other}"),
+        })
+    })?;
+    Ok(Program { ctx, rt, rejected })
+}
+
+/// The pre-initialisation entry point for sandbox mode (`[] -> []`, as
+/// wizer wants): a snapshot taken after it starts every program with its
+/// runtime, context and bootstrap built. Each sandbox run instantiates
+/// the snapshot afresh, so nothing of one program reaches the next. A
+/// failure is left for `run_file`, which then builds its own.
+#[no_mangle]
+pub extern "C" fn wizer_initialize_program() {
+    PROGRAM.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.is_none() {
+            *p = new_program().ok();
+        }
+    });
+}
+
 /// Runs the file at `path`; returns the process exit status.
 pub fn run_file(path: &str) -> i32 {
     // Relative paths in the script resolve inside the workspace.
@@ -347,45 +419,27 @@ pub fn run_file(path: &str) -> i32 {
             return 2;
         }
     };
-    let rt = match Runtime::new() {
-        Ok(rt) => rt,
+    crate::seed_random();
+    let program = match PROGRAM
+        .with(|p| p.borrow_mut().take())
+        .map_or_else(new_program, Ok)
+    {
+        Ok(p) => p,
         Err(e) => {
             eprintln!("quickjs: {e}");
             return 70;
         }
     };
-    // A deep recursion is a RangeError the script can catch, well before
-    // the wasm stack runs out.
-    rt.set_max_stack_size(crate::SANDBOX_STACK_BYTES);
-    let rejected = std::rc::Rc::new(std::cell::Cell::new(false));
-    let seen = rejected.clone();
-    rt.set_host_promise_rejection_tracker(Some(Box::new(
-        move |ctx: Ctx<'_>, _promise, reason: Value<'_>, handled: bool| {
-            if !handled {
-                let _ = ctx;
-                eprintln!("Uncaught (in promise) {}", describe(reason));
-                seen.set(true);
-            }
-        },
-    )));
-    let ctx = match Context::full(&rt) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("quickjs: {e}");
-            return 70;
-        }
-    };
+    let code = run_program(&program, path, source);
+    // The instance ends with the program: freeing QuickJS's runtime object
+    // by object (a full collection first) would only burn fuel.
+    std::mem::forget(program);
+    code
+}
+
+fn run_program(program: &Program, path: &str, source: Vec<u8>) -> i32 {
+    let Program { ctx, rt, rejected } = program;
     let failed = ctx.with(|ctx| {
-        let setup = || -> rquickjs::Result<()> {
-            let boot: Function = ctx.eval(BOOTSTRAP)?;
-            let write = Function::new(ctx.clone(), write_fd)?;
-            let fs = Function::new(ctx.clone(), fs_native)?;
-            boot.call::<_, ()>((write, fs))
-        };
-        if let Err(e) = setup() {
-            print_uncaught(&ctx, e, "quickjs: setup failed: ");
-            return true;
-        }
         let mut opts = EvalOptions::default();
         opts.strict = false;
         opts.global = true;
