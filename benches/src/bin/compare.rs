@@ -13,7 +13,8 @@
 //! runtime and context with limits, `console` and `tools`, run, dump,
 //! dispose). Medians are compared; p90 (and p99, ours) is shown for the tail. The
 //! `throughput` row is CPU time per script with as many runs in flight as
-//! cores (batch wall time × cores ÷ runs); the peer runs one script at a
+//! cores, sustained (one caller per core, each running scripts back to
+//! back; wall time × cores ÷ runs); the peer runs one script at a
 //! time on one core, so its row is its trivial time. `--gap-ms`
 //! idles that long before each timed run (not timed), as between a
 //! model's turns: engines that prepare work ahead (our hardened contexts)
@@ -178,7 +179,8 @@ const SANDBOX: &str = "sandbox_execute";
 
 /// The workspace sandbox (WASI): `execute("console.log(1+1)")` end to end:
 /// the session directory, `user_code.js` written, a fresh instance of the
-/// guest as a program (`quickjs /app/user_code.js`, not pre-initialised),
+/// guest as a program (`quickjs /app/user_code.js`, from the snapshot of
+/// its pre-initialised runtime),
 /// stdout back, the files created and modified. The peer has no such
 /// thing; its row is its trivial time.
 #[cfg(feature = "wasi")]
@@ -200,10 +202,16 @@ fn sandbox_execute(o: &Options) -> Row {
 /// The throughput row's name.
 const THROUGHPUT: &str = "throughput";
 
-/// Throughput per core, as CPU time per trivial script: batches of as
-/// many concurrent runs as there are cores, each batch's wall time × cores
-/// ÷ runs. The peer runs one script at a time on one core, so its row is
-/// its trivial median, and `peer/ours` compares scripts/s per core.
+/// Runs each of the throughput row's callers makes per sample.
+const RUNS_PER_CALLER: usize = 16;
+
+/// Throughput per core, as CPU time per trivial script: as many callers
+/// as there are cores, each running [`RUNS_PER_CALLER`] scripts one after
+/// another, so that as many runs are in flight as there are cores the
+/// whole time (a batch that waits for its slowest run idles a core); each
+/// sample is its wall time × cores ÷ runs. The peer runs one script at a
+/// time on one core, so its row is its trivial median, and `peer/ours`
+/// compares scripts/s per core.
 fn throughput_per_core(
     h: &harness::Harness,
     config: Config,
@@ -211,21 +219,28 @@ fn throughput_per_core(
     rt: &tokio::runtime::Runtime,
 ) -> Row {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let batch = || {
+    let window = || {
         rt.block_on(async {
             let mut set = tokio::task::JoinSet::new();
             for _ in 0..cores {
                 let h = h.clone();
-                set.spawn(async move { h.run(TRIVIAL).await });
+                set.spawn(async move {
+                    for _ in 0..RUNS_PER_CALLER {
+                        let r = h.run(TRIVIAL).await;
+                        assert!(r.ok, "{config} throughput: {r:?}");
+                    }
+                });
             }
             while let Some(r) = set.join_next().await {
-                let r = r.expect("a run task");
-                assert!(r.ok, "{config} throughput: {r:?}");
+                r.expect("a run task");
             }
         })
     };
-    // cores × wall ÷ runs, with as many runs as cores.
-    let samples = timed(o, batch);
+    // cores × wall ÷ (cores × RUNS_PER_CALLER) runs.
+    let samples = timed(o, window)
+        .into_iter()
+        .map(|us| us / RUNS_PER_CALLER as f64)
+        .collect();
     summarise(THROUGHPUT, &config.to_string(), samples)
 }
 
