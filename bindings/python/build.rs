@@ -2,11 +2,16 @@
 //! building it first with `scripts/build-quickjs-wasm` when the checkout has
 //! none, so that `pip install ./bindings/python` ships the sandbox's engine.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Read when the script runs, not baked in when it was compiled: a
+    // target directory reused by another checkout then still finds its own.
+    let here = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
+    );
+    let here = here.as_path();
     let root = here.join("../..");
     let guest = root.join("bin/quickjs.wasm");
     let script = root.join("scripts/build-quickjs-wasm");
