@@ -661,3 +661,28 @@ fn linker(engine: &Engine) -> wasmtime::Result<Linker<RunState>> {
     )?;
     Ok(linker)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::exports_func;
+
+    /// A module with one function `() -> ()` exported as `f`, by hand.
+    const EXPORTS_F: &[u8] = &[
+        0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
+        0x01, 0x04, 0x01, 0x60, 0x00, 0x00, // type section: () -> ()
+        0x03, 0x02, 0x01, 0x00, // function section: one of type 0
+        0x07, 0x05, 0x01, 0x01, b'f', 0x00, 0x00, // export "f" = func 0
+        0x0a, 0x04, 0x01, 0x02, 0x00, 0x0b, // code: an empty body
+    ];
+
+    /// Whether the program snapshot can be taken is read from the guest's
+    /// exports; an older guest (or bytes that are no module) is run as a
+    /// plain program instead.
+    #[test]
+    fn exports_are_read_from_the_module() {
+        assert!(exports_func(EXPORTS_F, "f"));
+        assert!(!exports_func(EXPORTS_F, "wizer_initialize_program"));
+        assert!(!exports_func(b"\0asm\x01\0\0\0", "f"));
+        assert!(!exports_func(b"not wasm at all", "f"));
+    }
+}
