@@ -243,6 +243,27 @@ fn a_runaway_is_stopped_by_the_deadline_even_with_unlimited_fuel() {
     assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
 }
 
+/// Runaway recursion ends the program with a clear termination (the
+/// guest's native wasm stack is capped by the host), never the host; the
+/// sandbox stays usable.
+#[test]
+fn runaway_recursion_ends_the_program_as_a_stack_overflow() {
+    let root = tempfile::tempdir().unwrap();
+    let sb = sandbox(root.path(), "s", SandboxPolicy::default());
+    let r = run(
+        &sb,
+        "function f(n) { return n === 0 ? 0 : 1 + f(n - 1); }\n\
+         console.log(f(1000));\n\
+         try { f(1e7); } catch (e) { console.log('caught ' + e.name); }",
+    );
+    assert!(!r.success, "{r:?}");
+    assert_eq!(r.metadata.termination, Termination::StackOverflow, "{r:?}");
+    assert_eq!(r.exit_code, 1, "{r:?}");
+    assert!(r.stdout.starts_with("1000\n"), "{r:?}");
+    assert!(r.stderr.contains("stack overflow"), "{}", r.stderr);
+    assert_eq!(run(&sb, "console.log('next')").stdout, "next\n");
+}
+
 #[test]
 fn a_memory_bomb_fails_safely_under_64_mb() {
     let root = tempfile::tempdir().unwrap();

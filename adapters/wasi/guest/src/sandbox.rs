@@ -360,8 +360,9 @@ thread_local! {
 /// freeze for every run).
 fn new_program() -> Result<Program, String> {
     let rt = Runtime::new().map_err(|e| e.to_string())?;
-    // A deep recursion is a RangeError the script can catch, well before
-    // the wasm stack runs out.
+    // QuickJS's own limit, measured on the shadow stack. Plain JS recursion
+    // keeps its frames mostly on wasm's native stack, which the host caps
+    // first: the program then ends as a `stack_overflow` termination.
     rt.set_max_stack_size(crate::SANDBOX_STACK_BYTES);
     let rejected = Rc::new(Cell::new(false));
     let seen = rejected.clone();
