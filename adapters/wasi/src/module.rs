@@ -277,8 +277,6 @@ fn load_uncached_as(opts: &ModuleOptions, entry: Entry) -> Result<Loaded, LoadEr
         None => {
             let wasm = match (opts.preinit, entry) {
                 (false, _) => bytes,
-                (true, Entry::Harness) => preinitialise(&engine, &bytes, entry.init_func())
-                    .map_err(|e| invalid(format!("pre-initialising: {e:#}")))?,
                 // A guest from before program snapshots (no such export)
                 // still runs, starting its program from scratch.
                 (true, Entry::Program) if !exports_func(&bytes, entry.init_func()) => {
@@ -291,8 +289,8 @@ fn load_uncached_as(opts: &ModuleOptions, entry: Entry) -> Result<Loaded, LoadEr
                     );
                     bytes
                 }
-                (true, Entry::Program) => preinitialise(&engine, &bytes, entry.init_func())
-                    .map_err(|e| invalid(format!("pre-initialising the program: {e:#}")))?,
+                (true, _) => preinitialise(&engine, &bytes, entry.init_func())
+                    .map_err(|e| invalid(format!("pre-initialising: {e:#}")))?,
             };
             let m = Module::from_binary(&engine, &wasm).map_err(|e| invalid(e.to_string()))?;
             if let Some(file) = &cache_file {

@@ -109,6 +109,16 @@ fn next_random() -> f64 {
     })
 }
 
+/// Makes `Math.random` the guest's generator, which each run seeds
+/// ([`seed_random`]): QuickJS seeds its own when the context is made, which
+/// a pre-initialised snapshot would freeze for every run.
+fn install_random(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
+    let random = Function::new(ctx.clone(), next_random)?.with_name("random")?;
+    ctx.globals()
+        .get::<_, Object>("Math")?
+        .set("random", random)
+}
+
 /// Whether the allocator refused an allocation in this run.
 fn memory_refused() -> bool {
     ALLOC.with(|a| a.borrow().as_ref().is_some_and(|a| a.refused()))
@@ -231,11 +241,8 @@ fn init_state() -> Result<State, Fault> {
             let mut opts = EvalOptions::default();
             opts.strict = true;
             opts.filename = Some(PRELUDE_FILE.to_owned());
-            // Before the prelude freezes `Math`: a generator the run seeds.
-            let random = Function::new(ctx.clone(), next_random)?.with_name("random")?;
-            ctx.globals()
-                .get::<_, Object>("Math")?
-                .set("random", random)?;
+            // Before the prelude freezes `Math`.
+            install_random(&ctx)?;
             let prelude: Function = ctx.eval_with_options(PRELUDE, opts)?;
             let host = Function::new(ctx.clone(), |op: String, a: String, b: String| {
                 call_host(&op, &a, &b)

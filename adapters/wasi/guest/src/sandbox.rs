@@ -377,10 +377,7 @@ fn new_program() -> Result<Program, String> {
     let ctx = Context::full(&rt).map_err(|e| e.to_string())?;
     ctx.with(|ctx| {
         let setup = || -> rquickjs::Result<()> {
-            let random = Function::new(ctx.clone(), crate::next_random)?.with_name("random")?;
-            ctx.globals()
-                .get::<_, Object>("Math")?
-                .set("random", random)?;
+            crate::install_random(&ctx)?;
             let boot: Function = ctx.eval(BOOTSTRAP)?;
             let write = Function::new(ctx.clone(), write_fd)?;
             let fs = Function::new(ctx.clone(), fs_native)?;
