@@ -31,31 +31,17 @@ fn main() {
         .adapter()
         .preload()
         .expect("bin/quickjs.wasm (scripts/build-quickjs-wasm)");
-    // Warm up: the pool's thread, the first instance.
-    let r = rt.block_on(engine.execute(ExecutionRequest::new(script.clone())));
-    assert!(r.ok, "{r:?}");
-    let mut busy = std::time::Duration::ZERO;
-    for _ in 0..n {
-        let t = std::time::Instant::now();
+    let per_run = mean(n, gap, || {
         let r = rt.block_on(engine.execute(ExecutionRequest::new(script.clone())));
-        busy += t.elapsed();
         assert!(r.ok, "{r:?}");
-        if gap > 0 {
-            std::thread::sleep(std::time::Duration::from_millis(gap));
-        }
-    }
-    println!("{:?} per run (gap {gap} ms)", busy / n);
+    });
+    println!("{per_run:?} per run (gap {gap} ms)");
 }
 
-/// `PROFILE_SANDBOX=1`: the sandbox's `execute`, end to end.
-fn sandbox(n: u32, gap: u64) {
-    use harness_wasi::{Sandbox, SandboxPolicy};
-    let root = std::env::temp_dir().join(format!("harness-profile-{}", std::process::id()));
-    let sb = Sandbox::new(SandboxPolicy::default(), "profile", &root).expect("a sandbox");
-    let once = || {
-        let r = sb.execute("console.log(1+1)").expect("the sandbox runs");
-        assert!(r.success && r.stdout == "2\n", "{r:?}");
-    };
+/// Calls `once` to warm up (the pool's thread, the first instance), then
+/// `n` times, each followed by `gap` ms of idling (not timed); the mean
+/// time of a call.
+fn mean(n: u32, gap: u64, once: impl Fn()) -> std::time::Duration {
     once();
     let mut busy = std::time::Duration::ZERO;
     for _ in 0..n {
@@ -66,6 +52,18 @@ fn sandbox(n: u32, gap: u64) {
             std::thread::sleep(std::time::Duration::from_millis(gap));
         }
     }
+    busy / n
+}
+
+/// `PROFILE_SANDBOX=1`: the sandbox's `execute`, end to end.
+fn sandbox(n: u32, gap: u64) {
+    use harness_wasi::{Sandbox, SandboxPolicy};
+    let root = std::env::temp_dir().join(format!("harness-profile-{}", std::process::id()));
+    let sb = Sandbox::new(SandboxPolicy::default(), "profile", &root).expect("a sandbox");
+    let per_run = mean(n, gap, || {
+        let r = sb.execute("console.log(1+1)").expect("the sandbox runs");
+        assert!(r.success && r.stdout == "2\n", "{r:?}");
+    });
     let _ = std::fs::remove_dir_all(&root);
-    println!("{:?} per sandbox execute (gap {gap} ms)", busy / n);
+    println!("{per_run:?} per sandbox execute (gap {gap} ms)");
 }

@@ -308,29 +308,21 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
             mean_us: r["mean_us"].as_f64().unwrap_or(f64::NAN),
         })
         .collect();
-    // One script at a time on one core: its CPU time per script is its
-    // trivial time.
-    let per_core: Vec<Row> = rows
+    // Rows the peer has no workload of its own for are its trivial rows:
+    // one script at a time on one core (its CPU time per script), and no
+    // sandbox at all.
+    let trivial: Vec<Row> = rows
         .iter()
         .filter(|r| r.workload == "trivial")
-        .map(|r| Row {
-            workload: THROUGHPUT.to_string(),
-            ..r.clone()
-        })
+        .cloned()
         .collect();
-    // Nor has it a sandbox: its row there is its trivial time too.
-    let sandbox: Vec<Row> = per_core
-        .iter()
-        .map(|r| Row {
-            workload: SANDBOX.to_string(),
-            ..r.clone()
-        })
-        .collect();
-    if o.only.as_ref().is_none_or(|w| w == THROUGHPUT) {
-        rows.extend(per_core);
-    }
-    if o.only.as_ref().is_none_or(|w| w == SANDBOX) {
-        rows.extend(sandbox);
+    for derived in [THROUGHPUT, SANDBOX] {
+        if o.only.as_ref().is_none_or(|w| w == derived) {
+            rows.extend(trivial.iter().map(|r| Row {
+                workload: derived.to_string(),
+                ..r.clone()
+            }));
+        }
     }
     if let Some(only @ (THROUGHPUT | SANDBOX)) = o.only.as_deref() {
         rows.retain(|r| r.workload == only);
