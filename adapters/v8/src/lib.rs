@@ -28,7 +28,8 @@
 //!   stack size exceeded`, reported as StackOverflowError.
 //! - **Code generation from strings**: `--disallow-code-generation-from-strings`
 //!   and the per-context switch, under the prelude's own blocks; no
-//!   `WebAssembly` (`--no-expose-wasm`, and the prelude deletes it), no
+//!   `WebAssembly` (the prelude deletes it: V8 152 has no flag that hides
+//!   it short of `--jitless`), no
 //!   `SharedArrayBuffer` or `Atomics` (the prelude deletes them).
 //! - **Stacks**: the prelude pins `Error.prepareStackTrace` and
 //!   `Error.stackTraceLimit`, so a script cannot see call sites; reported
@@ -55,8 +56,12 @@ pub const ENGINE_NAME: &str = "v8";
 /// added at run time, see [`engine_version`]).
 pub const V8_CRATE_VERSION: &str = "v8 crate 152.2.0";
 
-/// Process-wide V8 flags, set once before V8 initialises.
-pub const V8_FLAGS: &str = "--disallow-code-generation-from-strings --no-expose-wasm";
+/// Process-wide V8 flags, set once before V8 initialises. V8 stops
+/// reading flags at one it does not know (printing "unrecognized flag" on
+/// stderr), so every flag here must exist in the V8 this crate links: the
+/// test `code_generation_is_off_without_the_prelude` checks the first.
+/// (`--no-expose-wasm` was here; V8 152 removed it.)
+pub const V8_FLAGS: &str = "--disallow-code-generation-from-strings";
 
 /// Stack of each worker thread; the JS stack limit is kept well inside it.
 pub const THREAD_STACK_BYTES: usize = 16 << 20;
@@ -440,7 +445,7 @@ fn syntax_fault(
     }
     if let Some(message) = tc.message() {
         if let Some(line) = message.get_line_number(tc) {
-            let column = message.get_start_column() + 1;
+            let column = message.get_start_column().saturating_add(1);
             f.stack = Some(format!(
                 "    at {}:{line}:{column}",
                 harness_core::error::SCRIPT_FILE
@@ -734,8 +739,16 @@ impl V8Engine<'_> {
     fn finish<R>(&mut self, r: Result<R, EngineFault>) -> Result<R, EngineFault> {
         let slot = self.slot()?;
         let stats = slot.isolate.get_heap_statistics();
-        let used = stats.used_heap_size() as u64 + slot.buffers.used() as u64;
-        let stop = slot.stop_fault();
+        let heap_used = stats.used_heap_size() as u64;
+        let used = heap_used + slot.buffers.used() as u64;
+        // V8 lets the first object in its young large-object space through
+        // whatever the heap limit (one flat string of 256 MiB under a
+        // 96 MiB limit, without calling the near-heap-limit callback): a
+        // heap found above its limit is out of memory all the same, and the
+        // isolate is dropped with the run (a fault taints it).
+        let stop = slot
+            .stop_fault()
+            .or_else(|| (heap_used > slot.key.heap_bytes).then(out_of_memory));
         self.peak = self.peak.max(used);
         match (r, stop) {
             (_, Some(f)) => Err(f),
@@ -896,6 +909,25 @@ pub fn descriptor() -> EngineDescriptor {
         || Box::<V8Thread>::default(),
     )
     .with_thread_stack_bytes(THREAD_STACK_BYTES)
+    .with_process_setup(widen_address_space)
+}
+
+/// The address space (`RLIMIT_AS`) a V8 worker gets at least. V8 reserves
+/// far more address space than it uses: one isolate running `return 1 + 1`
+/// had a `VmPeak` of 48.4 GiB (a 16 GiB reservation stays; the rest is
+/// reserved to find aligned regions and given back) against 24 MiB
+/// resident. Under the default 4 GiB cap the worker died at start with
+/// "Failed to reserve virtual memory for CodeRange". Memory is bounded by
+/// the heap limit and the `ArrayBuffer` allocator, as in process; this cap
+/// only keeps a runaway native reservation from growing without end.
+pub const WORKER_ADDRESS_SPACE_BYTES: u64 = 64 << 30;
+
+/// Raises the workers' address-space cap to [`WORKER_ADDRESS_SPACE_BYTES`]
+/// (a cap the caller removed stays removed).
+fn widen_address_space(opts: &mut harness_core::process::ProcessOptions) {
+    if let Some(bytes) = opts.address_space_bytes {
+        opts.address_space_bytes = Some(bytes.max(WORKER_ADDRESS_SPACE_BYTES));
+    }
 }
 
 impl EngineAdapter for V8Adapter {
@@ -941,6 +973,25 @@ mod tests {
         let k = IsolateKey::of(&l);
         assert_eq!(k.heap_bytes, MIN_HEAP_BYTES);
         assert!(k.stack_bytes < THREAD_STACK_BYTES as u64);
+    }
+
+    /// The flag, not the prelude: a context V8 makes refuses `eval` and
+    /// `Function` before any script hardened it.
+    #[test]
+    fn code_generation_is_off_without_the_prelude() {
+        init_v8();
+        let mut slot = IsolateSlot::new(IsolateKey::of(&harness_core::Limits::default()));
+        let isolate = &mut slot.isolate;
+        v8::scope!(let hs, isolate);
+        let context = v8::Context::new(hs, Default::default());
+        let cs = &mut v8::ContextScope::new(hs, context);
+        v8::tc_scope!(let tc, cs);
+        for probe in ["eval('1 + 1')", "Function('return 1')()", "(0, eval)('1')"] {
+            let r: Result<v8::Local<v8::Value>, EngineFault> = compile_run!(tc, probe, "probe.js");
+            let f = r.expect_err(probe);
+            assert_eq!(f.name, "EvalError", "{probe}: {f:?}");
+            tc.reset();
+        }
     }
 
     #[test]
