@@ -89,9 +89,11 @@ fn init_v8() {
     });
 }
 
-/// `V8 <version> (v8 crate …)`.
+/// `V8 <version> (v8 crate …)`. Does not start V8 (its version is a
+/// constant): every binary built with V8 asks for the descriptor, also a
+/// QuickJS or Boa worker, whose address-space cap V8's start-up reserves
+/// far more than (those workers died of SIGABRT when this started V8).
 pub fn engine_version() -> String {
-    init_v8();
     format!("V8 {} ({V8_CRATE_VERSION})", v8::V8::get_version())
 }
 
