@@ -78,6 +78,13 @@ pub const MIN_HEAP_BYTES: u64 = 16 << 20;
 /// or an array's backing store) is at most about 1 GiB.
 pub const OOM_HEADROOM_BYTES: usize = 1 << 30;
 
+/// Garbage a reused context may gather past the heap left by the last
+/// collection between runs before the worker collects (a full collection,
+/// after the report was sent). Run to run, V8's own collector keeps the
+/// heap in bounds; this keeps one run's garbage out of the next run's
+/// memory figure.
+const GC_SLACK_BYTES: usize = 4 << 20;
+
 /// Initialises V8 once per process (platform, flags).
 fn init_v8() {
     static INIT: Once = Once::new();
@@ -216,8 +223,9 @@ fn print_callback(
 #[derive(Default)]
 struct Prints(RefCell<Vec<String>>);
 
-/// A fresh context with the prelude's hardening done and nothing
-/// installed: no script has run in it.
+/// A hardened context with no run installed: fresh from the prelude's
+/// hardening, or handed back by a run that ended clean (see
+/// [`V8Engine::end_run`]).
 struct Warm {
     install: v8::Global<v8::Function>,
     context: v8::Global<v8::Context>,
@@ -231,6 +239,8 @@ struct IsolateSlot {
     heap: Box<HeapGuard>,
     buffers: Arc<BufferBudget>,
     stop: Arc<StopControl>,
+    /// Heap bytes in use after the last collection between runs.
+    after_gc: usize,
 }
 
 impl IsolateSlot {
@@ -273,6 +283,7 @@ impl IsolateSlot {
             heap,
             buffers,
             stop: Arc::new(StopControl::default()),
+            after_gc: 0,
         }
     }
 
@@ -510,6 +521,9 @@ fn new_context(slot: &mut IsolateSlot, raw: bool) -> Result<Warm, EngineFault> {
 struct V8Thread {
     warm: Option<Warm>,
     slot: Option<IsolateSlot>,
+    /// The limits of the last isolate, for rebuilding it ahead of the
+    /// next run after a fault dropped it.
+    last_key: Option<IsolateKey>,
 }
 
 impl std::fmt::Debug for V8Thread {
@@ -529,31 +543,43 @@ impl V8Thread {
             self.warm = None;
             self.slot = None;
         }
+        self.last_key = Some(key);
         self.slot.get_or_insert_with(|| IsolateSlot::new(key))
     }
 
     /// After a run: close it; drop the isolate if it may be unhealthy (a
     /// fault: its heap limit may have been raised, a termination may be
-    /// pending).
-    fn recycle(&mut self, tainted: bool) {
-        if let Some(slot) = &mut self.slot {
-            slot.close();
-            if tainted || slot.heap.oom.load(Ordering::SeqCst) {
-                self.warm = None;
-                self.slot = None;
-            } else if slot.buffers.used() > 0 {
-                // Backing stores of the dead context count against the
-                // next run's limit until V8 collects them: collect now,
-                // after the report was sent.
-                slot.isolate.low_memory_notification();
-            }
+    /// pending), otherwise keep `reuse` (the context the run handed back
+    /// clean) for the next run.
+    fn recycle(&mut self, tainted: bool, reuse: Option<Warm>) {
+        let Some(slot) = &mut self.slot else { return };
+        slot.close();
+        if tainted || slot.heap.oom.load(Ordering::SeqCst) {
+            drop(reuse);
+            self.warm = None;
+            self.slot = None;
+            return;
+        }
+        self.warm = reuse;
+        let heap = slot.isolate.get_heap_statistics().used_heap_size();
+        if slot.buffers.used() > 0 || heap > slot.after_gc.saturating_add(GC_SLACK_BYTES) {
+            // Backing stores a run left count against the next run's
+            // limit until V8 collects them, and a reused context keeps
+            // the heap a run filled: collect now, after the report was
+            // sent.
+            slot.isolate.low_memory_notification();
+            slot.after_gc = slot.isolate.get_heap_statistics().used_heap_size();
         }
     }
 
-    /// Hardens a context for the next run, while the worker is idle.
+    /// Hardens a context for the next run, while the worker is idle (on
+    /// a new isolate with the last one's limits if a fault dropped it).
     fn prewarm(&mut self) {
         if self.warm.is_some() {
             return;
+        }
+        if let (None, Some(key)) = (&self.slot, self.last_key) {
+            self.slot_for(key);
         }
         if let Some(slot) = &mut self.slot {
             // A failure here is not fatal: `load` hardens on demand.
@@ -568,21 +594,23 @@ impl V8Thread {
 }
 
 impl EngineThread for V8Thread {
-    /// Lends a fresh engine to `run` (which says whether it is tainted),
-    /// then closes the run and hardens the next context: after `run` has
-    /// answered its caller, off the critical path.
+    /// Lends an engine to `run` (which says whether it is tainted), then
+    /// closes the run and keeps its context for the next run if it ended
+    /// clean, or hardens a fresh one: after `run` has answered its caller,
+    /// off the critical path.
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
-        let tainted = {
+        let (tainted, reuse) = {
             let mut engine = V8Engine {
                 worker: self,
                 handles: None,
                 peak: 0,
+                drained: false,
             };
             let tainted = run(Ok(&mut engine));
-            engine.handles = None;
-            tainted
+            let reuse = if tainted { None } else { engine.end_run() };
+            (tainted, reuse)
         };
-        self.recycle(tainted);
+        self.recycle(tainted, reuse);
         self.prewarm();
     }
 
@@ -697,24 +725,57 @@ fn stopper_for(slot: &IsolateSlot, generation: u64) -> Box<dyn FnOnce() + Send> 
     })
 }
 
-/// The prelude's controller for one run.
+/// The prelude's controller for one run, and the context it runs in.
 struct RunHandles {
     start: v8::Global<v8::Function>,
     settle: v8::Global<v8::Function>,
+    end: v8::Global<v8::Function>,
     context: v8::Global<v8::Context>,
+    /// The prelude's `install`, kept to hand the context on.
+    install: v8::Global<v8::Function>,
     generation: u64,
 }
 
-/// One run's engine: a fresh, hardened context on the worker's isolate.
+/// One run's engine: a hardened context on the worker's isolate.
 struct V8Engine<'w> {
     worker: &'w mut V8Thread,
     handles: Option<RunHandles>,
     /// Peak of heap in use plus ArrayBuffer bytes, sampled after each
     /// entry into V8.
     peak: u64,
+    /// The microtask queue is empty: the last entry into V8 was a
+    /// checkpoint that ran to its end. V8 has no public call that says
+    /// whether microtasks are queued, and a checkpoint runs until the
+    /// queue is dry, so every other entry (install, start, settle) clears
+    /// this and only a finished checkpoint sets it.
+    drained: bool,
 }
 
 impl V8Engine<'_> {
+    /// Ends the installed run and takes its context back if it may serve
+    /// another run: no microtask is queued and the prelude's `end` closed
+    /// the run and found nothing of it pending. Any doubt (no run
+    /// installed, `end` failing or terminated) drops it.
+    fn end_run(&mut self) -> Option<Warm> {
+        let handles = self.handles.take()?;
+        if !self.drained {
+            return None;
+        }
+        let slot = self.worker.slot.as_mut()?;
+        if slot.stop_fault().is_some() {
+            return None;
+        }
+        let clean = in_context!(&mut slot.isolate, &handles.context, |tc| {
+            let end = v8::Local::new(tc, &handles.end);
+            let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
+            end.call(tc, recv, &[]).is_some_and(|v| v.is_true())
+        });
+        clean.then_some(Warm {
+            install: handles.install,
+            context: handles.context,
+        })
+    }
+
     fn slot(&mut self) -> Result<&mut IsolateSlot, EngineFault> {
         self.worker
             .slot
@@ -792,19 +853,25 @@ impl Engine for V8Engine<'_> {
                 .ok_or_else(|| internal("the prelude controller is incomplete"))?;
             let settle = function_prop(tc, controller, "settle")
                 .ok_or_else(|| internal("the prelude controller is incomplete"))?;
+            let end = function_prop(tc, controller, "end")
+                .ok_or_else(|| internal("the prelude controller is incomplete"))?;
             Ok(RunHandles {
                 start: v8::Global::new(tc, start),
                 settle: v8::Global::new(tc, settle),
+                end: v8::Global::new(tc, end),
                 context: warm.context.clone(),
+                install: warm.install.clone(),
                 generation,
             })
         })());
         let handles = self.finish(r)?;
         self.handles = Some(handles);
+        self.drained = false;
         Ok(())
     }
 
     fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
+        self.drained = false;
         let r = (|| {
             let (handles, slot) = self.run_parts()?;
             in_context!(&mut slot.isolate, &handles.context, |tc| {
@@ -833,10 +900,13 @@ impl Engine for V8Engine<'_> {
                 }
             })
         })();
-        self.finish(r)
+        let r = self.finish(r);
+        self.drained = r.is_ok();
+        r
     }
 
     fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
+        self.drained = false;
         let r = (|| {
             let (handles, slot) = self.run_parts()?;
             in_context!(&mut slot.isolate, &handles.context, |tc| {
@@ -994,6 +1064,56 @@ mod tests {
             assert_eq!(f.name, "EvalError", "{probe}: {f:?}");
             tc.reset();
         }
+    }
+
+    /// Runs `src` on `thread` as a pool worker would, and returns the
+    /// report and the context left ready for the next run.
+    fn run_on(
+        thread: &mut V8Thread,
+        rt: &tokio::runtime::Runtime,
+        src: &str,
+    ) -> (
+        harness_core::ExecutionReport,
+        Option<v8::Global<v8::Context>>,
+    ) {
+        let mut report = None;
+        thread.lend(&mut |engine| {
+            let mut request = ExecutionRequest::new(src);
+            request.limits.timeout_ms = 300;
+            let out = harness_core::engine::run_script(
+                engine.expect("an engine"),
+                ENGINE_NAME,
+                request,
+                rt.handle(),
+            );
+            report = Some(out.report);
+            out.engine_tainted
+        });
+        let next = thread.warm.as_ref().map(|w| w.context.clone());
+        (report.expect("a report"), next)
+    }
+
+    #[test]
+    fn a_clean_run_hands_its_context_on_and_a_fault_does_not() {
+        let rt = tokio::runtime::Runtime::new().expect("tokio");
+        let mut thread = V8Thread::default();
+        let (r, first) = run_on(&mut thread, &rt, "return 1");
+        assert!(r.ok, "{r:?}");
+        let first = first.expect("a context for the next run");
+        // A run that returns, and one that throws, end clean.
+        for src in ["return 2", "throw new Error('x')", "await null; return 3"] {
+            let (_, next) = run_on(&mut thread, &rt, src);
+            assert!(next.as_ref() == Some(&first), "{src}: not reused");
+        }
+        // A fault drops the isolate (a handle must not outlive it) and
+        // hardens a context on a new one before the next run arrives.
+        drop(first);
+        let (r, next) = run_on(&mut thread, &rt, "while (true) {}");
+        assert_eq!(r.code(), Some(harness_core::ErrorCode::ScriptTimeoutError));
+        let next = next.expect("a context on a new isolate");
+        let (r, again) = run_on(&mut thread, &rt, "return 4");
+        assert_eq!(r.value, Some(serde_json::json!(4)), "{r:?}");
+        assert!(again.as_ref() == Some(&next));
     }
 
     #[test]

@@ -118,6 +118,17 @@
     const d = getOwnPropertyDescriptor(G, removed[i]);
     if (d !== undefined && d.configurable) delete G[removed[i]];
   }
+  // RegExp's legacy statics (V8 has them; QuickJS and Boa do not) read the
+  // context's last match: with a context serving run after run they would
+  // show one run's last match to the next. Removed, as Hardened
+  // JavaScript's lockdown does, so `RegExp` has the same own properties on
+  // every engine.
+  const regexpStatics = ['input', '$_', 'lastMatch', '$&', 'lastParen', '$+', 'leftContext',
+    '$`', 'rightContext', "$'", '$1', '$2', '$3', '$4', '$5', '$6', '$7', '$8', '$9'];
+  for (let i = 0; i < regexpStatics.length; i++) {
+    const d = getOwnPropertyDescriptor(RegExp, regexpStatics[i]);
+    if (d !== undefined && d.configurable) delete RegExp[regexpStatics[i]];
+  }
 
   // ---- 2. No code generation from strings --------------------------------
   function blocked(kind) {
