@@ -200,6 +200,18 @@ impl Proc {
         read_frame(&mut self.output)
     }
 
+    /// The worker's next message within a run's exchange, where it
+    /// usually answers in microseconds: spin for it first while the
+    /// machine has CPUs to spare ([`super::may_spin`]).
+    fn recv_in_run(&mut self) -> io::Result<FromWorker> {
+        #[cfg(unix)]
+        if self.output.buffer().is_empty() && super::may_spin() {
+            use std::os::fd::AsRawFd;
+            super::spin_until_readable(self.output.get_ref().as_raw_fd());
+        }
+        read_frame(&mut self.output)
+    }
+
     /// Kills the worker (from any thread).
     fn killer(&self) -> impl FnOnce() + Send + 'static {
         let child = self.child.clone();
@@ -373,7 +385,7 @@ impl RemoteEngine {
                 EngineFault::new(FaultKind::Internal, "Error", "no worker"),
             ));
         };
-        let mut result = proc.send(&msg).and_then(|()| proc.recv());
+        let mut result = proc.send(&msg).and_then(|()| proc.recv_in_run());
         loop {
             match result {
                 Ok(FromWorker::HostOp { op, a, b }) => {
@@ -382,8 +394,11 @@ impl RemoteEngine {
                         .map(|h| h.call(&op, &a, &b))
                         .unwrap_or_default();
                     result = proc
-                        .send(&ToWorker::Reply { value })
-                        .and_then(|()| proc.recv());
+                        .send(&ToWorker::Reply {
+                            value,
+                            spin: super::may_spin(),
+                        })
+                        .and_then(|()| proc.recv_in_run());
                 }
                 Ok(FromWorker::Step {
                     phase,
@@ -489,6 +504,7 @@ impl Engine for RemoteEngine {
             limits: run.limits,
             timeout_ms: run.timeout_ms,
             source: wrapped_source.to_owned(),
+            spin: super::may_spin(),
         };
         match self.exchange(msg) {
             Ok(_) => {
@@ -521,9 +537,12 @@ impl Engine for RemoteEngine {
             return Ok(());
         }
         let settles = std::mem::take(&mut self.settles);
-        self.exchange(ToWorker::Drain { settles })
-            .map(|_| ())
-            .map_err(|(_, f)| f)
+        self.exchange(ToWorker::Drain {
+            settles,
+            spin: super::may_spin(),
+        })
+        .map(|_| ())
+        .map_err(|(_, f)| f)
     }
 
     fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
@@ -624,7 +643,11 @@ impl Slot {
             }
         };
         let mut engine = RemoteEngine::new(proc);
+        // Counted in flight until the report is ready, not through the
+        // worker's tidying up (super::may_spin).
+        let in_flight = super::RemoteRun::begin();
         let out = run_script(&mut engine, &self.opts.engine, request, tokio);
+        drop(in_flight);
         respond(out.report);
         self.proc = engine.into_reusable(self.opts.start_timeout);
         if self.proc.is_none() {

@@ -74,6 +74,8 @@ pub fn serve(find: impl FnOnce() -> Option<EngineDescriptor> + Send + 'static) -
 struct Pipe {
     input: RefCell<BufReader<StdinLock<'static>>>,
     output: RefCell<BufWriter<StdoutLock<'static>>>,
+    /// The current run lets this worker spin for the host's answers.
+    spin: std::cell::Cell<bool>,
 }
 
 impl Pipe {
@@ -84,8 +86,18 @@ impl Pipe {
         }
     }
 
-    fn recv(&self) -> ToWorker {
-        match read_frame(&mut *self.input.borrow_mut()) {
+    /// The host's next message. `in_run`: the host answers within the
+    /// run's exchange, usually in microseconds, so spin for it first if
+    /// the run allows ([`super::may_spin`]); never while idle between
+    /// runs, when a spin only burns CPU.
+    fn recv(&self, in_run: bool) -> ToWorker {
+        let mut input = self.input.borrow_mut();
+        #[cfg(unix)]
+        if in_run && self.spin.get() && input.buffer().is_empty() {
+            use std::os::fd::AsRawFd;
+            super::spin_until_readable(input.get_ref().as_raw_fd());
+        }
+        match read_frame(&mut *input) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => std::process::exit(0),
             Err(_) => std::process::exit(2),
@@ -103,8 +115,11 @@ impl Host for PipeHost {
             a: a.to_owned(),
             b: b.to_owned(),
         });
-        match self.0.recv() {
-            ToWorker::Reply { value } => value,
+        match self.0.recv(true) {
+            ToWorker::Reply { value, spin } => {
+                self.0.spin.set(spin);
+                value
+            }
             _ => std::process::exit(2),
         }
     }
@@ -114,8 +129,9 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
     let pipe = Rc::new(Pipe {
         input: RefCell::new(BufReader::new(io::stdin().lock())),
         output: RefCell::new(BufWriter::new(io::stdout().lock())),
+        spin: std::cell::Cell::new(false),
     });
-    match pipe.recv() {
+    match pipe.recv(false) {
         ToWorker::Init {
             address_space_bytes,
         } => sys::cap_self(address_space_bytes),
@@ -138,13 +154,15 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
     });
     let enforces = engine.enforces_memory();
     loop {
-        match pipe.recv() {
+        match pipe.recv(false) {
             ToWorker::Run {
                 config,
                 limits,
                 timeout_ms,
                 source,
+                spin,
             } => {
+                pipe.spin.set(spin);
                 let extra = if enforces { BACKSTOP_SLACK_BYTES } else { 0 };
                 budget::arm(limits.memory_bytes.saturating_add(extra));
                 let run = RunMsg {
@@ -208,7 +226,7 @@ fn answer_failed_run(pipe: &Pipe, f: EngineFault) {
         fuel_consumed: None,
     });
     loop {
-        match pipe.recv() {
+        match pipe.recv(false) {
             ToWorker::Finish => return,
             ToWorker::Classify { .. } => pipe.send(&FromWorker::Kind {
                 kind: FaultKind::Thrown,
@@ -268,8 +286,9 @@ fn serve_run(
     };
     step(engine, phase, r);
     loop {
-        match pipe.recv() {
-            ToWorker::Drain { settles } => {
+        match pipe.recv(true) {
+            ToWorker::Drain { settles, spin } => {
+                pipe.spin.set(spin);
                 let r = settle_all(engine, &settles).and_then(|()| guarded(|| engine.run_jobs()));
                 step(engine, StepPhase::Jobs, r);
             }
