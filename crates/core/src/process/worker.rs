@@ -74,7 +74,7 @@ pub fn serve(find: impl FnOnce() -> Option<EngineDescriptor> + Send + 'static) -
 struct Pipe {
     input: RefCell<BufReader<StdinLock<'static>>>,
     output: RefCell<BufWriter<StdoutLock<'static>>>,
-    /// The current run lets this worker spin for the host's answers.
+    /// The host's last message let this worker spin for its next answer.
     spin: std::cell::Cell<bool>,
 }
 
