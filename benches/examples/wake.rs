@@ -38,11 +38,12 @@ fn main() {
     }
     there.sort_by(f64::total_cmp);
     back.sort_by(f64::total_cmp);
+    let q = harness_benches::quantile;
     println!(
         "gap {gap} ms: to the worker median {:.1} p90 {:.1} µs; back median {:.1} p90 {:.1} µs",
-        there[n / 2],
-        there[n * 9 / 10],
-        back[n / 2],
-        back[n * 9 / 10]
+        q(&there, 0.5),
+        q(&there, 0.9),
+        q(&back, 0.5),
+        q(&back, 0.9)
     );
 }

@@ -4,6 +4,13 @@
 use harness::{EngineKind, FnTool, Harness, Isolation, ToolRegistry};
 use serde_json::json;
 
+/// The `p` quantile (0 to 1) of `sorted` (ascending, not empty): the
+/// sample at `(len - 1) * p`, rounded down. Every figure the benches and
+/// their diagnostics print uses it.
+pub fn quantile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p) as usize]
+}
+
 /// `return 1+1`, end to end: prepare, fresh hardened context, run, report.
 pub const TRIVIAL: &str = "return 1+1";
 

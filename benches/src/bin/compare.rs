@@ -117,7 +117,7 @@ struct Row {
 
 fn summarise(workload: &str, config: &str, mut samples: Vec<f64>) -> Row {
     samples.sort_by(f64::total_cmp);
-    let q = |p: f64| samples[((samples.len() - 1) as f64 * p) as usize];
+    let q = |p: f64| harness_benches::quantile(&samples, p);
     Row {
         workload: workload.to_string(),
         config: config.to_string(),

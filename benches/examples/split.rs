@@ -2,9 +2,9 @@
 //! seen by the caller beside the time inside `run_script` on the engine
 //! thread (the report's `duration_ms`), medians and p90 in µs.
 //! `split [GAP_MS] [WARMUP_RUNS] [RUNS]` (defaults 2, 500, 1000):
-//! `cargo build --release -p harness-quickjs --example split &&
+//! `cargo build --release -p harness-benches --example split &&
 //!  target/release/examples/split 0 && target/release/examples/split 2`
-use harness_core::{ExecutionRequest, ScriptRuntimeAdapter};
+use harness::{ExecutionRequest, ScriptRuntimeAdapter};
 
 fn arg(i: usize, default: u64) -> u64 {
     std::env::args()
@@ -14,7 +14,7 @@ fn arg(i: usize, default: u64) -> u64 {
 }
 
 fn main() {
-    let (gap, warmup, n) = (arg(1, 2), arg(2, 500), arg(3, 1000).max(10) as usize);
+    let (gap, warmup, n) = (arg(1, 2), arg(2, 500), arg(3, 1000).max(1) as usize);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -37,11 +37,12 @@ fn main() {
     }
     wall.sort_by(f64::total_cmp);
     inner.sort_by(f64::total_cmp);
+    let q = harness_benches::quantile;
     println!(
         "gap {gap} ms: wall median {:.1} p90 {:.1} µs; inside run_script median {:.1} p90 {:.1} µs",
-        wall[n / 2],
-        wall[n * 9 / 10],
-        inner[n / 2],
-        inner[n * 9 / 10]
+        q(&wall, 0.5),
+        q(&wall, 0.9),
+        q(&inner, 0.5),
+        q(&inner, 0.9)
     );
 }
