@@ -293,6 +293,20 @@ pub fn first_location(raw: &str, line_offset: u32) -> Option<Location> {
     })
 }
 
+/// Where a call was made: the first `script.js:L:C` in an engine stack,
+/// shifted by `line_offset`; `None` where that frame is the wrapper's own
+/// line (unlike [`first_location`], which clamps to line 1) or no frame
+/// names the script.
+pub(crate) fn call_site(raw: &str, line_offset: u32) -> Option<Location> {
+    raw.match_indices(SCRIPT_FILE).find_map(|(pos, _)| {
+        let (l, c) = parse_line_col(&raw[pos + SCRIPT_FILE.len()..])?;
+        Some((l > line_offset).then_some(Location {
+            line: l - line_offset,
+            column: c,
+        }))
+    })?
+}
+
 /// Keeps a location inside `source`: errors found at the end of input are
 /// reported by engines on the wrapper's closing line, past the user's last
 /// line; they move to the end of the last line.
@@ -397,6 +411,29 @@ mod tests {
             first_location("    at script.js:3:7\n", 1),
             Some(Location { line: 2, column: 7 })
         );
+    }
+
+    #[test]
+    fn a_call_site_is_the_first_frame_in_the_script() {
+        // QuickJS's format: prelude frames first, then the script's.
+        let stack = "    at callTool (<prelude>:670:31)\n    at echo (<prelude>:700:20)\n    \
+                     at <anonymous> (script.js:4:18)\n    at run (script.js:9:3)\n";
+        assert_eq!(
+            call_site(stack, 1),
+            Some(Location {
+                line: 3,
+                column: 18
+            })
+        );
+        // V8's format, and a frame name that only looks like a location.
+        assert_eq!(
+            call_site("Error\n    at f (script.js:x)\n    at script.js:2:5", 1),
+            Some(Location { line: 1, column: 5 })
+        );
+        // The wrapper's own line, or no frame in the script: no site.
+        assert_eq!(call_site("    at script.js:1:9\n", 1), None);
+        assert_eq!(call_site("undefined", 1), None);
+        assert_eq!(call_site("", 1), None);
     }
 
     #[test]
