@@ -200,9 +200,9 @@ impl Proc {
         read_frame(&mut self.output)
     }
 
-    /// The worker's next message within a run's exchange, where it
-    /// usually answers in microseconds: spin for it first while the
-    /// machine has CPUs to spare ([`super::may_spin`]).
+    /// The worker's next message within a run's exchange (or its `Ready`
+    /// after `Finish`), where it usually answers in microseconds: spin for
+    /// it first while the machine has CPUs to spare ([`super::may_spin`]).
     fn recv_in_run(&mut self) -> io::Result<FromWorker> {
         #[cfg(unix)]
         if self.output.buffer().is_empty() && super::may_spin() {
@@ -467,7 +467,8 @@ impl RemoteEngine {
             proc.killer(),
         );
         proc.send(&ToWorker::Finish).ok()?;
-        match proc.recv() {
+        // Tidying up usually takes the worker microseconds.
+        match proc.recv_in_run() {
             Ok(FromWorker::Ready) => Some(proc),
             _ => None,
         }

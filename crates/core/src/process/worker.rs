@@ -86,14 +86,15 @@ impl Pipe {
         }
     }
 
-    /// The host's next message. `in_run`: the host answers within the
-    /// run's exchange, usually in microseconds, so spin for it first if
-    /// the run allows ([`super::may_spin`]); never while idle between
-    /// runs, when a spin only burns CPU.
-    fn recv(&self, in_run: bool) -> ToWorker {
+    /// The host's next message. `soon`: it is likely to come within
+    /// microseconds (an answer within a run's exchange, or the next run
+    /// just after one, as when runs come back to back), so spin for it
+    /// first if the host's last message allowed ([`super::may_spin`]);
+    /// never while idle otherwise, when a spin only burns CPU.
+    fn recv(&self, soon: bool) -> ToWorker {
         let mut input = self.input.borrow_mut();
         #[cfg(unix)]
-        if in_run && self.spin.get() && input.buffer().is_empty() {
+        if soon && self.spin.get() && input.buffer().is_empty() {
             use std::os::fd::AsRawFd;
             super::spin_until_readable(input.get_ref().as_raw_fd());
         }
@@ -153,8 +154,13 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
         version: engine.version.clone(),
     });
     let enforces = engine.enforces_memory();
+    // Just after a run the next one may follow at once: the worker spins
+    // for it as the pool's idle threads do, rather than be woken.
+    let mut after_run = false;
     loop {
-        match pipe.recv(false) {
+        let msg = pipe.recv(after_run);
+        after_run = false;
+        match msg {
             ToWorker::Run {
                 config,
                 limits,
@@ -188,6 +194,7 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
                     return 70;
                 }
                 pipe.send(&FromWorker::Ready);
+                after_run = true;
             }
             ToWorker::Check { source } => {
                 let error = guarded(|| Ok(host.check(&source)));
