@@ -173,13 +173,27 @@ impl<S: 'static> WorkerPool<S> {
             );
         };
         let mut guard = CancelOnDrop::new(request.cancel.clone());
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        // A worker spinning for its next job takes this one at once, on a
+        // CPU that is awake: then the answer of a short run comes back
+        // within microseconds, and waiting for it awake (`answer_soon`)
+        // spares this thread a wake-up.
+        let hot = self
+            .shared
+            .spinning
+            .load(std::sync::atomic::Ordering::Acquire);
         let submitted = self.submit(move |s| run(s, request, &tokio, Reply(tx)));
         let report = match submitted {
             Err(e) => ExecutionReport::failed(engine, ScriptError::internal(e)),
-            Ok(()) => rx.await.unwrap_or_else(|_| {
-                ExecutionReport::failed(engine, ScriptError::internal(self.stopped()))
-            }),
+            Ok(()) => {
+                let soon = if hot { answer_soon(&mut rx) } else { None };
+                match soon {
+                    Some(report) => report,
+                    None => rx.await.unwrap_or_else(|_| {
+                        ExecutionReport::failed(engine, ScriptError::internal(self.stopped()))
+                    }),
+                }
+            }
         };
         guard.disarm();
         report
@@ -218,6 +232,27 @@ fn spawn<S: 'static>(shared: &Arc<Shared<S>>, first: Job<S>) -> Result<(), Strin
 /// (8 in flight on 8 workers: 53,000 → 22,000 scripts/s without this
 /// rule, no measurable change with it).
 const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// The answer of a run handed to a spinning worker, if it comes within
+/// [`SPIN`]; the caller then awaits it as usual. Where the idle CPUs of a
+/// VM halt, waking a parked caller costs tens of microseconds, more than a
+/// trivial run (docs/performance.md, "Back to back: the caller's
+/// wake-up"). Only called when a worker was spinning, that is while the
+/// busy workers leave a CPU free, so it does not take a CPU that runs
+/// need; it holds this thread (a tokio worker, perhaps) for at most
+/// [`SPIN`].
+fn answer_soon<T>(rx: &mut tokio::sync::oneshot::Receiver<T>) -> Option<T> {
+    use tokio::sync::oneshot::error::TryRecvError;
+    let until = std::time::Instant::now() + SPIN;
+    loop {
+        match rx.try_recv() {
+            Ok(answer) => return Some(answer),
+            Err(TryRecvError::Closed) => return None,
+            Err(TryRecvError::Empty) if std::time::Instant::now() >= until => return None,
+            Err(TryRecvError::Empty) => std::hint::spin_loop(),
+        }
+    }
+}
 
 /// The next job sent to this idle worker; `None` once the pool closed.
 fn next_job<S>(shared: &Shared<S>, rx: &mpsc::Receiver<Job<S>>, may_spin: bool) -> Option<Job<S>> {
