@@ -486,7 +486,17 @@ impl Engine for BoaEngine {
 #[derive(Default)]
 struct BoaThread {
     warm: Option<Warm>,
+    /// Runs since the last collection between runs.
+    since_gc: u32,
 }
+
+/// Runs between two collections made after a run has answered. Boa's
+/// collector otherwise starts inside whichever run crosses its
+/// threshold and marks the whole hardened context there: about one
+/// trivial run in 70, which made 1–2% of runs 2 ms apart take 500–570 µs
+/// against an 80 µs median (docs/performance.md). Boa does not say how
+/// much it has allocated, so the collection comes by count instead.
+const RUNS_PER_GC: u32 = 32;
 
 impl EngineThread for BoaThread {
     /// Lends an engine to `run` (which says whether it is tainted). A run
@@ -518,7 +528,13 @@ impl EngineThread for BoaThread {
         let dropped = catch_unwind(AssertUnwindSafe(move || drop(engine)));
         if reuse.is_some() {
             self.warm = reuse;
+            self.since_gc += 1;
+            if self.since_gc >= RUNS_PER_GC {
+                self.since_gc = 0;
+                let _ = catch_unwind(boa_gc::force_collect);
+            }
         } else if dropped.is_ok() {
+            self.since_gc = 0;
             let _ = catch_unwind(boa_gc::force_collect);
             self.warm = harden().ok();
         }
