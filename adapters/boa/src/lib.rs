@@ -492,10 +492,10 @@ struct BoaThread {
 
 /// Runs between two collections made after a run has answered. Boa's
 /// collector otherwise starts inside whichever run crosses its
-/// threshold and marks the whole hardened context there: about one
-/// trivial run in 70, which made 1–2% of runs 2 ms apart take 500–570 µs
-/// against an 80 µs median (docs/performance.md). Boa does not say how
-/// much it has allocated, so the collection comes by count instead.
+/// threshold and marks the whole hardened context there; 1–2% of runs
+/// 2 ms apart took 500–570 µs against an 80 µs median, and half that once
+/// collections came between runs (docs/performance.md). Boa does not say
+/// how much it has allocated, so the collection comes by count instead.
 const RUNS_PER_GC: u32 = 32;
 
 impl EngineThread for BoaThread {
