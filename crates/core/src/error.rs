@@ -285,11 +285,9 @@ pub fn sanitize_stack(raw: &str, line_offset: u32) -> Option<String> {
 
 /// The first `script.js:L:C` location in an engine stack, shifted by `line_offset`.
 pub fn first_location(raw: &str, line_offset: u32) -> Option<Location> {
-    raw.match_indices(SCRIPT_FILE).find_map(|(pos, _)| {
-        parse_line_col(&raw[pos + SCRIPT_FILE.len()..]).map(|(l, c)| Location {
-            line: l.saturating_sub(line_offset).max(1),
-            column: c,
-        })
+    first_line_col(raw).map(|(l, c)| Location {
+        line: l.saturating_sub(line_offset).max(1),
+        column: c,
     })
 }
 
@@ -298,13 +296,18 @@ pub fn first_location(raw: &str, line_offset: u32) -> Option<Location> {
 /// line (unlike [`first_location`], which clamps to line 1) or no frame
 /// names the script.
 pub(crate) fn call_site(raw: &str, line_offset: u32) -> Option<Location> {
-    raw.match_indices(SCRIPT_FILE).find_map(|(pos, _)| {
-        let (l, c) = parse_line_col(&raw[pos + SCRIPT_FILE.len()..])?;
-        Some((l > line_offset).then_some(Location {
-            line: l - line_offset,
-            column: c,
-        }))
-    })?
+    let (l, c) = first_line_col(raw)?;
+    (l > line_offset).then_some(Location {
+        line: l - line_offset,
+        column: c,
+    })
+}
+
+/// The line and column of the first `script.js:L:C` in an engine stack,
+/// unshifted.
+fn first_line_col(raw: &str) -> Option<(u32, u32)> {
+    raw.match_indices(SCRIPT_FILE)
+        .find_map(|(pos, _)| parse_line_col(&raw[pos + SCRIPT_FILE.len()..]))
 }
 
 /// Keeps a location inside `source`: errors found at the end of input are

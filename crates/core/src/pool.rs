@@ -237,10 +237,10 @@ const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// [`SPIN`]; the caller then awaits it as usual. Where the idle CPUs of a
 /// VM halt, waking a parked caller costs tens of microseconds, more than a
 /// trivial run (docs/performance.md, "A second machine: the caller's
-/// wake-up, and tool calls"). Only called when a worker was spinning, that is while the
-/// busy workers leave a CPU free, so it does not take a CPU that runs
-/// need; it holds this thread (a tokio worker, perhaps) for at most
-/// [`SPIN`].
+/// wake-up, and tool calls"). Only called when a worker was spinning, that
+/// is while the busy workers leave a CPU free, so it does not take a CPU
+/// that runs need; it holds this thread (a tokio worker, perhaps) for at
+/// most [`SPIN`].
 fn answer_soon<T>(rx: &mut tokio::sync::oneshot::Receiver<T>) -> Option<T> {
     use tokio::sync::oneshot::error::TryRecvError;
     let until = std::time::Instant::now() + SPIN;
