@@ -33,7 +33,7 @@
 //! | `cancel` | call id | | |
 //! | `console` | level (`log`, `info`, `warn`, `error`, `debug`) | text | |
 //! | `progress` | message | data as JSON, or empty | `"1"` kept, `"0"` dropped by the rate limit |
-//! | `progress_warn` | as for `progress`, of kind `warn` | | |
+//! | `progress_warn` | as for `progress` | as for `progress` | as for `progress` (an event of kind `warn`) |
 //! | `approval_id` | | | the run's latest approval request id, or empty |
 //! | `warnings` | lossy conversions of the return value, as JSON `[{path, message}]` | | |
 //! | `budget` | | | tool calls left |
@@ -42,7 +42,10 @@
 //! | `fail` | the error's description as JSON | | |
 //!
 //! An unknown op answers `""`. The table is checked against the prelude by
-//! this module's tests.
+//! this module's tests. The ops whose answer is blank are *notices*
+//! ([`HostOp::NOTICES`]): behind the process boundary the worker sends them
+//! without waiting for an answer, which spares a trivial run one round trip
+//! through the pipe.
 
 use crate::adapter::{
     Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, ScriptRuntimeAdapter,
@@ -269,6 +272,13 @@ impl<'a> HostOp<'a> {
         "done",
         "fail",
     ];
+
+    /// The ops whose answer is always `""` (the blank answers of the
+    /// module docs' table): the script learns nothing from the host by
+    /// them, so a worker process sends them and goes on without waiting
+    /// (`crate::process`). The host answers them in the order they came,
+    /// like every op, so nothing is reordered.
+    pub(crate) const NOTICES: [&'static str; 5] = ["cancel", "console", "warnings", "done", "fail"];
 
     /// Decodes the three strings the native function received.
     pub fn decode(op: &'a str, a: &'a str, b: &'a str) -> Self {
@@ -645,6 +655,20 @@ mod tests {
             .collect();
         let known: std::collections::BTreeSet<&str> = HostOp::NAMES.into_iter().collect();
         assert_eq!(used, known);
+        // Notices are the ops the table answers with nothing.
+        let table = include_str!("engine.rs");
+        for name in HostOp::NAMES {
+            let row = table
+                .lines()
+                .find(|l| l.starts_with(&format!("//! | `{name}` |")))
+                .unwrap_or_default();
+            let blank_answer = row.trim_end().ends_with("| |");
+            assert_eq!(
+                blank_answer,
+                HostOp::NOTICES.contains(&name),
+                "{name}: the docs table's answer and HostOp::NOTICES disagree"
+            );
+        }
         let docs = include_str!("engine.rs");
         for name in HostOp::NAMES {
             assert!(

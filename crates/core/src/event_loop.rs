@@ -279,7 +279,13 @@ impl HostState {
 
 impl Host for RefCell<HostState> {
     fn call(&self, op: &str, a: &str, b: &str) -> String {
-        self.borrow_mut().op(HostOp::decode(op, a, b))
+        let answer = self.borrow_mut().op(HostOp::decode(op, a, b));
+        // A worker process does not wait for a notice's answer.
+        debug_assert!(
+            answer.is_empty() || !HostOp::NOTICES.contains(&op),
+            "notice {op} was answered {answer:?}"
+        );
+        answer
     }
 }
 

@@ -36,6 +36,11 @@ struct Shared<S> {
     factory: Factory<S>,
     /// Whether a worker is spinning for its next job (at most one is).
     spinning: std::sync::atomic::AtomicBool,
+    /// Jobs relay to another process ([`WorkerPool::relaying`]).
+    relay: bool,
+    /// Workers that have answered their run's caller ([`Reply::send`]) and
+    /// are tidying up (relay pools count them).
+    finishing: Arc<std::sync::atomic::AtomicUsize>,
     /// The CPUs this process may use.
     cores: usize,
 }
@@ -77,9 +82,27 @@ impl<S: 'static> WorkerPool<S> {
                 name: name.to_owned(),
                 factory: Arc::new(factory),
                 spinning: std::sync::atomic::AtomicBool::new(false),
+                relay: false,
+                finishing: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
                 cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             }),
         }
+    }
+
+    /// For workers that relay each run to another process and spin on
+    /// its answers (the process boundary): there, a run's worker thread
+    /// and its process already keep two CPUs awake, and a third party
+    /// spinning beside them took the CPU the process needed (measured in
+    /// docs/performance.md, "The process boundary back to back"). So the
+    /// caller of a run waits parked, never spinning, and a run sent while
+    /// a worker tidies up after answering the last one queues for that
+    /// worker, whose process is warm and whose thread takes it without a
+    /// hand-off, rather than going to another.
+    pub(crate) fn relaying(mut self) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.relay = true;
+        }
+        self
     }
 
     /// Threads started so far.
@@ -98,6 +121,15 @@ impl<S: 'static> WorkerPool<S> {
                 .state
                 .lock()
                 .map_err(|_| "worker pool poisoned".to_owned())?;
+            if self.shared.relay {
+                use std::sync::atomic::Ordering;
+                let busy = state.threads - state.idle.len();
+                let finishing = self.shared.finishing.load(Ordering::Acquire);
+                if busy < self.shared.cores && state.backlog.len() < finishing {
+                    state.backlog.push_back(job);
+                    return Ok(());
+                }
+            }
             if let Some(worker) = state.idle.pop() {
                 drop(state);
                 match worker.send(job) {
@@ -127,11 +159,28 @@ impl<S: 'static> WorkerPool<S> {
 /// Hands a run's report back to the caller of [`WorkerPool::execute`] as
 /// soon as it is ready (before the worker tidies up).
 #[derive(Debug)]
-pub(crate) struct Reply(tokio::sync::oneshot::Sender<ExecutionReport>);
+pub(crate) struct Reply {
+    tx: tokio::sync::oneshot::Sender<ExecutionReport>,
+    /// The pool's count of workers tidying up after answering, in relay
+    /// pools.
+    finishing: Option<Arc<std::sync::atomic::AtomicUsize>>,
+}
+
+thread_local! {
+    /// This worker thread's job has answered its caller ([`Reply::send`])
+    /// and is counted in `Shared::finishing` until the thread next looks
+    /// for work.
+    static ANSWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 impl Reply {
     pub(crate) fn send(self, report: ExecutionReport) {
-        let _ = self.0.send(report);
+        if let Some(f) = &self.finishing {
+            if !ANSWERED.replace(true) {
+                f.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        }
+        let _ = self.tx.send(report);
     }
 }
 
@@ -178,11 +227,13 @@ impl<S: 'static> WorkerPool<S> {
         // CPU that is awake: then the answer of a short run comes back
         // within microseconds, and waiting for it awake (`answer_soon`)
         // spares this thread a wake-up.
-        let hot = self
-            .shared
-            .spinning
-            .load(std::sync::atomic::Ordering::Acquire);
-        let submitted = self.submit(move |s| run(s, request, &tokio, Reply(tx)));
+        let hot = !self.shared.relay
+            && self
+                .shared
+                .spinning
+                .load(std::sync::atomic::Ordering::Acquire);
+        let finishing = self.shared.relay.then(|| self.shared.finishing.clone());
+        let submitted = self.submit(move |s| run(s, request, &tokio, Reply { tx, finishing }));
         let report = match submitted {
             Err(e) => ExecutionReport::failed(engine, ScriptError::internal(e)),
             Ok(()) => {
@@ -288,6 +339,13 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
             let Ok(mut s) = shared.state.lock() else {
                 return;
             };
+            // Done tidying up: under the lock, so that a run queued for
+            // this worker while it tidied is in the backlog it drains now.
+            if ANSWERED.replace(false) {
+                shared
+                    .finishing
+                    .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            }
             if s.closed {
                 return;
             }
@@ -350,6 +408,54 @@ mod tests {
         got.sort();
         assert_eq!(got, (0..50).collect::<Vec<_>>());
         assert_eq!(pool.threads(), 2);
+    }
+
+    #[test]
+    fn a_relay_pools_next_run_waits_for_the_worker_tidying_up() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = WorkerPool::new("t", 4, 1 << 20, || ()).relaying();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let run = |tidy_ms: u64| {
+            let tx = tx.clone();
+            rt.block_on(
+                pool.execute("t", ExecutionRequest::new("1"), move |_, _, _, reply| {
+                    tx.send(std::thread::current().id()).unwrap();
+                    reply.send(ExecutionReport::failed("t", ScriptError::internal("done")));
+                    // Tidying up after the answer.
+                    std::thread::sleep(std::time::Duration::from_millis(tidy_ms));
+                }),
+            )
+        };
+        for _ in 0..5 {
+            run(20);
+        }
+        let threads: Vec<_> = (0..5).map(|_| rx.recv().unwrap()).collect();
+        if cores >= 2 {
+            // Each run came while the last one's worker tidied up: it
+            // waited for that worker instead of starting another.
+            assert_eq!(pool.threads(), 1);
+            assert!(threads.iter().all(|t| *t == threads[0]));
+        }
+        // Once the last worker is done tidying, nobody counts as finishing.
+        let t = std::time::Instant::now();
+        while pool
+            .shared
+            .finishing
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0
+            && t.elapsed().as_secs() < 5
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            pool.shared
+                .finishing
+                .load(std::sync::atomic::Ordering::SeqCst),
+            0
+        );
     }
 
     #[test]

@@ -400,6 +400,13 @@ impl RemoteEngine {
                         })
                         .and_then(|()| proc.recv_in_run());
                 }
+                Ok(FromWorker::Notice { op, a, b }) => {
+                    // Its answer is always empty (checked where it is made).
+                    if let Some(h) = &host {
+                        h.call(&op, &a, &b);
+                    }
+                    result = proc.recv_in_run();
+                }
                 Ok(FromWorker::Step {
                     phase,
                     fault,
@@ -747,16 +754,19 @@ impl ProcessAdapter {
         };
         ProcessAdapter {
             info,
-            pool: Arc::new(WorkerPool::new(
-                &format!("harness-{}-process", opts.engine),
-                opts.max_workers,
-                HOST_THREAD_STACK_BYTES,
-                move || Slot {
-                    opts: factory_opts.clone(),
-                    proc: None,
-                    started: factory_started.clone(),
-                },
-            )),
+            pool: Arc::new(
+                WorkerPool::new(
+                    &format!("harness-{}-process", opts.engine),
+                    opts.max_workers,
+                    HOST_THREAD_STACK_BYTES,
+                    move || Slot {
+                        opts: factory_opts.clone(),
+                        proc: None,
+                        started: factory_started.clone(),
+                    },
+                )
+                .relaying(),
+            ),
             opts,
             started,
         }

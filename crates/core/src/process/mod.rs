@@ -15,8 +15,9 @@
 //! worker's stdin (host to worker) and stdout (worker to host). One
 //! exchange per run, in the terms: *execute* is `ToWorker::Run`,
 //! a *tool call* is a `FromWorker::HostOp` with op `call`, *tool results*
-//! travel in `ToWorker::Drain`, *done* is the host op `done` or `fail`,
-//! and *cancel* is the kill.
+//! travel in `ToWorker::Drain`, *done* is the host op `done` or `fail`
+//! (a `FromWorker::Notice`, which the worker sends without waiting for an
+//! answer), and *cancel* is the kill.
 //!
 //! The worker caps itself before it answers the handshake: address space,
 //! no core dumps, no file writes, few descriptors (rlimits), and a heap
@@ -40,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The argument that turns a binary into a worker: `PROGRAM --harness-worker ENGINE`.
 pub const WORKER_ARG: &str = "--harness-worker";
@@ -123,6 +124,14 @@ pub(crate) enum FromWorker {
     },
     /// The script called `host(op, a, b)`; the worker waits for a Reply.
     HostOp {
+        op: String,
+        a: String,
+        b: String,
+    },
+    /// The script called `host(op, a, b)` for a notice
+    /// ([`crate::engine::HostOp::NOTICES`]), whose answer is always empty:
+    /// the worker goes on without waiting, and the host sends no Reply.
+    Notice {
         op: String,
         a: String,
         b: String,
