@@ -7,6 +7,15 @@
 //! worker the pool starts a new one, up to its maximum; past that, jobs
 //! wait in a backlog that workers drain before going idle. Idling and
 //! queueing happen under one lock, so a job is never stranded.
+//!
+//! One exception to "the most recently idle worker": a run sent while a
+//! worker tidies up after answering the last run (back to back) queues for
+//! that worker, while every busy worker has a CPU. It is idle again within
+//! microseconds as a rule, with the warmest caches (and, behind the process
+//! boundary, a warm worker process), and it takes the run without a
+//! hand-off; handing the run to another worker made sequential runs
+//! alternate between threads (docs/performance.md, "The process boundary
+//! back to back").
 
 use crate::adapter::{CancelOnDrop, ExecutionRequest};
 use crate::error::ScriptError;
@@ -39,7 +48,7 @@ struct Shared<S> {
     /// Jobs relay to another process ([`WorkerPool::relaying`]).
     relay: bool,
     /// Workers that have answered their run's caller ([`Reply::send`]) and
-    /// are tidying up (relay pools count them).
+    /// are tidying up.
     finishing: Arc<std::sync::atomic::AtomicUsize>,
     /// The CPUs this process may use.
     cores: usize,
@@ -94,10 +103,7 @@ impl<S: 'static> WorkerPool<S> {
     /// and its process already keep two CPUs awake, and a third party
     /// spinning beside them took the CPU the process needed (measured in
     /// docs/performance.md, "The process boundary back to back"). So the
-    /// caller of a run waits parked, never spinning, and a run sent while
-    /// a worker tidies up after answering the last one queues for that
-    /// worker, whose process is warm and whose thread takes it without a
-    /// hand-off, rather than going to another.
+    /// caller of a run waits parked, never spinning ([`answer_soon`]).
     pub(crate) fn relaying(mut self) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.relay = true;
@@ -114,26 +120,31 @@ impl<S: 'static> WorkerPool<S> {
     /// rebuilds its state and carries on. Returns an error only if no
     /// worker thread could be started.
     pub(crate) fn submit(&self, job: impl FnOnce(&mut S) + Send + 'static) -> Result<(), String> {
-        let mut job: Job<S> = Box::new(job);
+        self.place(Box::new(job)).map(|_| ())
+    }
+
+    /// [`WorkerPool::submit`], saying whether the job queued for a worker
+    /// that is tidying up after answering (module docs).
+    fn place(&self, mut job: Job<S>) -> Result<bool, String> {
         loop {
             let mut state = self
                 .shared
                 .state
                 .lock()
                 .map_err(|_| "worker pool poisoned".to_owned())?;
-            if self.shared.relay {
+            {
                 use std::sync::atomic::Ordering;
                 let busy = state.threads - state.idle.len();
                 let finishing = self.shared.finishing.load(Ordering::Acquire);
                 if busy < self.shared.cores && state.backlog.len() < finishing {
                     state.backlog.push_back(job);
-                    return Ok(());
+                    return Ok(true);
                 }
             }
             if let Some(worker) = state.idle.pop() {
                 drop(state);
                 match worker.send(job) {
-                    Ok(()) => return Ok(()),
+                    Ok(()) => return Ok(false),
                     // That worker is gone; try the next one.
                     Err(mpsc::SendError(j)) => {
                         job = j;
@@ -144,14 +155,16 @@ impl<S: 'static> WorkerPool<S> {
             if state.threads < self.shared.max_threads {
                 state.threads += 1;
                 drop(state);
-                return spawn(&self.shared, job).inspect_err(|_| {
-                    if let Ok(mut s) = self.shared.state.lock() {
-                        s.threads -= 1;
-                    }
-                });
+                return spawn(&self.shared, job)
+                    .inspect_err(|_| {
+                        if let Ok(mut s) = self.shared.state.lock() {
+                            s.threads -= 1;
+                        }
+                    })
+                    .map(|()| false);
             }
             state.backlog.push_back(job);
-            return Ok(());
+            return Ok(false);
         }
     }
 }
@@ -161,9 +174,8 @@ impl<S: 'static> WorkerPool<S> {
 #[derive(Debug)]
 pub(crate) struct Reply {
     tx: tokio::sync::oneshot::Sender<ExecutionReport>,
-    /// The pool's count of workers tidying up after answering, in relay
-    /// pools.
-    finishing: Option<Arc<std::sync::atomic::AtomicUsize>>,
+    /// The pool's count of workers tidying up after answering.
+    finishing: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 thread_local! {
@@ -175,10 +187,9 @@ thread_local! {
 
 impl Reply {
     pub(crate) fn send(self, report: ExecutionReport) {
-        if let Some(f) = &self.finishing {
-            if !ANSWERED.replace(true) {
-                f.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            }
+        if !ANSWERED.replace(true) {
+            self.finishing
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
         let _ = self.tx.send(report);
     }
@@ -223,21 +234,25 @@ impl<S: 'static> WorkerPool<S> {
         };
         let mut guard = CancelOnDrop::new(request.cancel.clone());
         let (tx, mut rx) = tokio::sync::oneshot::channel();
-        // A worker spinning for its next job takes this one at once, on a
-        // CPU that is awake: then the answer of a short run comes back
-        // within microseconds, and waiting for it awake (`answer_soon`)
-        // spares this thread a wake-up.
+        // A worker spinning for its next job, or tidying up after the last
+        // one, takes this one at once, on a CPU that is awake: then the
+        // answer of a short run comes back within microseconds, and
+        // waiting for it awake (`answer_soon`) spares this thread a
+        // wake-up (not in a relay pool, see `relaying`).
         let hot = !self.shared.relay
             && self
                 .shared
                 .spinning
                 .load(std::sync::atomic::Ordering::Acquire);
-        let finishing = self.shared.relay.then(|| self.shared.finishing.clone());
-        let submitted = self.submit(move |s| run(s, request, &tokio, Reply { tx, finishing }));
+        let finishing = self.shared.finishing.clone();
+        let submitted = self.place(Box::new(move |s| {
+            run(s, request, &tokio, Reply { tx, finishing })
+        }));
         let report = match submitted {
             Err(e) => ExecutionReport::failed(engine, ScriptError::internal(e)),
-            Ok(()) => {
-                let soon = if hot { answer_soon(&mut rx) } else { None };
+            Ok(behind) => {
+                let awake = hot || (behind && !self.shared.relay);
+                let soon = if awake { answer_soon(&mut rx) } else { None };
                 match soon {
                     Some(report) => report,
                     None => rx.await.unwrap_or_else(|_| {
@@ -288,10 +303,10 @@ const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// [`SPIN`]; the caller then awaits it as usual. Where the idle CPUs of a
 /// VM halt, waking a parked caller costs tens of microseconds, more than a
 /// trivial run (docs/performance.md, "A second machine: the caller's
-/// wake-up, and tool calls"). Only called when a worker was spinning, that
-/// is while the busy workers leave a CPU free, so it does not take a CPU
-/// that runs need; it holds this thread (a tokio worker, perhaps) for at
-/// most [`SPIN`].
+/// wake-up, and tool calls"). Only called when the run went to a worker
+/// that was spinning or queued for one tidying up, that is while the busy
+/// workers leave a CPU free, so it does not take a CPU that runs need; it
+/// holds this thread (a tokio worker, perhaps) for at most [`SPIN`].
 fn answer_soon<T>(rx: &mut tokio::sync::oneshot::Receiver<T>) -> Option<T> {
     use tokio::sync::oneshot::error::TryRecvError;
     let until = std::time::Instant::now() + SPIN;
@@ -411,9 +426,16 @@ mod tests {
     }
 
     #[test]
-    fn a_relay_pools_next_run_waits_for_the_worker_tidying_up() {
+    fn the_next_run_waits_for_the_worker_tidying_up() {
+        for relay in [false, true] {
+            next_run_waits_for_the_worker_tidying_up(relay);
+        }
+    }
+
+    fn next_run_waits_for_the_worker_tidying_up(relay: bool) {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let pool = WorkerPool::new("t", 4, 1 << 20, || ()).relaying();
+        let pool = WorkerPool::new("t", 4, 1 << 20, || ());
+        let pool = if relay { pool.relaying() } else { pool };
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
