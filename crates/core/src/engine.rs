@@ -43,7 +43,7 @@
 //!
 //! An unknown op answers `""`. The table is checked against the prelude by
 //! this module's tests. The ops whose answer is blank are *notices*
-//! ([`HostOp::NOTICES`]): behind the process boundary the worker sends them
+//! (`HostOp::NOTICES`): behind the process boundary the worker sends them
 //! without waiting for an answer, which spares a trivial run one round trip
 //! through the pipe.
 
