@@ -333,21 +333,49 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
 /// The npm package script-harness beside the peer in one Node process
 /// (`bench.mjs --in-process`), when its addon is built.
 fn print_in_process(o: &Options) {
-    let addon = o
-        .peer_dir
-        .join("../../bindings/node/native/script-harness.node");
-    if !addon.exists() {
+    // The release addon beside this (release) binary: the copy in
+    // bindings/node/native is whatever `scripts/test` left there, a dev
+    // build, whose figures would mean nothing.
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+        .unwrap_or_default();
+    let lib = dir.join("libscript_harness_node.so");
+    if !lib.exists() {
         println!(
-            "\nin one Node process: not run (build the addon: cargo build --release -p script-harness-node, \
-             then copy target/release/libscript_harness_node.so to bindings/node/native/script-harness.node)"
+            "\nin one Node process: not run (build the release addon: cargo build --release -p script-harness-node; \
+             the dev build that scripts/test puts in bindings/node/native is not measured)"
         );
         return;
+    }
+    // Node loads a native addon only from a `.node` file.
+    let addon = dir.join("script-harness-compare.node");
+    let _ = std::fs::remove_file(&addon);
+    if std::fs::hard_link(&lib, &addon).is_err() {
+        if let Err(e) = std::fs::copy(&lib, &addon) {
+            println!(
+                "\nin one Node process: not run (cannot copy {}: {e})",
+                lib.display()
+            );
+            return;
+        }
+    }
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let me = std::env::current_exe().ok().and_then(|p| modified(&p));
+    if let (Some(l), Some(me)) = (modified(&lib), me) {
+        if l < me {
+            println!(
+                "\nnote: {} is older than this binary; rebuild it for current figures",
+                lib.display()
+            );
+        }
     }
     let out = Command::new("node")
         .arg(o.peer_dir.join("bench.mjs"))
         .args(["--in-process", "--iters", &o.iters.to_string()])
         .args(["--warmup-ms", &o.warmup.as_millis().to_string()])
         .args(["--gap-ms", &o.gap.as_millis().to_string()])
+        .env("SCRIPT_HARNESS_NATIVE", &addon)
         .current_dir(&o.peer_dir)
         .output();
     match out {
