@@ -656,9 +656,9 @@ mod tests {
         let known: std::collections::BTreeSet<&str> = HostOp::NAMES.into_iter().collect();
         assert_eq!(used, known);
         // Notices are the ops the table answers with nothing.
-        let table = include_str!("engine.rs");
+        let docs = include_str!("engine.rs");
         for name in HostOp::NAMES {
-            let row = table
+            let row = docs
                 .lines()
                 .find(|l| l.starts_with(&format!("//! | `{name}` |")))
                 .unwrap_or_default();
@@ -669,7 +669,6 @@ mod tests {
                 "{name}: the docs table's answer and HostOp::NOTICES disagree"
             );
         }
-        let docs = include_str!("engine.rs");
         for name in HostOp::NAMES {
             assert!(
                 docs.contains(&format!("//! | `{name}` |")),

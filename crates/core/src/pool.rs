@@ -239,11 +239,10 @@ impl<S: 'static> WorkerPool<S> {
         // answer of a short run comes back within microseconds, and
         // waiting for it awake (`answer_soon`) spares this thread a
         // wake-up (not in a relay pool, see `relaying`).
-        let hot = !self.shared.relay
-            && self
-                .shared
-                .spinning
-                .load(std::sync::atomic::Ordering::Acquire);
+        let hot = self
+            .shared
+            .spinning
+            .load(std::sync::atomic::Ordering::Acquire);
         let finishing = self.shared.finishing.clone();
         let submitted = self.place(Box::new(move |s| {
             run(s, request, &tokio, Reply { tx, finishing })
@@ -251,7 +250,7 @@ impl<S: 'static> WorkerPool<S> {
         let report = match submitted {
             Err(e) => ExecutionReport::failed(engine, ScriptError::internal(e)),
             Ok(behind) => {
-                let awake = hot || (behind && !self.shared.relay);
+                let awake = !self.shared.relay && (hot || behind);
                 let soon = if awake { answer_soon(&mut rx) } else { None };
                 match soon {
                     Some(report) => report,

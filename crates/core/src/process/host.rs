@@ -461,9 +461,9 @@ impl RemoteEngine {
 
     /// The worker, if it can take another run: the run is finished, and
     /// this waits until the worker has prepared its next context. A run
-    /// sent meanwhile queues for this thread (the pool relays,
-    /// `WorkerPool::relaying`): the wait is microseconds as a rule, and
-    /// at most `limit`, after which the worker is killed and replaced.
+    /// sent meanwhile queues for this thread (`crate::pool`'s module
+    /// docs): the wait is microseconds as a rule, and at most `limit`,
+    /// after which the worker is killed and replaced.
     fn into_reusable(mut self, limit: Duration) -> Option<Proc> {
         let mut proc = self.proc.get_mut().take()?;
         if self.broken || proc.killed.load(Ordering::SeqCst) {
