@@ -665,7 +665,13 @@
       return argsJson;
     }
 
-    function callTool(name, args) {
+    // Only calls that may need approval carry their site (the request's
+    // `line`); the stack capture is a fifth of a QuickJS tool call.
+    const sited = create(null);
+    const sitedNames = isArray(config.sited) ? config.sited : toolNames;
+    for (let i = 0; i < sitedNames.length; i++) sited[sitedNames[i]] = true;
+
+    function callTool(name, args, withSite) {
       let argsJson;
       try {
         argsJson = argsToJson(name, args);
@@ -673,7 +679,9 @@
         return promiseReject(e);
       }
       let site = '';
-      try { site = '\0' + StringCtor(new ErrorCtor().stack); } catch (_) { /* no stack */ }
+      if (withSite) {
+        try { site = '\0' + StringCtor(new ErrorCtor().stack); } catch (_) { /* no stack */ }
+      }
       const id = NumberCtor(hostCall('call', name + site, argsJson));
       if (id === 0) {
         // The host stopped recording calls: this run attempted too many.
@@ -694,7 +702,8 @@
     let hasMcp = false;
     for (let i = 0; i < toolNames.length; i++) {
       const name = toolNames[i];
-      const fn = (args) => callTool(name, args);
+      const withSite = sited[name] === true;
+      const fn = (args) => callTool(name, args, withSite);
       if (apply(stringSlice, name, [0, 4]) === 'mcp.') {
         const rest = apply(stringSlice, name, [4]);
         const dot = apply(stringIndexOf, rest, ['.']);

@@ -360,6 +360,8 @@ fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade, script_id: &s
     #[serde(rename_all = "camelCase")]
     struct Fixed<'a> {
         tools: &'a [String],
+        /// The tools whose calls carry a call site.
+        sited: Vec<&'a str>,
         spawn: bool,
         line_offset: u32,
         context: Context<'a>,
@@ -407,6 +409,7 @@ fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade, script_id: &s
     };
     let fixed = Fixed {
         tools: facade.visible_tools(),
+        sited: facade.sited_tools(),
         spawn: request.tasks.is_some() && request.mode == Mode::Enabled,
         line_offset: WRAPPER_LINE_OFFSET,
         context: Context {

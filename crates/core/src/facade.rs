@@ -116,6 +116,23 @@ impl ToolFacade {
         &self.visible
     }
 
+    /// The visible tools whose calls may need approval, in
+    /// [`visible_tools`](Self::visible_tools)' order: only their calls
+    /// carry a call site (the prelude's stack capture), the approval
+    /// request's `line`.
+    pub(crate) fn sited_tools(&self) -> Vec<&str> {
+        self.visible
+            .iter()
+            .filter(|n| {
+                self.tools
+                    .registry
+                    .get(n)
+                    .is_none_or(|t| t.may_require_approval())
+            })
+            .map(String::as_str)
+            .collect()
+    }
+
     /// Calls left in the budget.
     pub(crate) fn remaining_budget(&self) -> u32 {
         self.limits
@@ -380,5 +397,54 @@ mod tests {
         assert_eq!(closest("exce", &tools), Some("exec"));
         assert_eq!(closest("search", &tools), None);
         assert_eq!(closest("x", &tools), None);
+    }
+
+    /// Only tools that may ask for approval get a call site: a tool that
+    /// says it never does (an `FnTool` without a rule) does not; one that
+    /// has a rule, or does not say (the trait's default), does.
+    #[test]
+    fn only_tools_that_may_need_approval_are_sited() {
+        use crate::adapter::{ExecutionRequest, ToolSet};
+        use crate::tool::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};
+        use serde_json::{json, Value};
+        use std::sync::Arc;
+
+        struct Silent(Value);
+        #[async_trait::async_trait]
+        impl Tool for Silent {
+            fn name(&self) -> &str {
+                "silent"
+            }
+            fn description(&self) -> &str {
+                "says nothing about approval"
+            }
+            fn schema(&self) -> &Value {
+                &self.0
+            }
+            async fn execute(&self, args: Value, _: ToolContext) -> Result<Value, ToolError> {
+                Ok(args)
+            }
+        }
+        let fn_tool = |name: &str| {
+            FnTool::new(
+                name,
+                "",
+                json!({"type": "object"}),
+                |a, _| async move { Ok(a) },
+            )
+        };
+        let mut registry = ToolRegistry::new();
+        registry.register(fn_tool("echo")).unwrap();
+        registry
+            .register(fn_tool("guarded").requiring_approval(|_| false))
+            .unwrap();
+        registry
+            .register(Silent(json!({"type": "object"})))
+            .unwrap();
+        let mut request = ExecutionRequest::new("");
+        request.tools = ToolSet::new(Arc::new(registry));
+        let facade = super::ToolFacade::new(&request, std::time::Instant::now(), "scr_0");
+        assert_eq!(facade.visible_tools(), ["echo", "guarded", "silent"]);
+        assert_eq!(facade.sited_tools(), ["guarded", "silent"]);
     }
 }

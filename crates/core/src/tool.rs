@@ -81,6 +81,15 @@ pub trait Tool: Send + Sync {
     fn requires_approval(&self, _args: &Value) -> bool {
         false
     }
+    /// Whether any call of this tool may need approval: `false` promises
+    /// that [`requires_approval`](Tool::requires_approval) is false for
+    /// every argument. The harness then does not record where in the
+    /// script each call is made (an approval request's `line`, `column`
+    /// and `snippet` are its only use), which saves the engine a stack
+    /// capture per call. The default, `true`, is always correct.
+    fn may_require_approval(&self) -> bool {
+        true
+    }
     /// Runs one call with arguments already validated against the schema; should watch `ctx.cancel`.
     async fn execute(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError>;
 }
@@ -169,6 +178,9 @@ impl Tool for FnTool {
     }
     fn requires_approval(&self, args: &Value) -> bool {
         self.approval.as_ref().is_some_and(|r| r(args))
+    }
+    fn may_require_approval(&self) -> bool {
+        self.approval.is_some()
     }
     async fn execute(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
         (self.handler)(args, ctx).await

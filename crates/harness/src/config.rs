@@ -1042,6 +1042,11 @@ impl Tool for Configured {
             .needs_approval
             .unwrap_or_else(|| self.inner.requires_approval(args))
     }
+    fn may_require_approval(&self) -> bool {
+        self.settings
+            .needs_approval
+            .unwrap_or_else(|| self.inner.may_require_approval())
+    }
     async fn execute(&self, args: Value, mut ctx: ToolContext) -> Result<Value, ToolError> {
         let name = self.inner.name().to_owned();
         let out = match self.settings.timeout_ms {

@@ -377,6 +377,8 @@ async fn approval_denied_is_catchable_and_recorded() {
         harness::core::ApprovalOutcome::Denied
     );
     assert_eq!(r.approvals[0].args, json!({"dangerous": true}));
+    // The request says where: the call on the script's second line.
+    assert_eq!(r.approvals[0].line, Some(2));
 
     let (h, _) = harness_with(
         Limits::default(),
