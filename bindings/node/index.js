@@ -99,7 +99,12 @@ class Harness {
       config: options.config,
       provider: options.provider,
     };
-    const dispatch = (name, argsJson, key) => this._dispatch(name, argsJson, key);
+    // A call is answered through `complete`, when the tool settles.
+    const dispatch = (name, argsJson, key) => {
+      this._dispatch(name, argsJson, key).then(
+        (json) => this._native.complete(key, json, null),
+        (e) => this._native.complete(key, null, e.message));
+    };
     const abort = (key) => {
       const c = this._calls.get(key);
       if (c) c.abort(new Error('the script no longer needs this call'));

@@ -2,8 +2,12 @@
 //! exposing `NativeHarness`. The JavaScript half (`index.js`) keeps the
 //! user's tools, approval callback and AbortSignals, and talks to this
 //! side in JSON strings through three thread-safe functions:
-//! `dispatch(tool, argsJson, callKey) -> Promise<resultJson>`,
-//! `abort(callKey)` and `approve(requestJson) -> Promise<boolean>`.
+//! `dispatch(tool, argsJson, callKey)`, `abort(callKey)` and
+//! `approve(requestJson) -> Promise<boolean>`. A dispatched call is
+//! answered by `complete(callKey, resultJson, errorMessage)`, called by
+//! the JavaScript side when the tool settles: one hop from Node's thread
+//! back to the run, where awaiting the Promise `dispatch` could return
+//! took two (its return value, then its settlement).
 //! Scripts run on the harness's own threads; Node's event loop only
 //! carries tool calls and the final report.
 
@@ -22,12 +26,30 @@ use std::sync::{Arc, Mutex};
 
 type Dispatch = ThreadsafeFunction<
     FnArgs<(String, String, u32)>,
-    Promise<String>,
+    (),
     FnArgs<(String, String, u32)>,
     Status,
     false,
     true,
 >;
+
+/// What a JavaScript tool answers: its result as JSON, or its error's message.
+type Answer = std::result::Result<String, String>;
+
+/// The dispatched calls waiting for `complete`, by call key.
+type Waiting = Arc<Mutex<HashMap<u32, tokio::sync::oneshot::Sender<Answer>>>>;
+
+/// Forgets a call's entry in [`Waiting`] when its future ends or is
+/// dropped (cancelled, timed out), so that no entry outlives its call.
+struct Forget<'a>(&'a Waiting, u32);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.0.lock() {
+            w.remove(&self.1);
+        }
+    }
+}
 type Abort = ThreadsafeFunction<u32, (), u32, Status, false, true>;
 type Approve = ThreadsafeFunction<String, Promise<bool>, String, Status, false, true>;
 
@@ -40,6 +62,7 @@ fn invalid(message: impl std::fmt::Display) -> Error {
 pub struct NativeHarness {
     harness: Mutex<Option<Harness>>,
     runs: Arc<Mutex<HashMap<u32, CancellationToken>>>,
+    waiting: Waiting,
 }
 
 impl std::fmt::Debug for NativeHarness {
@@ -79,13 +102,19 @@ fn build(
     dispatch: Arc<Dispatch>,
     abort: Arc<Abort>,
     approve: Arc<Approve>,
+    waiting: &Waiting,
 ) -> Result<Harness> {
     let builder = embed::builder_from_options(options).map_err(invalid)?;
     let mut registry = ToolRegistry::new();
     if let Some(Value::Array(tools)) = options.get("tools") {
         for spec in tools {
             registry
-                .register(js_tool(spec, dispatch.clone(), abort.clone())?)
+                .register(js_tool(
+                    spec,
+                    dispatch.clone(),
+                    abort.clone(),
+                    waiting.clone(),
+                )?)
                 .map_err(invalid)?;
         }
     }
@@ -99,24 +128,46 @@ fn build(
 static CALL_KEYS: AtomicU32 = AtomicU32::new(1);
 
 /// A tool whose `execute` is a JavaScript function (reached through
-/// `dispatch`); a cancelled call aborts its `signal` (through `abort`).
-fn js_tool(spec: &Value, dispatch: Arc<Dispatch>, abort: Arc<Abort>) -> Result<harness::FnTool> {
+/// `dispatch`, answered through `complete`); a cancelled call aborts its
+/// `signal` (through `abort`).
+fn js_tool(
+    spec: &Value,
+    dispatch: Arc<Dispatch>,
+    abort: Arc<Abort>,
+    waiting: Waiting,
+) -> Result<harness::FnTool> {
     embed::tool_from_spec(spec, move |name, args, ctx| {
         let dispatch = dispatch.clone();
         let abort = abort.clone();
+        let waiting = waiting.clone();
         async move {
             let key = CALL_KEYS.fetch_add(1, Ordering::Relaxed);
-            let call = async {
-                let promise = dispatch
-                    .call_async((name, args.to_string(), key).into())
-                    .await
-                    .map_err(|e| ToolError::new(e.reason))?;
-                let out = promise.await.map_err(|e| ToolError::new(e.reason))?;
-                serde_json::from_str::<Value>(&out)
-                    .map_err(|e| ToolError::new(format!("the tool returned no JSON: {e}")))
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if let Ok(mut w) = waiting.lock() {
+                w.insert(key, tx);
+            }
+            let _forget = Forget(&waiting, key);
+            let status = dispatch.call(
+                (name, args.to_string(), key).into(),
+                ThreadsafeFunctionCallMode::NonBlocking,
+            );
+            if status != Status::Ok {
+                return Err(ToolError::new(format!(
+                    "the JavaScript tool cannot be called: {status}"
+                )));
+            }
+            let answer = async {
+                match rx.await {
+                    Ok(Ok(out)) => serde_json::from_str::<Value>(&out)
+                        .map_err(|e| ToolError::new(format!("the tool returned no JSON: {e}"))),
+                    Ok(Err(message)) => Err(ToolError::new(message)),
+                    Err(_) => Err(ToolError::new(
+                        "the JavaScript tool was released unanswered",
+                    )),
+                }
             };
             tokio::select! {
-                r = call => r,
+                r = answer => r,
                 _ = ctx.cancel.cancelled() => {
                     abort.call(key, ThreadsafeFunctionCallMode::NonBlocking);
                     Err(ToolError::cancelled())
@@ -139,16 +190,35 @@ impl NativeHarness {
         approve: Approve,
     ) -> Result<Self> {
         let options: Value = serde_json::from_str(&options).map_err(invalid)?;
+        let waiting = Waiting::default();
         let harness = build(
             &options,
             Arc::new(dispatch),
             Arc::new(abort),
             Arc::new(approve),
+            &waiting,
         )?;
         Ok(NativeHarness {
             harness: Mutex::new(Some(harness)),
             runs: Arc::new(Mutex::new(HashMap::new())),
+            waiting,
         })
+    }
+
+    /// Answers dispatched call `key`: `result_json` when the tool returned,
+    /// `error` (its message) when it threw. Returns whether the call was
+    /// still waiting (not when it was cancelled or already answered).
+    #[napi]
+    pub fn complete(&self, key: u32, result_json: Option<String>, error: Option<String>) -> bool {
+        let Some(tx) = self.waiting.lock().ok().and_then(|mut w| w.remove(&key)) else {
+            return false;
+        };
+        let answer = match (result_json, error) {
+            (Some(json), None) => Ok(json),
+            (_, Some(message)) => Err(message),
+            (None, None) => Err("the tool answered neither a result nor an error".to_owned()),
+        };
+        tx.send(answer).is_ok()
     }
 
     fn harness(&self) -> Result<Harness> {
