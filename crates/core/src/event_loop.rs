@@ -3,9 +3,10 @@
 //! An adapter supplies only engine primitives through [`Engine`]: load the
 //! prelude into a fresh context, start the script, drain jobs, settle a tool
 //! call, measure memory. [`run_script`] does the rest, the same way for
-//! every engine: hand new tool calls to the tool facade (on tokio), block
-//! until the next completion or the deadline, settle, repeat; then cancel
-//! what is left, wait out the grace period and build the report.
+//! every engine: hand new tool calls to the tool facade (polled here once,
+//! then wherever their wakers find room: see `CallSlot`), block until the
+//! next completion or the deadline, settle, repeat; then cancel what is
+//! left, wait out the grace period and build the report.
 
 use crate::adapter::{ExecutionRequest, Mode};
 use crate::engine::{Engine, EngineFault, EngineSetup, FaultKind, Host, HostHandle, HostOp};
@@ -293,37 +294,94 @@ impl Host for RefCell<HostState> {
 #[derive(Debug)]
 enum LoopEvent {
     ToolDone(u64, CallOutcome),
+    /// A pending tool call was woken while the loop waited: poll it here.
+    Poll(Arc<CallSlot>),
     /// A detached task ended: settle its `done` (if the script still runs).
     TaskDone(u64, CallOutcome),
     /// The watchdog saw the deadline pass or the cancel token fire.
     Stop,
 }
 
-/// Sends a completion even if the tool task panics or is aborted, so the
-/// loop never waits on a call that can no longer finish.
-struct CompletionGuard {
+type CallFuture = std::pin::Pin<Box<dyn Future<Output = CallOutcome> + Send>>;
+
+/// A tool call still pending after its first poll. Its waker hands the
+/// next poll to the run's own thread when that thread is waiting for
+/// events (one wake-up: the tool's answer reaches the loop directly), and
+/// to a tokio worker otherwise, so that a call keeps going while the
+/// script computes. Either side polls under the lock; an outcome polled on
+/// tokio comes back as [`LoopEvent::ToolDone`].
+struct CallSlot {
     id: u64,
+    fut: std::sync::Mutex<Option<CallFuture>>,
     tx: mpsc::Sender<LoopEvent>,
-    sent: bool,
+    /// Set while the run's thread blocks on its event channel.
+    loop_waiting: Arc<std::sync::atomic::AtomicBool>,
+    tokio: tokio::runtime::Handle,
 }
 
-impl CompletionGuard {
-    fn send(mut self, outcome: CallOutcome) {
-        self.sent = true;
-        let _ = self.tx.send(LoopEvent::ToolDone(self.id, outcome));
+impl std::fmt::Debug for CallSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallSlot")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
-impl Drop for CompletionGuard {
-    fn drop(&mut self) {
-        if !self.sent {
-            let failure = if std::thread::panicking() {
-                CallFailure::new(ErrorCode::ToolExecutionError, "the tool panicked")
-            } else {
-                CallFailure::new(ErrorCode::ScriptCancelledError, "the tool call was aborted")
-            };
-            let _ = self.tx.send(LoopEvent::ToolDone(self.id, Err(failure)));
+impl CallSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<CallFuture>> {
+        self.fut
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Polls the call once (inside the tokio context the caller entered);
+    /// its outcome once it has one, after which the slot is empty.
+    fn poll_once(self: &Arc<Self>) -> Option<CallOutcome> {
+        let mut fut = self.lock();
+        let f = fut.as_mut()?;
+        let waker = Waker::from(self.clone());
+        let mut cx = Context::from_waker(&waker);
+        let outcome = match catch_unwind(AssertUnwindSafe(|| f.as_mut().poll(&mut cx))) {
+            Ok(Poll::Pending) => return None,
+            Ok(Poll::Ready(outcome)) => outcome,
+            Err(_) => Err(CallFailure::new(
+                ErrorCode::ToolExecutionError,
+                "the tool panicked",
+            )),
+        };
+        let done = fut.take();
+        drop(fut);
+        drop(done);
+        Some(outcome)
+    }
+
+    /// Drops the call's future: it will not be polled again.
+    fn abort(&self) {
+        let f = self.lock().take();
+        drop(f);
+    }
+}
+
+impl std::task::Wake for CallSlot {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        // The loop clears the flag before it handles what it received, so
+        // a Poll sent while it was set is always read; one spawned while it
+        // is clear ends in a ToolDone the loop waits for.
+        if self.loop_waiting.load(Ordering::Acquire) {
+            let _ = self.tx.send(LoopEvent::Poll(self.clone()));
+            return;
         }
+        let slot = self.clone();
+        self.tokio.spawn(async move {
+            if let Some(outcome) = slot.poll_once() {
+                let _ = slot.tx.send(LoopEvent::ToolDone(slot.id, outcome));
+            }
+        });
     }
 }
 
@@ -515,6 +573,7 @@ pub fn run_script<E: Engine + ?Sized>(
         deadline,
         cancel: cancel.clone(),
         watch: None,
+        loop_waiting: Arc::default(),
     };
     let end = ctl.drive(&setup, &request.source, &rx);
     let memory_used = ctl.engine.memory_used();
@@ -522,7 +581,7 @@ pub fn run_script<E: Engine + ?Sized>(
     let memory_exhausted = ctl.engine.memory_exhausted();
     let pending_at_end = host.borrow().tracker.pending_count() as u32;
     let timed_out = matches!(end, End::Timeout);
-    let orphans = wind_down(&host, &rx, &limits);
+    let orphans = wind_down(&host, &rx, &limits, tokio);
     if !orphans.is_empty() {
         tracing::warn!(orphans = orphans.len(), calls = %orphans.join(", "), "tool calls left pending at the end of the script were cancelled");
     }
@@ -608,6 +667,7 @@ fn wind_down(
     host: &Rc<RefCell<HostState>>,
     rx: &mpsc::Receiver<LoopEvent>,
     limits: &Limits,
+    tokio: &tokio::runtime::Handle,
 ) -> Vec<String> {
     let orphans = host.borrow().tracker.orphans();
     host.borrow().tracker.cancel_all_pending();
@@ -620,6 +680,16 @@ fn wind_down(
         match rx.recv_timeout(left) {
             Ok(LoopEvent::ToolDone(id, o)) => {
                 host.borrow_mut().tracker.complete(id, &o);
+            }
+            // Sent while the main loop still waited.
+            Ok(LoopEvent::Poll(slot)) => {
+                let outcome = {
+                    let _rt = tokio.enter();
+                    slot.poll_once()
+                };
+                if let Some(o) = outcome {
+                    host.borrow_mut().tracker.complete(slot.id, &o);
+                }
             }
             Ok(LoopEvent::Stop | LoopEvent::TaskDone(..)) => {}
             Err(_) => break,
@@ -747,6 +817,8 @@ struct LoopControl<'a, E: Engine + ?Sized> {
     cancel: CancellationToken,
     /// Registered with the watchdog for the whole run.
     watch: Option<crate::watchdog::Watch>,
+    /// Set while the loop blocks on its event channel ([`CallSlot`]).
+    loop_waiting: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<E: Engine + ?Sized> LoopControl<'_, E> {
@@ -819,7 +891,12 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
             if left.is_zero() {
                 return End::Timeout;
             }
-            let first = match rx.recv_timeout(left) {
+            self.loop_waiting
+                .store(true, std::sync::atomic::Ordering::Release);
+            let received = rx.recv_timeout(left);
+            self.loop_waiting
+                .store(false, std::sync::atomic::Ordering::Release);
+            let first = match received {
                 Ok(ev) => ev,
                 Err(mpsc::RecvTimeoutError::Timeout) => return End::Timeout,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -845,6 +922,17 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                     LoopEvent::ToolDone(id, outcome) => {
                         if let Err(f) = self.complete(id, outcome) {
                             return self.fault_end(f);
+                        }
+                    }
+                    LoopEvent::Poll(slot) => {
+                        let outcome = {
+                            let _rt = self.tokio.enter();
+                            slot.poll_once()
+                        };
+                        if let Some(outcome) = outcome {
+                            if let Err(f) = self.complete(slot.id, outcome) {
+                                return self.fault_end(f);
+                            }
                         }
                     }
                     LoopEvent::TaskDone(settle, outcome) => {
@@ -935,7 +1023,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 outcome = tracing::field::Empty,
             );
             let call = self.facade.clone().call(site, name, args, token);
-            let mut fut = Box::pin(tracing::Instrument::instrument(
+            let fut: CallFuture = Box::pin(tracing::Instrument::instrument(
                 async move {
                     let outcome = call.await;
                     let label = match &outcome {
@@ -947,35 +1035,24 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 },
                 span,
             ));
+            let slot = Arc::new(CallSlot {
+                id,
+                fut: std::sync::Mutex::new(Some(fut)),
+                tx: self.tx.clone(),
+                loop_waiting: self.loop_waiting.clone(),
+                tokio: self.tokio.clone(),
+            });
             let first = {
                 let _rt = self.tokio.enter();
-                let mut cx = Context::from_waker(Waker::noop());
-                catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx)))
+                slot.poll_once()
             };
             match first {
-                Ok(Poll::Ready(outcome)) => done.push((id, outcome)),
-                Err(_) => done.push((
-                    id,
-                    Err(CallFailure::new(
-                        ErrorCode::ToolExecutionError,
-                        "the tool panicked",
-                    )),
-                )),
-                Ok(Poll::Pending) => {
-                    let guard = CompletionGuard {
-                        id,
-                        tx: self.tx.clone(),
-                        sent: false,
-                    };
-                    let task = self.tokio.spawn(async move {
-                        let outcome = fut.await;
-                        guard.send(outcome);
-                    });
-                    self.host
-                        .borrow_mut()
-                        .tracker
-                        .attach_task(id, task.abort_handle());
-                }
+                Some(outcome) => done.push((id, outcome)),
+                None => self
+                    .host
+                    .borrow_mut()
+                    .tracker
+                    .attach_task(id, crate::tracker::Abort(Box::new(move || slot.abort()))),
             }
         }
         done

@@ -6,7 +6,6 @@ use crate::facade::CallOutcome;
 use crate::report::{CallError, CallStatus, ToolCallRecord};
 use crate::sinks::ms;
 use std::time::{Duration, Instant};
-use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug)]
@@ -18,9 +17,19 @@ struct Tracked {
     status: CallStatus,
     error: Option<CallError>,
     cancel: CancellationToken,
-    task: Option<AbortHandle>,
+    /// Drops a call still running on its own (see `event_loop::CallSlot`).
+    task: Option<Abort>,
     /// Cancelled on purpose (a lost `Promise.race`), so not an orphan.
     released: bool,
+}
+
+/// Stops a pending call's future for good.
+pub(crate) struct Abort(pub(crate) Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for Abort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Abort")
+    }
 }
 
 /// All tool calls of one run.
@@ -86,7 +95,7 @@ impl PromiseTracker {
         }
     }
 
-    pub(crate) fn attach_task(&mut self, id: u64, task: AbortHandle) {
+    pub(crate) fn attach_task(&mut self, id: u64, task: Abort) {
         if let Some(c) = self.get_mut(id) {
             c.task = Some(task);
         }
@@ -165,8 +174,8 @@ impl PromiseTracker {
             .iter_mut()
             .filter(|c| c.status == CallStatus::Pending)
         {
-            if let Some(t) = c.task.take() {
-                t.abort();
+            if let Some(Abort(abort)) = c.task.take() {
+                abort();
             }
             c.status = CallStatus::Detached;
             c.duration = Some(c.started.elapsed());
