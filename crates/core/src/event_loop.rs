@@ -385,6 +385,64 @@ impl std::task::Wake for CallSlot {
     }
 }
 
+/// How long a run's thread spins for the next event (a tool's answer)
+/// before it blocks. Blocked, it is woken by whoever answers, and on a VM
+/// whose idle CPUs halt that wake-up waits 30–40 µs for the CPU
+/// (docs/performance.md: a JavaScript tool from Node); spinning keeps the
+/// CPU awake for answers that come quickly.
+const LOOP_SPIN: Duration = Duration::from_micros(50);
+
+/// Runs inside their main loop in this process.
+static DRIVING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts one run in its main loop while it lives.
+struct Driving(());
+
+impl Driving {
+    fn begin() -> Self {
+        DRIVING.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Driving(())
+    }
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        DRIVING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// The next event within `left`: spun for first (polling, yielding the
+/// CPU to anything runnable between polls) while every run in its loop
+/// can have a CPU and another for whoever answers it, as the process
+/// boundary's readers do (`process::may_spin`); never under load, where a
+/// spin takes the CPU another run needs.
+fn recv_spinning(
+    rx: &mpsc::Receiver<LoopEvent>,
+    left: Duration,
+) -> Result<LoopEvent, mpsc::RecvTimeoutError> {
+    use std::sync::OnceLock;
+    static CORES: OnceLock<usize> = OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let start = Instant::now();
+    if DRIVING.load(std::sync::atomic::Ordering::Acquire) * 2 <= cores {
+        let until = start + LOOP_SPIN.min(left);
+        loop {
+            match rx.try_recv() {
+                Ok(ev) => return Ok(ev),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    return Err(mpsc::RecvTimeoutError::Disconnected)
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+    rx.recv_timeout(left.saturating_sub(start.elapsed()))
+}
+
 /// The result of [`run_script`].
 #[derive(Debug)]
 pub struct RunOutput {
@@ -828,6 +886,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         source: &str,
         rx: &mpsc::Receiver<LoopEvent>,
     ) -> End {
+        let _driving = Driving::begin();
         if let Err(f) = self.engine.load(setup, self.host.clone() as HostHandle) {
             return self.fault_end(f);
         }
@@ -893,7 +952,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
             }
             self.loop_waiting
                 .store(true, std::sync::atomic::Ordering::Release);
-            let received = rx.recv_timeout(left);
+            let received = recv_spinning(rx, left);
             self.loop_waiting
                 .store(false, std::sync::atomic::Ordering::Release);
             let first = match received {
