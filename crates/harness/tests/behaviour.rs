@@ -437,3 +437,50 @@ async fn stacks_name_only_script_locations() {
     expect_code(&r, ErrorCode::ScriptRuntimeError);
     assert_eq!(r.error.unwrap().message, "Uncaught plain string");
 }
+
+/// A tool call the script has not awaited yet keeps going while the script
+/// computes: the call's later polls happen on tokio then, not only when
+/// the run's thread next waits for events (event_loop's `CallSlot`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_call_progresses_while_the_script_computes() {
+    use harness::{FnTool, ToolRegistry};
+    let finished: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let mut tools = ToolRegistry::new();
+    let at = finished.clone();
+    tools
+        .register(FnTool::new(
+            "nap",
+            "sleeps 10 ms, then notes when it got past the sleep",
+            json!({"type": "object"}),
+            move |_, _| {
+                let at = at.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    *at.lock().unwrap() = Some(Instant::now());
+                    Ok(json!("rested"))
+                }
+            },
+        ))
+        .unwrap();
+    tools
+        .register(FnTool::new(
+            "ping",
+            "answers at once",
+            json!({"type": "object"}),
+            |_, _| async move { Ok(json!("pong")) },
+        ))
+        .unwrap();
+    let h = Harness::builder().tools(tools).build().unwrap();
+    let started = Instant::now();
+    // Calls start when the script yields to the loop (here: awaiting
+    // `ping`); then it computes for 1.5 s before it awaits `nap`.
+    let r = h
+        .run("const p = tools.nap({}); await tools.ping({}); const t = Date.now(); while (Date.now() - t < 1500) {} return await p")
+        .await;
+    expect_value(&r, json!("rested"));
+    let past_sleep = finished.lock().unwrap().expect("the tool ran") - started;
+    assert!(
+        past_sleep < Duration::from_millis(1000),
+        "the call got past its 10 ms sleep only after {past_sleep:?}, when the script awaited it"
+    );
+}
