@@ -376,12 +376,32 @@ impl std::task::Wake for CallSlot {
             let _ = self.tx.send(LoopEvent::Poll(self.clone()));
             return;
         }
-        let slot = self.clone();
+        let armed = Unpolled(Some(self.clone()));
         self.tokio.spawn(async move {
+            let mut armed = armed;
+            let Some(slot) = armed.0.take() else { return };
             if let Some(outcome) = slot.poll_once() {
                 let _ = slot.tx.send(LoopEvent::ToolDone(slot.id, outcome));
             }
         });
+    }
+}
+
+/// Ends a call whose poll was spawned on tokio but dropped unrun (the
+/// runtime is shutting down), so the loop never waits on a call that can
+/// no longer finish.
+struct Unpolled(Option<Arc<CallSlot>>);
+
+impl Drop for Unpolled {
+    fn drop(&mut self) {
+        let Some(slot) = self.0.take() else { return };
+        let fut = slot.lock().take();
+        if fut.is_some() {
+            drop(fut);
+            let failure =
+                CallFailure::new(ErrorCode::ScriptCancelledError, "the tool call was aborted");
+            let _ = slot.tx.send(LoopEvent::ToolDone(slot.id, Err(failure)));
+        }
     }
 }
 
@@ -1480,5 +1500,68 @@ fn parse_return(json: &str, limits: &Limits) -> (Option<Value>, Option<ScriptErr
                 format!("the return value could not be read back as JSON: {e}"),
             )),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(
+        tokio: &tokio::runtime::Runtime,
+        waiting: bool,
+    ) -> (Arc<CallSlot>, mpsc::Receiver<LoopEvent>) {
+        let (tx, rx) = mpsc::channel();
+        let fut: CallFuture = Box::pin(async { Ok("1".to_owned()) });
+        let slot = Arc::new(CallSlot {
+            id: 7,
+            fut: std::sync::Mutex::new(Some(fut)),
+            tx,
+            loop_waiting: Arc::new(std::sync::atomic::AtomicBool::new(waiting)),
+            tokio: tokio.handle().clone(),
+        });
+        (slot, rx)
+    }
+
+    /// A woken call goes to the loop while it waits, to tokio otherwise;
+    /// either way exactly one outcome comes back.
+    #[test]
+    fn a_woken_call_is_polled_by_whoever_is_free() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let (s, rx) = slot(&rt, true);
+        Waker::from(s.clone()).wake_by_ref();
+        let Ok(LoopEvent::Poll(p)) = rx.recv_timeout(Duration::from_secs(5)) else {
+            panic!("the waiting loop gets the poll");
+        };
+        assert_eq!(p.poll_once().map(|o| o.ok()), Some(Some("1".to_owned())));
+        assert!(p.poll_once().is_none(), "the slot is empty once answered");
+
+        let (s, rx) = slot(&rt, false);
+        Waker::from(s).wake();
+        let Ok(LoopEvent::ToolDone(7, Ok(v))) = rx.recv_timeout(Duration::from_secs(5)) else {
+            panic!("tokio polls it and sends the outcome");
+        };
+        assert_eq!(v, "1");
+    }
+
+    /// A poll spawned on a runtime that has shut down is never run: the
+    /// call ends as aborted instead of leaving the loop to its deadline.
+    #[test]
+    fn a_poll_dropped_unrun_ends_the_call() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let (s, rx) = slot(&rt, false);
+        rt.shutdown_background();
+        Waker::from(s.clone()).wake();
+        let Ok(LoopEvent::ToolDone(7, Err(f))) = rx.recv_timeout(Duration::from_secs(5)) else {
+            panic!("the call ends");
+        };
+        assert_eq!(f.code, ErrorCode::ScriptCancelledError);
+        assert!(s.poll_once().is_none(), "its future is gone");
     }
 }
