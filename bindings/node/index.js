@@ -99,11 +99,13 @@ class Harness {
       config: options.config,
       provider: options.provider,
     };
-    // A call is answered through `complete`, when the tool settles.
+    // A call is answered through `complete`, when the tool settles; only
+    // strings cross (a throwing conversion here would be an unhandled
+    // rejection, which ends a Node process).
     const dispatch = (name, argsJson, key) => {
       this._dispatch(name, argsJson, key).then(
-        (json) => this._native.complete(key, json, null),
-        (e) => this._native.complete(key, null, e.message));
+        (json) => this._native.complete(key, typeof json === 'string' ? json : null, null),
+        (e) => this._native.complete(key, null, String(e instanceof Error ? e.message : e)));
     };
     const abort = (key) => {
       const c = this._calls.get(key);

@@ -146,3 +146,15 @@ test('memory stays flat over 5,000 runs', async () => {
   assert.ok(grown < 40, `RSS grew ${grown.toFixed(1)} MiB over 4,500 runs`);
   h.close();
 });
+
+test('a tool answer that is no JSON, or an error whose message is no string, fails the call, not Node', async () => {
+  const h = new Harness({
+    tools: {
+      fn: { execute: () => () => 1 },
+      odd: { execute: () => { const e = new Error('x'); e.message = { not: 'a string' }; throw e; } },
+    },
+  });
+  const r = await h.run('const out = []; for (const t of [tools.fn, tools.odd]) { try { await t({}); out.push("ok") } catch (e) { out.push(e.code) } } return out');
+  assert.deepEqual(r.value, ['ToolExecutionError', 'ToolExecutionError']);
+  h.close();
+});
