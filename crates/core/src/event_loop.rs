@@ -415,49 +415,30 @@ const LOOP_SPIN: Duration = Duration::from_micros(50);
 /// Runs inside their main loop in this process.
 static DRIVING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Counts one run in its main loop while it lives.
-struct Driving(());
-
-impl Driving {
-    fn begin() -> Self {
-        DRIVING.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Driving(())
-    }
-}
-
-impl Drop for Driving {
-    fn drop(&mut self) {
-        DRIVING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-/// The next event within `left`: spun for first (polling, yielding the
-/// CPU to anything runnable between polls) while every run in its loop
-/// can have a CPU and another for whoever answers it, as the process
-/// boundary's readers do (`process::may_spin`); never under load, where a
-/// spin takes the CPU another run needs.
+/// The next event within `left`: spun for first, while every run in its
+/// loop can have a CPU and another for whoever answers it
+/// ([`crate::spin::allowed`], the process boundary's rule too); never
+/// under load, where a spin takes the CPU another run needs.
 fn recv_spinning(
     rx: &mpsc::Receiver<LoopEvent>,
     left: Duration,
 ) -> Result<LoopEvent, mpsc::RecvTimeoutError> {
-    use std::sync::OnceLock;
-    static CORES: OnceLock<usize> = OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let start = Instant::now();
-    if DRIVING.load(std::sync::atomic::Ordering::Acquire) * 2 <= cores {
-        let until = start + LOOP_SPIN.min(left);
-        loop {
-            match rx.try_recv() {
-                Ok(ev) => return Ok(ev),
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    return Err(mpsc::RecvTimeoutError::Disconnected)
-                }
-                Err(mpsc::TryRecvError::Empty) => {}
+    if crate::spin::allowed(&DRIVING) {
+        let mut got = None;
+        crate::spin::until(LOOP_SPIN.min(left), || match rx.try_recv() {
+            Ok(ev) => {
+                got = Some(Ok(ev));
+                true
             }
-            if Instant::now() >= until {
-                break;
+            Err(mpsc::TryRecvError::Disconnected) => {
+                got = Some(Err(mpsc::RecvTimeoutError::Disconnected));
+                true
             }
-            std::thread::yield_now();
+            Err(mpsc::TryRecvError::Empty) => false,
+        });
+        if let Some(got) = got {
+            return got;
         }
     }
     rx.recv_timeout(left.saturating_sub(start.elapsed()))
@@ -906,7 +887,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         source: &str,
         rx: &mpsc::Receiver<LoopEvent>,
     ) -> End {
-        let _driving = Driving::begin();
+        let _driving = crate::spin::Counted::begin(&DRIVING);
         if let Err(f) = self.engine.load(setup, self.host.clone() as HostHandle) {
             return self.fault_end(f);
         }

@@ -21,6 +21,7 @@ pub mod process;
 pub mod report;
 mod sinks;
 pub mod source;
+mod spin;
 pub mod tasks;
 pub mod telemetry;
 pub mod tool;

@@ -654,7 +654,7 @@ impl Slot {
         let mut engine = RemoteEngine::new(proc);
         // Counted in flight until the report is ready, not through the
         // worker's tidying up (super::may_spin).
-        let in_flight = super::RemoteRun::begin();
+        let in_flight = super::remote_run();
         let out = run_script(&mut engine, &self.opts.engine, request, tokio);
         drop(in_flight);
         respond(out.report);

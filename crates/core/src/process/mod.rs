@@ -174,33 +174,16 @@ const PIPE_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 static REMOTE_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Counts one remote run in flight while it lives.
-#[derive(Debug)]
-pub(crate) struct RemoteRun(());
-
-impl RemoteRun {
-    pub(crate) fn begin() -> Self {
-        REMOTE_RUNS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        RemoteRun(())
-    }
-}
-
-impl Drop for RemoteRun {
-    fn drop(&mut self) {
-        REMOTE_RUNS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
+pub(crate) fn remote_run() -> crate::spin::Counted {
+    crate::spin::Counted::begin(&REMOTE_RUNS)
 }
 
 /// Whether the readers of runs' exchanges (the host's, and the workers',
 /// told in every message of the exchange) may spin: only while every run
-/// in flight can have both its sides on a CPU of their own. Under load a
-/// spin takes the CPU another run needs (measured before this rule: 2
-/// runs in flight on 2 cores spent 10–20% more CPU per script on Boa and
-/// WASI).
+/// in flight can have both its sides on a CPU of their own
+/// ([`crate::spin::allowed`]).
 pub(crate) fn may_spin() -> bool {
-    use std::sync::OnceLock;
-    static CORES: OnceLock<usize> = OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    REMOTE_RUNS.load(std::sync::atomic::Ordering::Acquire) * 2 <= cores
+    crate::spin::allowed(&REMOTE_RUNS)
 }
 
 /// Waits until `fd` is readable, but at most [`PIPE_SPIN`], polling it
@@ -209,7 +192,6 @@ pub(crate) fn may_spin() -> bool {
 #[cfg(unix)]
 #[allow(unsafe_code)]
 pub(crate) fn spin_until_readable(fd: std::os::fd::RawFd) {
-    let until = std::time::Instant::now() + PIPE_SPIN;
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -217,9 +199,7 @@ pub(crate) fn spin_until_readable(fd: std::os::fd::RawFd) {
     };
     // SAFETY: one valid `pollfd` and a zero timeout: poll only reads the
     // descriptor's state.
-    while unsafe { libc::poll(&mut p, 1, 0) } == 0 && std::time::Instant::now() < until {
-        std::thread::yield_now();
-    }
+    crate::spin::until(PIPE_SPIN, || unsafe { libc::poll(&mut p, 1, 0) } != 0);
 }
 
 /// Writes one frame and flushes.
@@ -261,7 +241,7 @@ mod tests {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // As many runs as CPUs: each needs a CPU for its worker and one
         // for its host thread, so nobody may spin.
-        let runs: Vec<RemoteRun> = (0..cores).map(|_| RemoteRun::begin()).collect();
+        let runs: Vec<_> = (0..cores).map(|_| remote_run()).collect();
         assert!(!may_spin());
         drop(runs);
     }
