@@ -3,10 +3,11 @@
 //! An adapter supplies only engine primitives through [`Engine`]: load the
 //! prelude into a fresh context, start the script, drain jobs, settle a tool
 //! call, measure memory. [`run_script`] does the rest, the same way for
-//! every engine: hand new tool calls to the tool facade (polled here once,
-//! then wherever their wakers find room: see `CallSlot`), block until the
-//! next completion or the deadline, settle, repeat; then cancel what is
-//! left, wait out the grace period and build the report.
+//! every engine: hand each tool call to the tool facade the moment the
+//! script makes it (polled there once, then wherever its waker finds room:
+//! see `CallSlot`), block until the next completion or the deadline,
+//! settle, repeat; then cancel what is left, wait out the grace period and
+//! build the report.
 
 use crate::adapter::{ExecutionRequest, Mode};
 use crate::engine::{Engine, EngineFault, EngineSetup, FaultKind, Host, HostHandle, HostOp};
@@ -64,7 +65,11 @@ pub struct HostState {
     tracker: PromiseTracker,
     console: ConsoleSink,
     progress: ProgressSink,
-    new_calls: Vec<(u64, String, String, Option<Location>)>,
+    /// Starts tool calls as the script makes them.
+    starter: Starter,
+    /// Calls that finished on their first poll, in the order they were
+    /// made, for the loop to settle once the script's jobs have run.
+    finished: Vec<(u64, CallOutcome)>,
     outcome: Option<Outcome>,
     observer: Option<crate::adapter::Observer>,
     /// Tool names of dispatched calls, for the observer.
@@ -157,9 +162,8 @@ impl HostState {
                 "0".to_owned()
             }
             HostOp::Call { tool, args, at } => {
-                let (id, _) = self.tracker.register(tool);
-                self.new_calls
-                    .push((id, tool.to_owned(), args.to_owned(), at));
+                let (id, token) = self.tracker.register(tool);
+                self.start_call(id, tool, args, at, token);
                 id.to_string()
             }
             HostOp::Spawn { tool, args, at } => self.spawn(tool, args, at),
@@ -241,6 +245,74 @@ impl HostState {
 }
 
 impl HostState {
+    /// Hands a call to the facade the moment the script makes it, so that
+    /// it starts (and its budget is counted: `context.budget`) while the
+    /// script goes on computing, as a JavaScript tool would. It is polled
+    /// once right here, inside the tokio context: most tools (and every
+    /// rejection by the facade's checks) finish on that poll, and their
+    /// outcome waits in `finished` for the loop to settle after the
+    /// script's jobs, so that no promise settles inside the call that made
+    /// it. A call still pending goes on in its [`CallSlot`].
+    fn start_call(
+        &mut self,
+        id: u64,
+        name: &str,
+        args: &str,
+        at: Option<Location>,
+        token: CancellationToken,
+    ) {
+        if let Some(o) = self.observer.clone() {
+            o.0.tool_call_started(id, name);
+            self.call_names.insert(id, name.to_owned());
+        }
+        let site = CallSite {
+            call_id: id,
+            task_id: None,
+            line: at.map(|l| l.line),
+            column: at.map(|l| l.column),
+        };
+        let span = tracing::info_span!(
+            "tool_call",
+            tool = %name,
+            call_id = id,
+            outcome = tracing::field::Empty,
+        );
+        let call = self
+            .facade
+            .clone()
+            .call(site, name.to_owned(), args.to_owned(), token);
+        let fut: CallFuture = Box::pin(tracing::Instrument::instrument(
+            async move {
+                let outcome = call.await;
+                let label = match &outcome {
+                    Ok(_) => "ok",
+                    Err(f) => f.code.as_str(),
+                };
+                tracing::Span::current().record("outcome", label);
+                outcome
+            },
+            span,
+        ));
+        let s = &self.starter;
+        let slot = Arc::new(CallSlot {
+            id,
+            fut: std::sync::Mutex::new(Some(fut)),
+            tx: s.tx.clone(),
+            loop_waiting: s.loop_waiting.clone(),
+            tokio: s.tokio.clone(),
+        });
+        let first = {
+            let _rt = s.tokio.enter();
+            slot.poll_once()
+        };
+        match first {
+            Some(outcome) => self.finished.push((id, outcome)),
+            None => self
+                .tracker
+                .attach_task(id, crate::tracker::Abort(Box::new(move || slot.abort()))),
+        }
+    }
+
     /// `tools.spawn.exec`: registers a detached task for the loop to
     /// dispatch, or says why not (as JSON the prelude throws from).
     fn spawn(&mut self, tool: &str, args: &str, at: Option<Location>) -> String {
@@ -288,6 +360,16 @@ impl Host for RefCell<HostState> {
         );
         answer
     }
+}
+
+/// What starting a tool call takes: where its outcome goes, and where it
+/// is polled after its first poll ([`CallSlot`]).
+#[derive(Debug, Clone)]
+struct Starter {
+    tx: mpsc::Sender<LoopEvent>,
+    /// Set while the run's thread blocks on its event channel.
+    loop_waiting: Arc<std::sync::atomic::AtomicBool>,
+    tokio: tokio::runtime::Handle,
 }
 
 /// Events the worker thread waits on.
@@ -599,8 +681,20 @@ pub fn run_script<E: Engine + ?Sized>(
     let cancel = request.cancel.clone();
     let script_id = new_script_id();
     let facade = Arc::new(ToolFacade::new(&request, deadline, &script_id));
-    let host = new_host(&request, &facade, started, deadline, script_id.clone());
     let (tx, rx) = mpsc::channel::<LoopEvent>();
+    let starter = Starter {
+        tx: tx.clone(),
+        loop_waiting: Arc::default(),
+        tokio: tokio.clone(),
+    };
+    let loop_waiting = starter.loop_waiting.clone();
+    let host = new_host(
+        &request,
+        &facade,
+        (started, deadline),
+        script_id.clone(),
+        starter,
+    );
 
     let config = prelude_config(&request, &facade, &script_id);
     // One span per run (no source, no arguments at info level); tool calls
@@ -632,7 +726,7 @@ pub fn run_script<E: Engine + ?Sized>(
         deadline,
         cancel: cancel.clone(),
         watch: None,
-        loop_waiting: Arc::default(),
+        loop_waiting,
     };
     let end = ctl.drive(&setup, &request.source, &rx);
     let memory_used = ctl.engine.memory_used();
@@ -690,9 +784,9 @@ pub fn run_script<E: Engine + ?Sized>(
 fn new_host(
     request: &ExecutionRequest,
     facade: &Arc<ToolFacade>,
-    started: Instant,
-    deadline: Instant,
+    (started, deadline): (Instant, Instant),
     script_id: String,
+    starter: Starter,
 ) -> Rc<RefCell<HostState>> {
     let limits = &request.limits;
     Rc::new(RefCell::new(HostState {
@@ -702,7 +796,8 @@ fn new_host(
         tracker: PromiseTracker::default(),
         console: ConsoleSink::new(limits),
         progress: ProgressSink::new(limits),
-        new_calls: Vec::new(),
+        starter,
+        finished: Vec::new(),
         outcome: None,
         observer: request.observer.clone(),
         call_names: std::collections::HashMap::new(),
@@ -1053,69 +1148,10 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         End::Fault(f)
     }
 
-    /// Hands new tool calls to the facade. Each call is polled once right
-    /// here, inside the tokio context: most tools (and every rejection by
-    /// the facade's checks) finish on their first poll, and then no thread
-    /// hop is paid. Calls still pending are spawned on tokio. Returns the
-    /// calls that finished inline.
+    /// The calls that finished on their first poll since the last look
+    /// (they were started as the script made them: [`HostState::start_call`]).
     fn dispatch_calls(&mut self) -> Vec<(u64, CallOutcome)> {
-        let calls = std::mem::take(&mut self.host.borrow_mut().new_calls);
-        let mut done = Vec::new();
-        for (id, name, args, at) in calls {
-            {
-                let mut h = self.host.borrow_mut();
-                if let Some(o) = h.observer.clone() {
-                    o.0.tool_call_started(id, &name);
-                    h.call_names.insert(id, name.clone());
-                }
-            }
-            let token = self.host.borrow().tracker.token(id);
-            let site = CallSite {
-                call_id: id,
-                task_id: None,
-                line: at.map(|l| l.line),
-                column: at.map(|l| l.column),
-            };
-            let span = tracing::info_span!(
-                "tool_call",
-                tool = %name,
-                call_id = id,
-                outcome = tracing::field::Empty,
-            );
-            let call = self.facade.clone().call(site, name, args, token);
-            let fut: CallFuture = Box::pin(tracing::Instrument::instrument(
-                async move {
-                    let outcome = call.await;
-                    let label = match &outcome {
-                        Ok(_) => "ok",
-                        Err(f) => f.code.as_str(),
-                    };
-                    tracing::Span::current().record("outcome", label);
-                    outcome
-                },
-                span,
-            ));
-            let slot = Arc::new(CallSlot {
-                id,
-                fut: std::sync::Mutex::new(Some(fut)),
-                tx: self.tx.clone(),
-                loop_waiting: self.loop_waiting.clone(),
-                tokio: self.tokio.clone(),
-            });
-            let first = {
-                let _rt = self.tokio.enter();
-                slot.poll_once()
-            };
-            match first {
-                Some(outcome) => done.push((id, outcome)),
-                None => self
-                    .host
-                    .borrow_mut()
-                    .tracker
-                    .attach_task(id, crate::tracker::Abort(Box::new(move || slot.abort()))),
-            }
-        }
-        done
+        std::mem::take(&mut self.host.borrow_mut().finished)
     }
 
     /// Starts the detached tasks the script asked for since the last

@@ -82,19 +82,6 @@ impl PromiseTracker {
         id
     }
 
-    /// The cancellation token of a call (a cancelled one if the id is unknown).
-    pub(crate) fn token(&self, id: u64) -> CancellationToken {
-        let i = usize::try_from(id).ok().and_then(|i| i.checked_sub(1));
-        match i.and_then(|i| self.calls.get(i)) {
-            Some(c) => c.cancel.clone(),
-            None => {
-                let t = CancellationToken::new();
-                t.cancel();
-                t
-            }
-        }
-    }
-
     pub(crate) fn attach_task(&mut self, id: u64, task: Abort) {
         if let Some(c) = self.get_mut(id) {
             c.task = Some(task);

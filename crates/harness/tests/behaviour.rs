@@ -438,9 +438,10 @@ async fn stacks_name_only_script_locations() {
     assert_eq!(r.error.unwrap().message, "Uncaught plain string");
 }
 
-/// A tool call the script has not awaited yet keeps going while the script
-/// computes: the call's later polls happen on tokio then, not only when
-/// the run's thread next waits for events (event_loop's `CallSlot`).
+/// A tool call starts the moment the script makes it, and keeps going
+/// while the script computes: its first poll happens inside the call
+/// (event_loop's `HostState::start_call`), its later polls on tokio, not
+/// only when the run's thread next waits for events (`CallSlot`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_call_progresses_while_the_script_computes() {
     use harness::{FnTool, ToolRegistry};
@@ -462,20 +463,12 @@ async fn a_pending_call_progresses_while_the_script_computes() {
             },
         ))
         .unwrap();
-    tools
-        .register(FnTool::new(
-            "ping",
-            "answers at once",
-            json!({"type": "object"}),
-            |_, _| async move { Ok(json!("pong")) },
-        ))
-        .unwrap();
     let h = Harness::builder().tools(tools).build().unwrap();
     let started = Instant::now();
-    // Calls start when the script yields to the loop (here: awaiting
-    // `ping`); then it computes for 1.5 s before it awaits `nap`.
+    // A call starts the moment the script makes it; the script then
+    // computes for 1.5 s, never yielding, before it awaits `nap`.
     let r = h
-        .run("const p = tools.nap({}); await tools.ping({}); const t = Date.now(); while (Date.now() - t < 1500) {} return await p")
+        .run("const p = tools.nap({}); const t = Date.now(); while (Date.now() - t < 1500) {} return await p")
         .await;
     expect_value(&r, json!("rested"));
     let past_sleep = finished.lock().unwrap().expect("the tool ran") - started;
