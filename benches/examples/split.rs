@@ -4,7 +4,8 @@
 //! 50th, 75th and 90th percentiles, on QuickJS with the benches' `echo`
 //! tool. In process, `run_script` runs on the engine thread; with
 //! `process`, on the host thread that drives a worker process.
-//! `split [GAP_MS] [WARMUP_RUNS] [RUNS] [process]` (defaults 2, 500, 1000):
+//! `split [GAP_MS] [WARMUP_RUNS] [RUNS] [OPTIONS]` (defaults 2, 500, 1000),
+//! where OPTIONS is a comma-separated list of `process` and `boa`:
 //! `cargo build --release -p harness-benches --example split &&
 //!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`
 use harness::{EngineKind, Isolation};
@@ -21,13 +22,19 @@ fn arg(i: usize, default: u64) -> u64 {
 harness::main! {
     fn main() {
         let (gap, warmup, n) = (arg(1, 2), arg(2, 500), arg(3, 1000).max(1) as usize);
-        let isolation = match std::env::args().nth(4).as_deref() {
-            Some("process") => Isolation::Process,
-            _ => Isolation::InProcess,
-        };
+        let options = std::env::args().nth(4).unwrap_or_default();
+        let has = |o: &str| options.split(',').any(|x| x == o);
         let config = Config {
-            engine: EngineKind::QuickJs,
-            isolation,
+            engine: if has("boa") {
+                EngineKind::Boa
+            } else {
+                EngineKind::QuickJs
+            },
+            isolation: if has("process") {
+                Isolation::Process
+            } else {
+                Isolation::InProcess
+            },
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -52,12 +59,12 @@ harness::main! {
         wall.sort_by(f64::total_cmp);
         inner.sort_by(f64::total_cmp);
         let q = |s: &[f64]| {
-            [0.1, 0.25, 0.5, 0.75, 0.9]
+            [0.1, 0.25, 0.5, 0.75, 0.9, 0.99]
                 .map(|p| format!("{:.1}", quantile(s, p)))
                 .join(" / ")
         };
         println!(
-            "{config} gap {gap} ms, p10 / p25 / p50 / p75 / p90 µs: wall {}; inside run_script {}",
+            "{config} gap {gap} ms, p10 / p25 / p50 / p75 / p90 / p99 µs: wall {}; inside run_script {}",
             q(&wall),
             q(&inner)
         );
