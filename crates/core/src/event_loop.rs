@@ -84,15 +84,13 @@ pub struct HostState {
     tasks: Option<Arc<DetachedTasks>>,
     /// Ids of the tasks this run started, in order.
     run_tasks: Vec<String>,
-    /// Tasks started since the loop last dispatched.
-    new_tasks: Vec<NewTask>,
     /// This run's tasks whose `done` the script may still be waiting on.
     tasks_live: usize,
     /// Lossy conversions of the return value, from the prelude.
     warnings: Vec<Warning>,
 }
 
-/// A detached task the script started, waiting to be dispatched.
+/// A detached task the script starts.
 #[derive(Debug)]
 struct NewTask {
     id: String,
@@ -313,8 +311,76 @@ impl HostState {
         }
     }
 
-    /// `tools.spawn.exec`: registers a detached task for the loop to
-    /// dispatch, or says why not (as JSON the prelude throws from).
+    /// Starts a detached task on tokio, under its own deadline and token,
+    /// not the run's: it outlives the script. Like a call, it starts the
+    /// moment the script asks for it.
+    fn start_task(&mut self, t: NewTask, tasks: Arc<DetachedTasks>) {
+        self.tasks_live += 1;
+        let facade = self.facade.clone();
+        let tx = self.starter.tx.clone();
+        let observer = self.observer.clone();
+        let limit = Duration::from_millis(tasks.limits().timeout_ms);
+        let deadline = Instant::now() + limit;
+        let site = CallSite {
+            call_id: 0,
+            task_id: Some(t.id.clone()),
+            line: t.at.map(|l| l.line),
+            column: t.at.map(|l| l.column),
+        };
+        let tool_name = t.tool.clone();
+        self.starter.tokio.spawn(async move {
+            let started = Instant::now();
+            let call = facade.call_until(site, t.tool, t.args, t.cancel.clone(), deadline);
+            let outcome = tokio::select! {
+                o = call => o,
+                _ = tokio::time::sleep_until(deadline.into()) => Err(CallFailure::new(
+                    ErrorCode::ScriptCancelledError,
+                    format!("the detached task ran past its limit of {} ms", limit.as_millis()),
+                )),
+            };
+            let outcome = match outcome {
+                Err(f) if t.cancel.is_cancelled() && f.code != ErrorCode::ScriptCancelledError => {
+                    Err(CallFailure::new(
+                        ErrorCode::ScriptCancelledError,
+                        "the detached task was cancelled",
+                    ))
+                }
+                o => o,
+            };
+            let (status, result, error) = match &outcome {
+                Ok(json) => (TaskStatus::Ok, serde_json::from_str(json).ok(), None),
+                Err(f) => (
+                    if f.code == ErrorCode::ScriptCancelledError {
+                        TaskStatus::Cancelled
+                    } else {
+                        TaskStatus::Error
+                    },
+                    None,
+                    Some(CallError {
+                        code: f.code,
+                        message: f.message.clone(),
+                        stderr: f.stderr.clone(),
+                    }),
+                ),
+            };
+            let took = ms(started.elapsed());
+            let label = match &outcome {
+                Ok(_) => "ok",
+                Err(f) if f.code == ErrorCode::ScriptCancelledError => "cancelled",
+                Err(f) => f.code.as_str(),
+            };
+            crate::telemetry::record_tool_call(&tool_name, label, took);
+            tasks.finish(&t.id, status, result, error, took);
+            if let (Some(o), Some(task)) = (observer, tasks.get(&t.id)) {
+                o.0.task_finished(&task);
+            }
+            // The run may be over; then nobody listens, and that is fine.
+            let _ = tx.send(LoopEvent::TaskDone(t.settle, outcome));
+        });
+    }
+
+    /// `tools.spawn.exec`: registers and starts a detached task, or says
+    /// why not (as JSON the prelude throws from).
     fn spawn(&mut self, tool: &str, args: &str, at: Option<Location>) -> String {
         let refuse = |code: ErrorCode, message: String| {
             json!({"error": {"code": code.as_str(), "message": message}}).to_string()
@@ -336,14 +402,15 @@ impl HostState {
             Ok((id, cancel)) => {
                 let settle = TASK_SETTLE_BASE + self.run_tasks.len() as u64 + 1;
                 self.run_tasks.push(id.clone());
-                self.new_tasks.push(NewTask {
+                let task = NewTask {
                     id: id.clone(),
                     settle,
                     tool: tool.to_owned(),
                     args: args.to_owned(),
                     at,
                     cancel,
-                });
+                };
+                self.start_task(task, tasks);
                 json!({"id": id, "settle": settle}).to_string()
             }
         }
@@ -720,7 +787,6 @@ pub fn run_script<E: Engine + ?Sized>(
     let mut ctl = LoopControl {
         engine,
         host: host.clone(),
-        facade: facade.clone(),
         tx,
         tokio,
         deadline,
@@ -808,7 +874,6 @@ fn new_host(
             .then(|| request.tasks.clone())
             .flatten(),
         run_tasks: Vec::new(),
-        new_tasks: Vec::new(),
         tasks_live: 0,
         warnings: Vec::new(),
     }))
@@ -964,7 +1029,6 @@ enum End {
 struct LoopControl<'a, E: Engine + ?Sized> {
     engine: &'a mut E,
     host: Rc<RefCell<HostState>>,
-    facade: Arc<ToolFacade>,
     tx: mpsc::Sender<LoopEvent>,
     tokio: &'a tokio::runtime::Handle,
     deadline: Instant,
@@ -1028,7 +1092,6 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 // Their promises settled: let the script react first.
                 continue;
             }
-            self.dispatch_tasks();
             let (settled, pending) = {
                 let h = self.host.borrow();
                 (
@@ -1152,88 +1215,6 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
     /// (they were started as the script made them: [`HostState::start_call`]).
     fn dispatch_calls(&mut self) -> Vec<(u64, CallOutcome)> {
         std::mem::take(&mut self.host.borrow_mut().finished)
-    }
-
-    /// Starts the detached tasks the script asked for since the last
-    /// look. Each runs on tokio under its own deadline and token, not the
-    /// run's: it outlives the script.
-    fn dispatch_tasks(&mut self) {
-        let (new, tasks, script_observer) = {
-            let mut h = self.host.borrow_mut();
-            if h.new_tasks.is_empty() {
-                return;
-            }
-            let new = std::mem::take(&mut h.new_tasks);
-            h.tasks_live += new.len();
-            (new, h.tasks.clone(), h.observer.clone())
-        };
-        let Some(tasks) = tasks else { return };
-        for t in new {
-            let facade = self.facade.clone();
-            let tasks = tasks.clone();
-            let tx = self.tx.clone();
-            let observer = script_observer.clone();
-            let limit = Duration::from_millis(tasks.limits().timeout_ms);
-            let deadline = Instant::now() + limit;
-            let site = CallSite {
-                call_id: 0,
-                task_id: Some(t.id.clone()),
-                line: t.at.map(|l| l.line),
-                column: t.at.map(|l| l.column),
-            };
-            let tool_name = t.tool.clone();
-            self.tokio.spawn(async move {
-                let started = Instant::now();
-                let call = facade.call_until(site, t.tool, t.args, t.cancel.clone(), deadline);
-                let outcome = tokio::select! {
-                    o = call => o,
-                    _ = tokio::time::sleep_until(deadline.into()) => Err(CallFailure::new(
-                        ErrorCode::ScriptCancelledError,
-                        format!("the detached task ran past its limit of {} ms", limit.as_millis()),
-                    )),
-                };
-                let outcome = match outcome {
-                    Err(f)
-                        if t.cancel.is_cancelled() && f.code != ErrorCode::ScriptCancelledError =>
-                    {
-                        Err(CallFailure::new(
-                            ErrorCode::ScriptCancelledError,
-                            "the detached task was cancelled",
-                        ))
-                    }
-                    o => o,
-                };
-                let (status, result, error) = match &outcome {
-                    Ok(json) => (TaskStatus::Ok, serde_json::from_str(json).ok(), None),
-                    Err(f) => (
-                        if f.code == ErrorCode::ScriptCancelledError {
-                            TaskStatus::Cancelled
-                        } else {
-                            TaskStatus::Error
-                        },
-                        None,
-                        Some(CallError {
-                            code: f.code,
-                            message: f.message.clone(),
-                            stderr: f.stderr.clone(),
-                        }),
-                    ),
-                };
-                let took = ms(started.elapsed());
-                let label = match &outcome {
-                    Ok(_) => "ok",
-                    Err(f) if f.code == ErrorCode::ScriptCancelledError => "cancelled",
-                    Err(f) => f.code.as_str(),
-                };
-                crate::telemetry::record_tool_call(&tool_name, label, took);
-                tasks.finish(&t.id, status, result, error, took);
-                if let (Some(o), Some(task)) = (observer, tasks.get(&t.id)) {
-                    o.0.task_finished(&task);
-                }
-                // The run may be over; then nobody listens, and that is fine.
-                let _ = tx.send(LoopEvent::TaskDone(t.settle, outcome));
-            });
-        }
     }
 
     fn settle(&mut self, id: u64, outcome: &CallOutcome) -> Result<(), EngineFault> {
