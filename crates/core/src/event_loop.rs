@@ -888,6 +888,14 @@ fn wind_down(
     limits: &Limits,
     tokio: &tokio::runtime::Handle,
 ) -> Vec<String> {
+    // Calls that finished on their first poll, inside the op, after the
+    // loop last looked (the script faulted, timed out or was cancelled in
+    // that job): they ran, so they are recorded as they ended, not as
+    // orphans.
+    let finished = std::mem::take(&mut host.borrow_mut().finished);
+    for (id, o) in finished {
+        host.borrow_mut().tracker.complete(id, &o);
+    }
     let orphans = host.borrow().tracker.orphans();
     host.borrow().tracker.cancel_all_pending();
     let grace_end = Instant::now() + limits.orphan_grace();

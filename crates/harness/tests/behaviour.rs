@@ -477,3 +477,23 @@ async fn a_pending_call_progresses_while_the_script_computes() {
         "the call got past its 10 ms sleep only after {past_sleep:?}, when the script awaited it"
     );
 }
+
+/// A call that ran to its end inside the op that made it is reported as
+/// it ended, even when the run then times out in that same job, before
+/// the loop looked at it: it is neither an orphan nor cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_finished_in_its_op_is_recorded_when_the_run_then_times_out() {
+    let (h, counters) = harness_with(
+        short(200),
+        Mode::Enabled,
+        Arc::new(harness::AutoDeny::default()),
+    );
+    let r = h.run("tools.echo({n: 1}); while (true) {}").await;
+    expect_code(&r, ErrorCode::ScriptTimeoutError);
+    assert_eq!(
+        counters.executed.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    assert_eq!(r.tool_calls.len(), 1);
+    assert_eq!(r.tool_calls[0].status, CallStatus::Ok, "{:?}", r.tool_calls);
+}
