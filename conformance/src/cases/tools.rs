@@ -39,12 +39,13 @@ pub const CASES: &[Case] = &[
             expect_value(o, json!([0, "ToolBudgetExceededError"]))?;
             ensure(o, o.report.tool_calls.len() == 33, "33 calls recorded")
         })]),
-    case!("tools::budget_counts_at_call", "a call counts against context.budget the moment the script makes it, before it awaits: a loop spending the budget ends", Tools, Nothing,
+    case!("tools::budget_counts_at_call", "a call (or a detached task) counts against context.budget the moment the script makes it, before it awaits: a loop spending the budget ends", Tools, Nothing,
         [Spec::new("const a = context.budget.remainingToolCalls; const p = tools.echo({}); const b = context.budget.remainingToolCalls; await p; return a - b", |o| expect_value(o, json!(1))),
          Spec::new("const ps = []; while (context.budget.remainingToolCalls > 0 && ps.length < 1000) ps.push(tools.echo({})); await Promise.all(ps); return ps.length", |o| {
             expect_value(o, json!(32))?;
             ensure(o, o.report.tool_calls.len() == 32 && o.report.tool_calls.iter().all(|c| c.status == CallStatus::Ok), "32 ok calls")
-        })]),
+        }),
+         Spec::new("const a = context.budget.remainingToolCalls; const t = tools.spawn.exec('echo', {}); const b = context.budget.remainingToolCalls; await t.done; return a - b", |o| expect_value(o, json!(1))).spawn()]),
     case!("tools::concurrency_peak", "10 parallel calls run at most 4 at a time; the rest queue", Tools, Nothing,
         [Spec::new("return (await Promise.all(Array.from({length: 10}, () => tools.count({})))).length", |o| {
             expect_value(o, json!(10))?;

@@ -328,7 +328,7 @@ impl HostState {
             column: t.at.map(|l| l.column),
         };
         let tool_name = t.tool.clone();
-        self.starter.tokio.spawn(async move {
+        let task = Box::pin(async move {
             let started = Instant::now();
             let call = facade.call_until(site, t.tool, t.args, t.cancel.clone(), deadline);
             let outcome = tokio::select! {
@@ -377,6 +377,17 @@ impl HostState {
             // The run may be over; then nobody listens, and that is fine.
             let _ = tx.send(LoopEvent::TaskDone(t.settle, outcome));
         });
+        // Polled once here, as a call is, so that the facade's checks and
+        // the budget count happen before `tools.spawn.exec` returns; the
+        // rest runs on tokio, whose first poll registers its own waker.
+        let mut task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = task;
+        let _rt = self.starter.tokio.enter();
+        let first = catch_unwind(AssertUnwindSafe(|| {
+            task.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+        }));
+        if matches!(first, Ok(Poll::Pending)) {
+            self.starter.tokio.spawn(task);
+        }
     }
 
     /// `tools.spawn.exec`: registers and starts a detached task, or says
