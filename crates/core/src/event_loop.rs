@@ -330,7 +330,13 @@ impl HostState {
         let tool_name = t.tool.clone();
         let task = Box::pin(async move {
             let started = Instant::now();
-            let call = facade.call_until(site, t.tool, t.args, t.cancel.clone(), deadline);
+            let call = Unwound(Box::pin(facade.call_until(
+                site,
+                t.tool,
+                t.args,
+                t.cancel.clone(),
+                deadline,
+            )));
             let outcome = tokio::select! {
                 o = call => o,
                 _ = tokio::time::sleep_until(deadline.into()) => Err(CallFailure::new(
@@ -437,6 +443,26 @@ impl Host for RefCell<HostState> {
             "notice {op} was answered {answer:?}"
         );
         answer
+    }
+}
+
+/// A detached task's call, whose panic ends the task as a tool failure
+/// (as `CallSlot` does for a call) instead of leaving it running, and a
+/// script awaiting its `done` waiting to its deadline.
+struct Unwound<F>(std::pin::Pin<Box<F>>);
+
+impl<F: Future<Output = CallOutcome>> Future for Unwound<F> {
+    type Output = CallOutcome;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CallOutcome> {
+        let fut = self.0.as_mut();
+        match catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(p) => p,
+            Err(_) => Poll::Ready(Err(CallFailure::new(
+                ErrorCode::ToolExecutionError,
+                "the tool panicked",
+            ))),
+        }
     }
 }
 

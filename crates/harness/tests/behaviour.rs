@@ -497,3 +497,41 @@ async fn a_call_that_finished_in_its_op_is_recorded_when_the_run_then_times_out(
     assert_eq!(r.tool_calls.len(), 1);
     assert_eq!(r.tool_calls[0].status, CallStatus::Ok, "{:?}", r.tool_calls);
 }
+
+/// A tool that panics inside a detached task ends the task as a
+/// ToolExecutionError: its `done` rejects at once, and the task is
+/// reported, instead of staying "running" while the script waits for it
+/// to its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_task_whose_tool_panics_ends_as_a_tool_error() {
+    use harness::{FnTool, TaskLimits, ToolRegistry};
+    let mut tools = ToolRegistry::new();
+    tools
+        .register(FnTool::new(
+            "boom",
+            "panics, after a first poll that waits",
+            json!({"type": "object"}),
+            |_, _| async move {
+                tokio::task::yield_now().await;
+                panic!("boom");
+                #[allow(unreachable_code)]
+                Ok(json!(null))
+            },
+        ))
+        .unwrap();
+    let h = Harness::builder()
+        .tools(tools)
+        .limits(short(5_000))
+        .enable_spawn(TaskLimits::default())
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let r = h
+        .run("const t = tools.spawn.exec('boom', {}); try { await t.done } catch (e) { return e.name }")
+        .await;
+    expect_value(&r, json!("ToolExecutionError"));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the script waited for the deadline"
+    );
+}
