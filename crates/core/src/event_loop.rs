@@ -275,10 +275,12 @@ impl HostState {
             call_id = id,
             outcome = tracing::field::Empty,
         );
-        let call = self
-            .facade
-            .clone()
-            .call(site, name.to_owned(), args.to_owned(), token);
+        let call = Unwound(Box::pin(self.facade.clone().call(
+            site,
+            name.to_owned(),
+            args.to_owned(),
+            token,
+        )));
         let fut: CallFuture = Box::pin(tracing::Instrument::instrument(
             async move {
                 let outcome = call.await;
@@ -291,16 +293,13 @@ impl HostState {
             },
             span,
         ));
-        let s = &self.starter;
         let slot = Arc::new(CallSlot {
             id,
             fut: std::sync::Mutex::new(Some(fut)),
-            tx: s.tx.clone(),
-            loop_waiting: s.loop_waiting.clone(),
-            tokio: s.tokio.clone(),
+            to: self.starter.clone(),
         });
         let first = {
-            let _rt = s.tokio.enter();
+            let _rt = self.starter.tokio.enter();
             slot.poll_once()
         };
         match first {
@@ -446,9 +445,10 @@ impl Host for RefCell<HostState> {
     }
 }
 
-/// A detached task's call, whose panic ends the task as a tool failure
-/// (as `CallSlot` does for a call) instead of leaving it running, and a
-/// script awaiting its `done` waiting to its deadline.
+/// A tool call whose panic ends it as a tool failure: a call's in its
+/// [`CallSlot`] (its first poll runs inside the script's `call` op), a
+/// detached task's instead of leaving the task running and a script
+/// awaiting its `done` waiting to its deadline.
 struct Unwound<F>(std::pin::Pin<Box<F>>);
 
 impl<F: Future<Output = CallOutcome>> Future for Unwound<F> {
@@ -499,10 +499,8 @@ type CallFuture = std::pin::Pin<Box<dyn Future<Output = CallOutcome> + Send>>;
 struct CallSlot {
     id: u64,
     fut: std::sync::Mutex<Option<CallFuture>>,
-    tx: mpsc::Sender<LoopEvent>,
-    /// Set while the run's thread blocks on its event channel.
-    loop_waiting: Arc<std::sync::atomic::AtomicBool>,
-    tokio: tokio::runtime::Handle,
+    /// The run's channel, its waiting flag and tokio.
+    to: Starter,
 }
 
 impl std::fmt::Debug for CallSlot {
@@ -521,19 +519,14 @@ impl CallSlot {
     }
 
     /// Polls the call once (inside the tokio context the caller entered);
-    /// its outcome once it has one, after which the slot is empty.
+    /// its outcome once it has one, after which the slot is empty. A
+    /// tool's panic is its outcome ([`Unwound`]).
     fn poll_once(self: &Arc<Self>) -> Option<CallOutcome> {
         let mut fut = self.lock();
         let f = fut.as_mut()?;
         let waker = Waker::from(self.clone());
-        let mut cx = Context::from_waker(&waker);
-        let outcome = match catch_unwind(AssertUnwindSafe(|| f.as_mut().poll(&mut cx))) {
-            Ok(Poll::Pending) => return None,
-            Ok(Poll::Ready(outcome)) => outcome,
-            Err(_) => Err(CallFailure::new(
-                ErrorCode::ToolExecutionError,
-                "the tool panicked",
-            )),
+        let Poll::Ready(outcome) = f.as_mut().poll(&mut Context::from_waker(&waker)) else {
+            return None;
         };
         let done = fut.take();
         drop(fut);
@@ -558,16 +551,16 @@ impl std::task::Wake for CallSlot {
         // The loop clears the flag before it handles what it received, so
         // a Poll sent while it was set is always read; one spawned while it
         // is clear ends in a ToolDone the loop waits for.
-        if self.loop_waiting.load(Ordering::Acquire) {
-            let _ = self.tx.send(LoopEvent::Poll(self.clone()));
+        if self.to.loop_waiting.load(Ordering::Acquire) {
+            let _ = self.to.tx.send(LoopEvent::Poll(self.clone()));
             return;
         }
         let armed = Unpolled(Some(self.clone()));
-        self.tokio.spawn(async move {
+        self.to.tokio.spawn(async move {
             let mut armed = armed;
             let Some(slot) = armed.0.take() else { return };
             if let Some(outcome) = slot.poll_once() {
-                let _ = slot.tx.send(LoopEvent::ToolDone(slot.id, outcome));
+                let _ = slot.to.tx.send(LoopEvent::ToolDone(slot.id, outcome));
             }
         });
     }
@@ -586,7 +579,7 @@ impl Drop for Unpolled {
             drop(fut);
             let failure =
                 CallFailure::new(ErrorCode::ScriptCancelledError, "the tool call was aborted");
-            let _ = slot.tx.send(LoopEvent::ToolDone(slot.id, Err(failure)));
+            let _ = slot.to.tx.send(LoopEvent::ToolDone(slot.id, Err(failure)));
         }
     }
 }
@@ -1119,7 +1112,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
             if let Err(f) = self.engine.run_jobs() {
                 return self.fault_end(f);
             }
-            let finished = self.dispatch_calls();
+            let finished = self.finished_calls();
             if !finished.is_empty() {
                 for (id, outcome) in finished {
                     if let Err(f) = self.complete(id, outcome) {
@@ -1258,7 +1251,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
 
     /// The calls that finished on their first poll since the last look
     /// (they were started as the script made them: [`HostState::start_call`]).
-    fn dispatch_calls(&mut self) -> Vec<(u64, CallOutcome)> {
+    fn finished_calls(&mut self) -> Vec<(u64, CallOutcome)> {
         std::mem::take(&mut self.host.borrow_mut().finished)
     }
 
@@ -1559,9 +1552,11 @@ mod tests {
         let slot = Arc::new(CallSlot {
             id: 7,
             fut: std::sync::Mutex::new(Some(fut)),
-            tx,
-            loop_waiting: Arc::new(std::sync::atomic::AtomicBool::new(waiting)),
-            tokio: tokio.handle().clone(),
+            to: Starter {
+                tx,
+                loop_waiting: Arc::new(std::sync::atomic::AtomicBool::new(waiting)),
+                tokio: tokio.handle().clone(),
+            },
         });
         (slot, rx)
     }

@@ -498,14 +498,27 @@ async fn a_call_that_finished_in_its_op_is_recorded_when_the_run_then_times_out(
     assert_eq!(r.tool_calls[0].status, CallStatus::Ok, "{:?}", r.tool_calls);
 }
 
-/// A tool that panics inside a detached task ends the task as a
-/// ToolExecutionError: its `done` rejects at once, and the task is
-/// reported, instead of staying "running" while the script waits for it
-/// to its deadline.
+/// A tool that panics ends its call as a ToolExecutionError, whether it
+/// panics on its first poll (inside the script's `call` op) or later; and
+/// inside a detached task it ends the task the same way: its `done`
+/// rejects at once, instead of the task staying "running" while the
+/// script waits for it to its deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_detached_task_whose_tool_panics_ends_as_a_tool_error() {
+async fn a_tool_that_panics_ends_its_call_or_task_as_a_tool_error() {
     use harness::{FnTool, TaskLimits, ToolRegistry};
     let mut tools = ToolRegistry::new();
+    tools
+        .register(FnTool::new(
+            "bang",
+            "panics on its first poll",
+            json!({"type": "object"}),
+            |_, _| async move {
+                panic!("bang");
+                #[allow(unreachable_code)]
+                Ok(json!(null))
+            },
+        ))
+        .unwrap();
     tools
         .register(FnTool::new(
             "boom",
@@ -525,6 +538,10 @@ async fn a_detached_task_whose_tool_panics_ends_as_a_tool_error() {
         .enable_spawn(TaskLimits::default())
         .build()
         .unwrap();
+    let r = h
+        .run("const out = []; for (const f of [tools.bang, tools.boom]) { try { await f({}) } catch (e) { out.push(e.name) } } return out")
+        .await;
+    expect_value(&r, json!(["ToolExecutionError", "ToolExecutionError"]));
     let started = Instant::now();
     let r = h
         .run("const t = tools.spawn.exec('boom', {}); try { await t.done } catch (e) { return e.name }")
