@@ -358,6 +358,8 @@ struct BoaEngine {
     /// compiled), reported by the next `run_jobs` so that it is not taken
     /// for a parse failure.
     deferred: Option<EngineFault>,
+    /// The configuration `load` installed, kept for [`warm_up`].
+    config: Option<String>,
 }
 
 impl BoaEngine {
@@ -427,6 +429,7 @@ impl Engine for BoaEngine {
         self.end_fn = Some(get(&mut ctx, "end")?);
         self.ctx = Some(ctx);
         self.install = Some(install);
+        self.config = Some(setup.config_json.to_owned());
         Ok(())
     }
 
@@ -488,6 +491,59 @@ struct BoaThread {
     warm: Option<Warm>,
     /// Runs since the last collection between runs.
     since_gc: u32,
+    /// The configuration of the last run that handed its context on, for
+    /// [`warm_up`].
+    last_config: Option<String>,
+}
+
+impl BoaThread {
+    /// A new engine for one run, using the context prepared ahead if any.
+    fn engine(&mut self) -> BoaEngine {
+        BoaEngine {
+            ctx: None,
+            install: None,
+            start_fn: None,
+            settle_fn: None,
+            end_fn: None,
+            pre: self.warm.take(),
+            deferred: None,
+            config: None,
+        }
+    }
+}
+
+/// A host that answers nothing, for [`warm_up`]: its script makes no call
+/// and writes nothing, and what it returns is dropped.
+struct Quiet;
+
+impl harness_core::engine::Host for Quiet {
+    fn call(&self, _op: &str, _a: &str, _b: &str) -> String {
+        String::new()
+    }
+}
+
+/// Runs `return 0` in `warm` with the last run's configuration, the way a
+/// run does, and hands the context back if it ended clean. Done after a
+/// forced collection, between runs: the collection drops the shapes and
+/// caches the per-run objects use (Boa keeps shape transitions behind weak
+/// references), and the run after it took twice the median to build them
+/// again (docs/performance.md). It installs what the last run installed
+/// and ends like any run, so the next run meets the context as it would
+/// after a clean run with that configuration.
+fn warm_up(engine: &mut BoaEngine, config: &str) -> Option<Warm> {
+    let limits = harness_core::Limits::default();
+    let cancel = harness_core::CancellationToken::new();
+    let setup = EngineSetup {
+        prelude: PRELUDE,
+        config_json: config,
+        limits: &limits,
+        deadline: std::time::Instant::now() + limits.timeout(),
+        cancel: &cancel,
+    };
+    engine.load(&setup, Rc::new(Quiet)).ok()?;
+    engine.start(&wrap_source("return 0")).ok()?;
+    engine.run_jobs().ok()?;
+    engine.end_run()
 }
 
 /// Runs between two collections made after a run has answered. Boa's
@@ -497,6 +553,12 @@ struct BoaThread {
 /// collections came between runs (docs/performance.md). Boa does not say
 /// how much it has allocated, so the collection comes by count instead.
 const RUNS_PER_GC: u32 = 32;
+
+/// Runs after which an idle thread collects (and warms the context up
+/// again) rather than wait for [`RUNS_PER_GC`] in `lend`: where runs leave
+/// the thread idle between them, the collection then always happens
+/// there.
+const IDLE_GC_RUNS: u32 = RUNS_PER_GC * 3 / 4;
 
 impl EngineThread for BoaThread {
     /// Lends an engine to `run` (which says whether it is tainted). A run
@@ -508,16 +570,9 @@ impl EngineThread for BoaThread {
     /// Boa's collector runs when allocation crosses its threshold: doing
     /// both here keeps that pause out of the next run.
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
-        let mut engine = BoaEngine {
-            ctx: None,
-            install: None,
-            start_fn: None,
-            settle_fn: None,
-            end_fn: None,
-            pre: self.warm.take(),
-            deferred: None,
-        };
+        let mut engine = self.engine();
         let tainted = run(Ok(&mut engine));
+        let config = engine.config.take();
         // A run that ended clean hands its context to the next run.
         let reuse = if tainted {
             None
@@ -533,9 +588,30 @@ impl EngineThread for BoaThread {
                 self.since_gc = 0;
                 let _ = catch_unwind(boa_gc::force_collect);
             }
+            self.last_config = config;
         } else if dropped.is_ok() {
             self.since_gc = 0;
             let _ = catch_unwind(boa_gc::force_collect);
+            self.warm = harden().ok();
+        }
+    }
+
+    /// Collects garbage between runs, then runs [`warm_up`], once
+    /// [`IDLE_GC_RUNS`] runs have passed since the last collection.
+    fn idle(&mut self) {
+        if self.since_gc < IDLE_GC_RUNS || self.warm.is_none() {
+            return;
+        }
+        self.since_gc = 0;
+        let _ = catch_unwind(boa_gc::force_collect);
+        let Some(config) = self.last_config.take() else {
+            return;
+        };
+        let mut engine = self.engine();
+        let warmed = catch_unwind(AssertUnwindSafe(|| warm_up(&mut engine, &config)));
+        let dropped = catch_unwind(AssertUnwindSafe(move || drop(engine)));
+        self.warm = warmed.ok().flatten().filter(|_| dropped.is_ok());
+        if self.warm.is_none() {
             self.warm = harden().ok();
         }
     }
@@ -733,6 +809,47 @@ mod tests {
             .join()
             .unwrap();
         assert!(ok);
+    }
+
+    #[test]
+    fn an_idle_thread_collects_and_warms_its_context_up_again() {
+        let on_big_stack = || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let mut thread = BoaThread::default();
+            let run = |thread: &mut BoaThread, source: &str| {
+                let mut report = None;
+                thread.lend(&mut |engine| {
+                    let request = harness_core::ExecutionRequest::new(source);
+                    harness_core::event_loop::run_lent(engine, "boa", request, rt.handle(), |r| {
+                        report = Some(r);
+                    })
+                });
+                report.expect("a report")
+            };
+            for _ in 0..IDLE_GC_RUNS {
+                assert_eq!(run(&mut thread, "return 1 + 1").value, Some(2.into()));
+            }
+            assert_eq!(thread.since_gc, IDLE_GC_RUNS);
+            // The warm-up itself ends clean, so the context is handed on.
+            let config = thread.last_config.clone().expect("a config");
+            let mut engine = thread.engine();
+            thread.warm = Some(warm_up(&mut engine, &config).expect("warmed up"));
+            thread.idle();
+            assert_eq!(thread.since_gc, 0);
+            assert!(thread.warm.is_some() && thread.last_config.is_none());
+            // The next run sees itself, not the warm-up.
+            let r = run(&mut thread, "return context.scriptId");
+            assert_eq!(r.value, Some(r.script_id.clone().into()));
+            assert_eq!(thread.since_gc, 1);
+        };
+        std::thread::Builder::new()
+            .stack_size(descriptor().thread_stack_bytes)
+            .spawn(on_big_stack)
+            .unwrap()
+            .join()
+            .unwrap();
     }
 
     #[test]

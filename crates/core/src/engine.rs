@@ -342,6 +342,12 @@ pub trait EngineThread {
     /// memory) and must not be reused; then tears the run's context down
     /// and may prepare the next one (after `run` has answered its caller).
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool);
+    /// Called when the thread has no run to do, before it sleeps (in
+    /// process, after the pool's spin for the next job; behind the
+    /// process boundary, after the worker's): work that would otherwise
+    /// delay a run, such as a garbage collection. A run sent meanwhile
+    /// waits for it, so keep it short. Does nothing by default.
+    fn idle(&mut self) {}
     /// Parses a script body without running any of it.
     fn check(&mut self, source: &str) -> Result<(), ScriptError>;
     /// Runs standalone global code (test262). Engines that cannot say so.
@@ -555,12 +561,15 @@ impl<A: EngineAdapter> Pooled<A> {
             name: d.name,
             info: d.info(),
             global_eval: d.capabilities.interrupt,
-            pool: Arc::new(WorkerPool::new(
-                &format!("harness-{}", d.name),
-                max_workers,
-                d.thread_stack_bytes,
-                move || for_threads.new_thread(),
-            )),
+            pool: Arc::new(
+                WorkerPool::new(
+                    &format!("harness-{}", d.name),
+                    max_workers,
+                    d.thread_stack_bytes,
+                    move || for_threads.new_thread(),
+                )
+                .with_idle(|thread| thread.idle()),
+            ),
             adapter,
         }
     }

@@ -52,6 +52,9 @@ struct Shared<S> {
     finishing: Arc<std::sync::atomic::AtomicUsize>,
     /// The CPUs this process may use.
     cores: usize,
+    /// Work for a worker's state when it finds no job waiting
+    /// ([`WorkerPool::with_idle`]).
+    idle: Option<fn(&mut S)>,
 }
 
 /// A growable pool of threads, each holding one `S`.
@@ -94,8 +97,20 @@ impl<S: 'static> WorkerPool<S> {
                 relay: false,
                 finishing: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
                 cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                idle: None,
             }),
         }
+    }
+
+    /// Calls `idle` on a worker's state each time the worker runs out of
+    /// jobs (after its spin for the next one, if it spun), before it
+    /// sleeps: work that would otherwise delay a run. A job sent meanwhile
+    /// waits for `idle` to return. A panic in `idle` rebuilds the state.
+    pub(crate) fn with_idle(mut self, idle: fn(&mut S)) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.idle = Some(idle);
+        }
+        self
     }
 
     /// For workers that relay each run to another process and spin on
@@ -320,7 +335,14 @@ fn answer_soon<T>(rx: &mut tokio::sync::oneshot::Receiver<T>) -> Option<T> {
 }
 
 /// The next job sent to this idle worker; `None` once the pool closed.
-fn next_job<S>(shared: &Shared<S>, rx: &mpsc::Receiver<Job<S>>, may_spin: bool) -> Option<Job<S>> {
+/// `idle` runs once if none is waiting (after the spin), before the
+/// worker sleeps.
+fn next_job<S>(
+    shared: &Shared<S>,
+    rx: &mpsc::Receiver<Job<S>>,
+    may_spin: bool,
+    idle: impl FnOnce(),
+) -> Option<Job<S>> {
     use std::sync::atomic::Ordering;
     if may_spin && !shared.spinning.swap(true, Ordering::AcqRel) {
         let until = std::time::Instant::now() + SPIN;
@@ -335,6 +357,11 @@ fn next_job<S>(shared: &Shared<S>, rx: &mpsc::Receiver<Job<S>>, may_spin: bool) 
             Err(mpsc::TryRecvError::Disconnected) => return None,
             Err(mpsc::TryRecvError::Empty) => {}
         }
+    }
+    match rx.try_recv() {
+        Ok(j) => return Some(j),
+        Err(mpsc::TryRecvError::Disconnected) => return None,
+        Err(mpsc::TryRecvError::Empty) => idle(),
     }
     rx.recv().ok()
 }
@@ -373,7 +400,13 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
             let busy = s.threads.saturating_sub(s.idle.len());
             (rx, busy + 1 < shared.cores)
         };
-        let next = next_job(shared, &rx, may_spin);
+        let next = next_job(shared, &rx, may_spin, || {
+            if let Some(idle) = shared.idle {
+                if catch_unwind(AssertUnwindSafe(|| idle(&mut state))).is_err() {
+                    state = (shared.factory)();
+                }
+            }
+        });
         match next {
             Some(j) => job = j,
             None => return,
@@ -384,6 +417,45 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_worker_does_its_idle_work_and_survives_a_panic_there() {
+        // State: (jobs since idle, idle calls). Idle panics on its second
+        // call; the state is then rebuilt.
+        static IDLE_CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        fn idle(s: &mut (u32, u32)) {
+            IDLE_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            s.1 += 1;
+            assert!(s.1 != 2, "idle panics");
+            s.0 = 0;
+        }
+        let pool = WorkerPool::new("t", 1, 1 << 20, || (0u32, 0u32)).with_idle(idle);
+        let ask = |pool: &WorkerPool<(u32, u32)>| {
+            let (tx, rx) = mpsc::channel();
+            pool.submit(move |s| {
+                s.0 += 1;
+                tx.send(*s).unwrap();
+            })
+            .unwrap();
+            rx.recv().unwrap()
+        };
+        // Waits for the worker's `n`th idle call to begin; a job sent then
+        // waits for it to end.
+        let settle = |n: u32| {
+            while IDLE_CALLS.load(std::sync::atomic::Ordering::SeqCst) < n {
+                std::thread::yield_now();
+            }
+        };
+        assert_eq!(ask(&pool), (1, 0));
+        settle(1);
+        assert_eq!(ask(&pool), (1, 1), "idle ran once between the jobs");
+        settle(2);
+        // The second idle call panicked: a fresh state.
+        assert_eq!(ask(&pool), (1, 0));
+        settle(3);
+        assert_eq!(ask(&pool), (1, 1));
+        assert_eq!(pool.threads(), 1);
+    }
 
     #[test]
     fn runs_jobs_and_survives_panics() {

@@ -188,10 +188,17 @@ pub(crate) fn may_spin() -> bool {
 
 /// Waits until `fd` is readable, but at most [`PIPE_SPIN`], polling it
 /// without blocking and yielding the CPU to anything runnable between
-/// polls; the caller then reads (blocking if the spin ran out).
+/// polls; the caller then reads (blocking if the spin ran out). Says
+/// whether there is something to read.
+#[cfg(unix)]
+pub(crate) fn spin_until_readable(fd: std::os::fd::RawFd) -> bool {
+    crate::spin::until(PIPE_SPIN, || readable(fd))
+}
+
+/// Whether `fd` has something to read now (or is closed), without waiting.
 #[cfg(unix)]
 #[allow(unsafe_code)]
-pub(crate) fn spin_until_readable(fd: std::os::fd::RawFd) {
+pub(crate) fn readable(fd: std::os::fd::RawFd) -> bool {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -199,7 +206,7 @@ pub(crate) fn spin_until_readable(fd: std::os::fd::RawFd) {
     };
     // SAFETY: one valid `pollfd` and a zero timeout: poll only reads the
     // descriptor's state.
-    crate::spin::until(PIPE_SPIN, || unsafe { libc::poll(&mut p, 1, 0) } != 0);
+    unsafe { libc::poll(&mut p, 1, 0) != 0 }
 }
 
 /// Writes one frame and flushes.

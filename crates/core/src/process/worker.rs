@@ -96,13 +96,36 @@ impl Pipe {
         #[cfg(unix)]
         if soon && self.spin.get() && input.buffer().is_empty() {
             use std::os::fd::AsRawFd;
-            super::spin_until_readable(input.get_ref().as_raw_fd());
+            let _ = super::spin_until_readable(input.get_ref().as_raw_fd());
         }
         match read_frame(&mut *input) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => std::process::exit(0),
             Err(_) => std::process::exit(2),
         }
+    }
+
+    /// The host's next command, between runs: [`Pipe::recv`], but if
+    /// nothing has come when it would block (after its spin, if any), it
+    /// calls `idle` first, once.
+    fn recv_command(&self, soon: bool, idle: impl FnOnce()) -> ToWorker {
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            let input = self.input.borrow();
+            if input.buffer().is_empty() {
+                let fd = input.get_ref().as_raw_fd();
+                drop(input);
+                let spun = soon && self.spin.get() && super::spin_until_readable(fd);
+                if !spun && !super::readable(fd) {
+                    idle();
+                }
+                return self.recv(false);
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = idle;
+        self.recv(soon)
     }
 }
 
@@ -167,7 +190,14 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
     // for it as the pool's idle threads do, rather than be woken.
     let mut after_run = false;
     loop {
-        let msg = pipe.recv(after_run);
+        let mut idle_panicked = false;
+        let msg = pipe.recv_command(after_run, || {
+            idle_panicked = catch_unwind(AssertUnwindSafe(|| host.idle())).is_err();
+        });
+        // A panic may leave the engine's thread state broken.
+        if idle_panicked {
+            return 70;
+        }
         after_run = false;
         match msg {
             ToWorker::Run {
