@@ -360,7 +360,11 @@ pub trait RunObserver: Send + Sync {
     fn tool_call_started(&self, call_id: u64, tool: &str) {
         let _ = (call_id, tool);
     }
-    /// A tool call finished; `error` is its code if it failed.
+    /// A tool call finished; `error` is its code if it failed. Called
+    /// once for every call whose start was told, however the run ended: a
+    /// call still pending at the end is cancelled (ScriptCancelledError,
+    /// or its own outcome if it ends first) or, if it ignores that for the
+    /// grace period, abandoned (DetachedPromiseError).
     fn tool_call_finished(&self, call_id: u64, tool: &str, error: Option<ErrorCode>) {
         let _ = (call_id, tool, error);
     }

@@ -243,6 +243,25 @@ impl HostState {
 }
 
 impl HostState {
+    /// Records how a call ended and tells the observer, once per call:
+    /// whether the call was still pending (a second outcome is ignored).
+    /// Every call the observer saw start is finished through here or
+    /// [`HostState::tell_finished`], however the run ended.
+    fn record(&mut self, id: u64, outcome: &CallOutcome) -> bool {
+        if !self.tracker.complete(id, outcome) {
+            return false;
+        }
+        self.tell_finished(id, outcome.as_ref().err().map(|f| f.code));
+        true
+    }
+
+    /// Tells the observer that call `id` ended, with `error` if it failed.
+    fn tell_finished(&mut self, id: u64, error: Option<ErrorCode>) {
+        if let (Some(o), Some(name)) = (self.observer.clone(), self.call_names.remove(&id)) {
+            o.0.tool_call_finished(id, &name, error);
+        }
+    }
+
     /// Hands a call to the facade the moment the script makes it, so that
     /// it starts (and its budget is counted: `context.budget`) while the
     /// script goes on computing, as a JavaScript tool would. It is polled
@@ -924,7 +943,7 @@ fn wind_down(
     // orphans.
     let finished = std::mem::take(&mut host.borrow_mut().finished);
     for (id, o) in finished {
-        host.borrow_mut().tracker.complete(id, &o);
+        host.borrow_mut().record(id, &o);
     }
     let orphans = host.borrow().tracker.orphans();
     host.borrow().tracker.cancel_all_pending();
@@ -936,7 +955,7 @@ fn wind_down(
         }
         match rx.recv_timeout(left) {
             Ok(LoopEvent::ToolDone(id, o)) => {
-                host.borrow_mut().tracker.complete(id, &o);
+                host.borrow_mut().record(id, &o);
             }
             // Sent while the main loop still waited.
             Ok(LoopEvent::Poll(slot)) => {
@@ -945,14 +964,17 @@ fn wind_down(
                     slot.poll_once()
                 };
                 if let Some(o) = outcome {
-                    host.borrow_mut().tracker.complete(slot.id, &o);
+                    host.borrow_mut().record(slot.id, &o);
                 }
             }
             Ok(LoopEvent::Stop | LoopEvent::TaskDone(..)) => {}
             Err(_) => break,
         }
     }
-    host.borrow_mut().tracker.detach_remaining();
+    let mut h = host.borrow_mut();
+    for id in h.tracker.detach_remaining() {
+        h.tell_finished(id, Some(ErrorCode::DetachedPromiseError));
+    }
     orphans
 }
 
@@ -1264,14 +1286,8 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
 
     /// Records a finished call and settles its promise in the engine.
     fn complete(&mut self, id: u64, outcome: CallOutcome) -> Result<(), EngineFault> {
-        if !self.host.borrow_mut().tracker.complete(id, &outcome) {
+        if !self.host.borrow_mut().record(id, &outcome) {
             return Ok(());
-        }
-        {
-            let mut h = self.host.borrow_mut();
-            if let (Some(o), Some(name)) = (h.observer.clone(), h.call_names.remove(&id)) {
-                o.0.tool_call_finished(id, &name, outcome.as_ref().err().map(|f| f.code));
-            }
         }
         self.settle(id, &outcome)
     }

@@ -154,8 +154,9 @@ impl PromiseTracker {
     }
 
     /// Abandons calls still running after the grace period: their tasks are
-    /// aborted and they are reported as detached.
-    pub(crate) fn detach_remaining(&mut self) {
+    /// aborted and they are reported as detached. Returns their ids.
+    pub(crate) fn detach_remaining(&mut self) -> Vec<u64> {
+        let mut detached = Vec::new();
         for c in self
             .calls
             .iter_mut()
@@ -174,7 +175,9 @@ impl PromiseTracker {
                 ),
                 stderr: None,
             });
+            detached.push(c.id);
         }
+        detached
     }
 
     pub(crate) fn records(&self) -> Vec<ToolCallRecord> {

@@ -498,6 +498,67 @@ async fn a_call_that_finished_in_its_op_is_recorded_when_the_run_then_times_out(
     assert_eq!(r.tool_calls[0].status, CallStatus::Ok, "{:?}", r.tool_calls);
 }
 
+/// Every call the observer saw start, it sees finish once, however the
+/// run ended: a call that finished inside its op before a timeout, an
+/// orphan cancelled after the script returned, and a call that ignored
+/// its cancellation and was abandoned after the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_observer_sees_every_started_call_finish_once() {
+    use harness::{Observer, RunObserver};
+    use std::sync::Mutex;
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<(u64, String, Option<ErrorCode>)>>);
+    impl RunObserver for Seen {
+        fn tool_call_started(&self, id: u64, tool: &str) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((id, format!("start {tool}"), None));
+        }
+        fn tool_call_finished(&self, id: u64, tool: &str, error: Option<ErrorCode>) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((id, format!("end {tool}"), error));
+        }
+    }
+    let (h, _) = harness_with(
+        short(300),
+        Mode::Enabled,
+        Arc::new(harness::AutoDeny::default()),
+    );
+    for (source, expect) in [
+        ("tools.echo({n: 1}); while (true) {}", vec![("echo", None)]),
+        (
+            "tools.sleep({ms: 5000}); return 1",
+            vec![("sleep", Some(ErrorCode::ScriptCancelledError))],
+        ),
+        (
+            "tools.stubborn_sleep({ms: 2000}); return 1",
+            vec![("stubborn_sleep", Some(ErrorCode::DetachedPromiseError))],
+        ),
+    ] {
+        let seen = Arc::new(Seen::default());
+        let mut request = h.request(source);
+        request.observer = Some(Observer::new(seen.clone()));
+        let r = h.execute(request).await;
+        assert!(!r.ok, "{source}");
+        let events = seen.0.lock().unwrap().clone();
+        let want: Vec<_> = expect
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (tool, error))| {
+                let id = i as u64 + 1;
+                [
+                    (id, format!("start {tool}"), None),
+                    (id, format!("end {tool}"), *error),
+                ]
+            })
+            .collect();
+        assert_eq!(events, want, "{source}");
+    }
+}
+
 /// A tool that panics ends its call as a ToolExecutionError, whether it
 /// panics on its first poll (inside the script's `call` op) or later; and
 /// inside a detached task it ends the task the same way: its `done`
