@@ -85,9 +85,18 @@ pub fn registry(c: Arc<Counters>) -> ToolRegistry {
         &mut r,
         FnTool::new(
             "fail",
-            "always fails; with {stderr: N} as a process would, with N bytes of stderr",
+            "always fails; with {stderr: N} as a process would, with N bytes of stderr; \
+             with {panic: \"now\"} it panics on its first poll, with {panic: \"later\"} after it",
             json!({"type": "object"}),
             |a, _| async move {
+                match a.get("panic").and_then(Value::as_str) {
+                    Some("now") => panic!("the fail tool panics, as asked"),
+                    Some(_) => {
+                        tokio::task::yield_now().await;
+                        panic!("the fail tool panics, as asked, after a first poll");
+                    }
+                    None => {}
+                }
                 match a.get("stderr").and_then(Value::as_u64) {
                     Some(n) => Err(ToolError::new("it broke").with_stderr("e".repeat(n as usize))),
                     None => Err(ToolError::new("it broke")),

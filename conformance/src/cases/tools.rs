@@ -46,6 +46,12 @@ pub const CASES: &[Case] = &[
             ensure(o, o.report.tool_calls.len() == 32 && o.report.tool_calls.iter().all(|c| c.status == CallStatus::Ok), "32 ok calls")
         }),
          Spec::new("const a = context.budget.remainingToolCalls; const t = tools.spawn.exec('echo', {}); const b = context.budget.remainingToolCalls; await t.done; return a - b", |o| expect_value(o, json!(1))).spawn()]),
+    case!("tools::panicking_tool", "a tool that panics (on its first poll or later) ends its call, or its detached task, as a catchable ToolExecutionError; the host stays healthy", Tools, Nothing,
+        [Spec::new("const out = []; for (const when of ['now', 'later']) { try { await tools.fail({panic: when}) } catch (e) { out.push(e.name) } } return [out, (await tools.echo({n: 1})).n]", |o| {
+            expect_value(o, json!([["ToolExecutionError", "ToolExecutionError"], 1]))?;
+            ensure(o, o.report.tool_calls.iter().filter(|c| c.status == CallStatus::Error).count() == 2, "two failed calls recorded")
+        }),
+         Spec::new("const t = tools.spawn.exec('fail', {panic: 'later'}); try { await t.done } catch (e) { return e.name }", |o| expect_value(o, json!("ToolExecutionError"))).spawn()]),
     case!("tools::concurrency_peak", "10 parallel calls run at most 4 at a time; the rest queue", Tools, Nothing,
         [Spec::new("return (await Promise.all(Array.from({length: 10}, () => tools.count({})))).length", |o| {
             expect_value(o, json!(10))?;
