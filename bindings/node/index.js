@@ -102,10 +102,16 @@ class Harness {
     // A call is answered through `complete`, when the tool settles; only
     // strings cross (a throwing conversion here would be an unhandled
     // rejection, which ends a Node process).
+    // With no other call in flight, `complete` waits a few microseconds
+    // for the script's next call and returns it: run it at once.
+    const complete = (key, json, message) => {
+      const next = this._native.complete(key, json, message);
+      if (next != null) dispatch(next.tool, next.args, next.key);
+    };
     const dispatch = (name, argsJson, key) => {
       this._dispatch(name, argsJson, key).then(
-        (json) => this._native.complete(key, typeof json === 'string' ? json : null, null),
-        (e) => this._native.complete(key, null, String(e instanceof Error ? e.message : e)));
+        (json) => complete(key, typeof json === 'string' ? json : null, null),
+        (e) => complete(key, null, String(e instanceof Error ? e.message : e)));
     };
     const abort = (key) => {
       const c = this._calls.get(key);

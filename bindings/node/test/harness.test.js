@@ -158,3 +158,49 @@ test('a tool answer that is no JSON, or an error whose message is no string, fai
   assert.deepEqual(r.value, ['ToolExecutionError', 'ToolExecutionError']);
   h.close();
 });
+
+test('calls one after another (handed to Node straight from complete) are answered in order, failing, aborted or after a pause', async () => {
+  let n = 0;
+  let aborted = 0;
+  const h = new Harness({
+    tools: {
+      next: { execute: async () => ++n },
+      fail: { execute: async () => { throw new Error('no'); } },
+      slow: {
+        execute: (_, { signal }) => new Promise((resolve, reject) => {
+          const t = setTimeout(() => resolve('slow'), 5000);
+          signal.addEventListener('abort', () => { aborted++; clearTimeout(t); reject(signal.reason); });
+        }),
+      },
+    },
+    limits: { maxToolCalls: 500 },
+  });
+  // The pause is longer than complete's wait for the next call, so those
+  // calls come through dispatch instead.
+  const r = await h.run(`const out = [];
+    for (let i = 0; i < 50; i++) {
+      out.push(await tools.next({}));
+      try { await tools.fail({}) } catch (e) { out.push(e.code) }
+      if (i % 10 === 0) { const t = Date.now(); while (Date.now() - t < 2) {} }
+      if (i % 25 === 0) out.push(await Promise.race([tools.slow({}), tools.next({})]));
+    }
+    return out`);
+  assert.equal(r.ok, true, JSON.stringify(r.error));
+  const want = [];
+  let m = 0;
+  for (let i = 0; i < 50; i++) {
+    want.push(++m, 'ToolExecutionError');
+    if (i % 25 === 0) want.push(++m);
+  }
+  assert.deepEqual(r.value, want);
+  assert.equal(r.tool_calls.filter((c) => c.status === 'cancelled').length, 2);
+  // The aborts reach the tools (through abort, a thread-safe function).
+  for (let i = 0; i < 100 && aborted < 2; i++) await new Promise((res) => setTimeout(res, 10));
+  assert.equal(aborted, 2);
+  // Runs back to back, each ending while complete may wait for a call.
+  for (let i = 0; i < 20; i++) {
+    const s = await h.run('return (await tools.next({})) > 0');
+    assert.equal(s.value, true);
+  }
+  h.close();
+});
