@@ -9,7 +9,7 @@
 //! back to the run, where awaiting the Promise `dispatch` could return
 //! took two (its return value, then its settlement). And where the call
 //! was the only one in flight, `complete` waits a few microseconds for
-//! the script's next call and returns it ([`Handoff`]), so that a script
+//! the script's next call and returns it (`Handoff`), so that a script
 //! calling tools one after another does not wait for Node's event loop to
 //! wake up for each call.
 //! Scripts run on the harness's own threads; Node's event loop only
@@ -321,7 +321,7 @@ impl NativeHarness {
     /// Answers dispatched call `key`: `result_json` when the tool returned,
     /// `error` (its message) when it threw. If no other call of this
     /// harness is in flight (dispatched and not answered), waits up to
-    /// [`HANDOFF_SPIN`] for the script's next call and returns it, for the
+    /// `HANDOFF_SPIN` (50 µs) for the script's next call and returns it, for the
     /// caller to run as if `dispatch` had delivered it; a run that ends
     /// meanwhile ends the wait. With other calls in flight the script is
     /// likely waiting for them, and Node's thread has them to run.
