@@ -93,3 +93,22 @@ fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
         std::thread::yield_now();
     }
 }
+
+/// When a runtime is freed, QuickJS asserts that no object outlived its
+/// contexts. An engine bug that leaks one (quickjs-ng and QuickJS have
+/// had several on out-of-memory paths; the `cross_run` fuzzer hit one
+/// here) must not abort the host process with every run in it: QuickJS is
+/// built with `NDEBUG` (rquickjs's `disable-assertions`), and the leaked
+/// object's memory is lost instead.
+#[test]
+fn freeing_a_runtime_that_quickjs_leaked_an_object_in_does_not_abort() {
+    let rt = rquickjs::Runtime::new().unwrap();
+    let ctx = rquickjs::Context::full(&rt).unwrap();
+    ctx.with(|ctx| {
+        let obj = rquickjs::Object::new(ctx.clone()).unwrap();
+        // A reference nobody will release: what such a bug leaves.
+        std::mem::forget(rquickjs::Persistent::save(&ctx, obj));
+    });
+    drop(ctx);
+    drop(rt);
+}
