@@ -9,7 +9,9 @@
 //!   settles `call` (a `Call`) now or later, from any thread, with
 //!   `resolve(json)` or `reject(message)`, and sees `call.cancelled` turn
 //!   true (and its `on_cancel` callback run) when the script no longer
-//!   needs the answer;
+//!   needs the answer; a pooled thread whose call was answered at once
+//!   (a synchronous tool) waits a few microseconds for the script's next
+//!   call and makes it itself (`Relay`);
 //! - scripts run on this module's tokio runtime, never on a Python
 //!   thread: `run` waits with the interpreter released, `start` calls
 //!   `done(report_json)` when the run ends.
@@ -24,7 +26,7 @@ use pyo3::prelude::*;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -131,6 +133,119 @@ impl Call {
     }
 }
 
+/// A call into Python, run on a thread of the blocking pool; returns
+/// whether the call was answered before it returned (a synchronous tool),
+/// when the script's next call is likely to follow at once.
+type PyJob = Box<dyn FnOnce() -> bool + Send>;
+
+/// Hands the next call into Python to a pooled thread that has just made
+/// one, while it waits for it, instead of waking another pooled thread: on
+/// a VM whose idle CPUs halt, that wake-up was most of what a synchronous
+/// Python tool cost a script calling tools one after another. States:
+/// idle, waiting (a thread spins), filling (a job is being stored), filled
+/// (stored, not yet taken). At most one thread waits.
+struct Relay {
+    state: AtomicU8,
+    job: Mutex<Option<PyJob>>,
+}
+
+const IDLE: u8 = 0;
+const WAITING: u8 = 1;
+const FILLING: u8 = 2;
+const FILLED: u8 = 3;
+
+/// How long a pooled thread waits for the script's next call after a
+/// call answered at once. The run's thread takes 5–10 µs to settle a call
+/// and make the next one; a script that computes longer between calls
+/// costs a pooled thread this much CPU per call.
+const RELAY_SPIN: Duration = Duration::from_micros(50);
+
+static RELAY: Relay = Relay {
+    state: AtomicU8::new(IDLE),
+    job: Mutex::new(None),
+};
+
+impl Relay {
+    /// Gives `job` to the waiting thread; back if none waits.
+    fn offer(&self, job: PyJob) -> Option<PyJob> {
+        if self
+            .state
+            .compare_exchange(WAITING, FILLING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Some(job);
+        }
+        if let Ok(mut slot) = self.job.lock() {
+            *slot = Some(job);
+        }
+        self.state.store(FILLED, Ordering::Release);
+        None
+    }
+
+    /// Waits up to [`RELAY_SPIN`] for a job, yielding between looks, if no
+    /// other thread is waiting already.
+    fn wait(&self) -> Option<PyJob> {
+        if self
+            .state
+            .compare_exchange(IDLE, WAITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return None;
+        }
+        let until = std::time::Instant::now() + RELAY_SPIN;
+        loop {
+            match self.state.load(Ordering::Acquire) {
+                FILLED => {
+                    let job = self.job.lock().ok().and_then(|mut j| j.take());
+                    self.state.store(IDLE, Ordering::Release);
+                    return job;
+                }
+                // Given up; unless a job is being stored, then take it.
+                WAITING
+                    if std::time::Instant::now() >= until
+                        && self
+                            .state
+                            .compare_exchange(WAITING, IDLE, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok() =>
+                {
+                    return None;
+                }
+                _ => {}
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Whether this machine has a CPU for a pooled thread to wait on while
+/// the run's thread works.
+fn may_relay() -> bool {
+    static MAY: OnceLock<bool> = OnceLock::new();
+    *MAY.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2))
+}
+
+/// Runs `job` on the blocking pool: on the thread waiting in [`RELAY`]
+/// if there is one, else on a pooled thread, which then runs the jobs
+/// relayed to it for as long as each was answered at once.
+fn run_python(job: PyJob) {
+    let Some(job) = RELAY.offer(job) else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || {
+        let mut job = job;
+        loop {
+            let answered = job();
+            if !(answered && may_relay()) {
+                return;
+            }
+            match RELAY.wait() {
+                Some(next) => job = next,
+                None => return,
+            }
+        }
+    });
+}
+
 /// Calls `bridge.<method>(text, call)` on the blocking pool and waits for
 /// the answer; `cancel` firing first cancels the call.
 async fn ask_python(
@@ -146,21 +261,30 @@ async fn ask_python(
         ..Pending::default()
     });
     let shared = pending.clone();
-    let started = tokio::task::spawn_blocking(move || {
-        Python::attach(|py| -> PyResult<()> {
-            let call = Py::new(py, Call { pending: shared })?;
+    let (started_tx, started) = oneshot::channel::<Result<(), String>>();
+    run_python(Box::new(move || {
+        let made = Python::attach(|py| -> PyResult<()> {
+            let call = Py::new(
+                py,
+                Call {
+                    pending: shared.clone(),
+                },
+            )?;
             match name {
                 Some(n) => bridge.call_method1(py, method, (n, text, call))?,
                 None => bridge.call_method1(py, method, (text, call))?,
             };
             Ok(())
-        })
-    });
+        });
+        let answered = shared.tx.lock().map(|t| t.is_none()).unwrap_or(false);
+        let _ = started_tx.send(made.map_err(|e| e.to_string()));
+        answered
+    }));
     let answer = async move {
         match started.await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(e) => return Err(format!("the Python side failed: {e}")),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err("the Python side failed: the call panicked".into()),
         }
         rx.await
             .unwrap_or_else(|_| Err("the Python side dropped the call without an answer".into()))

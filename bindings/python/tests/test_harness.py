@@ -100,6 +100,50 @@ def test_sync_and_async_python_tools() -> None:
     assert bad.error is not None and bad.error.code == ErrorCode.ToolValidationError
 
 
+def test_calls_one_after_another_relayed_between_pooled_threads() -> None:
+    """A pooled thread whose call was answered at once makes the script's
+    next call itself when it comes within microseconds: sync tools that
+    return or raise, an async tool between them, and pauses longer than
+    that wait all give the answers in order."""
+    counter = {"n": 0}
+
+    @tool
+    def nxt() -> int:
+        """Counts."""
+        counter["n"] += 1
+        return counter["n"]
+
+    @tool
+    def boom() -> None:
+        """Fails."""
+        raise RuntimeError("no")
+
+    @tool
+    async def later() -> str:
+        """Answers later."""
+        await asyncio.sleep(0.001)
+        return "later"
+
+    harness = Harness(tools=[nxt, boom, later], limits={"max_tool_calls": 500})
+    r = harness.run(
+        "const out = [];"
+        "for (let i = 0; i < 60; i++) {"
+        "  out.push(await tools.nxt());"
+        "  try { await tools.boom() } catch (e) { out.push(e.code) }"
+        "  if (i % 20 === 0) { out.push(await tools.later()); const t = Date.now(); while (Date.now() - t < 2) {} }"
+        "}"
+        "return out"
+    )
+    assert r.ok, r.error
+    want: List[Any] = []
+    for i in range(60):
+        want += [i + 1, "ToolExecutionError"]
+        if i % 20 == 0:
+            want.append("later")
+    assert r.value == want
+    assert len(r.tool_calls) == 123
+
+
 def test_pydantic_model_argument() -> None:
     pydantic = pytest.importorskip("pydantic")
 
