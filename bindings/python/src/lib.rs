@@ -232,17 +232,23 @@ fn run_python(job: PyJob) {
         return;
     };
     tokio::task::spawn_blocking(move || {
-        let mut job = job;
-        loop {
-            let answered = job();
-            if !(answered && may_relay()) {
-                return;
+        // Attached once for the whole relay (a job's own attach is then
+        // nested), detached while it waits: a thread not attached made a
+        // new thread state for each job, which cost more than the rest of
+        // the call (docs/performance.md).
+        Python::attach(|py| {
+            let mut job = job;
+            loop {
+                let answered = job();
+                if !(answered && may_relay()) {
+                    return;
+                }
+                match py.detach(|| RELAY.wait()) {
+                    Some(next) => job = next,
+                    None => return,
+                }
             }
-            match RELAY.wait() {
-                Some(next) => job = next,
-                None => return,
-            }
-        }
+        })
     });
 }
 
