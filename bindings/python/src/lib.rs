@@ -140,8 +140,9 @@ type PyJob = Box<dyn FnOnce() -> bool + Send>;
 
 /// Hands the next call into Python to a pooled thread that has just made
 /// one, while it waits for it, instead of waking another pooled thread: on
-/// a VM whose idle CPUs halt, that wake-up was most of what a synchronous
-/// Python tool cost a script calling tools one after another. States:
+/// a VM whose idle CPUs halt, that wake-up was about 30 µs of the 80 µs a
+/// synchronous Python tool cost a script calling tools one after another
+/// (the rest was mostly a new thread state per call; see `run_python`). States:
 /// idle, waiting (a thread spins), filling (a job is being stored), filled
 /// (stored, not yet taken). At most one thread waits.
 struct Relay {
