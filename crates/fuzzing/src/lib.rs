@@ -489,10 +489,56 @@ pub fn normalised(r: &ExecutionReport) -> Value {
     v
 }
 
+/// The warnings engines log in this process when a freed runtime kept
+/// memory: an engine leak, which QuickJS built with `NDEBUG` no longer
+/// turns into an abort (docs/security.md), so the oracles count them
+/// instead. Behind the process boundary such a warning is the worker's.
+mod leaks {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tracing::{span, Event, Level, Metadata, Subscriber};
+
+    static SEEN: AtomicU64 = AtomicU64::new(0);
+
+    struct Watch;
+
+    fn watched(m: &Metadata<'_>) -> bool {
+        *m.level() == Level::WARN && m.target().starts_with("harness_quickjs")
+    }
+
+    impl Subscriber for Watch {
+        fn enabled(&self, m: &Metadata<'_>) -> bool {
+            watched(m)
+        }
+        fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+            span::Id::from_u64(1)
+        }
+        fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+        fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+        fn event(&self, e: &Event<'_>) {
+            if watched(e.metadata()) {
+                SEEN.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn enter(&self, _: &span::Id) {}
+        fn exit(&self, _: &span::Id) {}
+    }
+
+    /// Starts counting, unless the process has a subscriber already.
+    pub(crate) fn watch() {
+        let _ = tracing::subscriber::set_global_default(Watch);
+    }
+
+    /// Leak warnings so far.
+    pub(crate) fn seen() -> u64 {
+        SEEN.load(Ordering::SeqCst)
+    }
+}
+
 impl CrossRun {
     /// Every built engine behind the process boundary (a worker serves
     /// many runs), and in process where the engine can stop a script.
     pub fn new() -> Self {
+        leaks::watch();
         let limits = oracle_limits();
         let mut configs = Vec::new();
         for engine in EngineKind::available() {
@@ -539,6 +585,11 @@ impl CrossRun {
             // boundary: with workers of its own).
             let fresh_harness = fuzz_harness(*engine, *isolation, self.limits.clone());
             let fresh = self.rt.block_on(fresh_harness.run(second));
+            assert_eq!(
+                leaks::seen(),
+                0,
+                "QuickJS (in this process) leaked memory that a freed runtime kept, in this pair or before it\n--- first\n{first}\n--- second\n{second}"
+            );
             if Outcome::of(&after).hit_limit() || Outcome::of(&fresh).hit_limit() {
                 continue;
             }
@@ -639,3 +690,18 @@ pub const SEEDS: &[&str] = &[
     "<tool-calls>\nreturn 1\n</tool-calls>",
     "interface A { x: number } const a: A = { x: 1 }; return a.x",
 ];
+
+#[cfg(test)]
+mod tests {
+    /// The oracles' leak count sees QuickJS's leak warning (target
+    /// `harness_quickjs`, as `RuntimeSlot::free` logs it) and nothing else.
+    #[test]
+    fn a_quickjs_leak_warning_is_counted() {
+        super::leaks::watch();
+        let before = super::leaks::seen();
+        tracing::warn!(target: "harness_quickjs", bytes = 1, "a leak");
+        tracing::warn!(target: "harness_core::event_loop", "not a leak");
+        tracing::info!(target: "harness_quickjs", "not a warning");
+        assert_eq!(super::leaks::seen(), before + 1);
+    }
+}
