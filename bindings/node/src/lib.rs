@@ -25,7 +25,7 @@ use napi::{Error, Result, Status};
 use napi_derive::napi;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 type Dispatch = ThreadsafeFunction<
@@ -67,85 +67,17 @@ pub struct NextCall {
     pub key: u32,
 }
 
-/// Hands a call straight to Node's thread while it waits in `complete`
-/// for one, instead of through `dispatch` (a thread-safe function: a
-/// wake-up of Node's event loop, 15–20 µs on a VM whose idle CPUs halt).
-/// States: idle, waiting (a `complete` spins), filling (a call is being
-/// stored), filled (stored, not yet taken). Only Node's thread waits,
-/// so at most one `complete` does.
-#[derive(Default)]
-struct Handoff {
-    state: AtomicU8,
-    call: Mutex<Option<NextCall>>,
-}
-
-const IDLE: u8 = 0;
-const WAITING: u8 = 1;
-const FILLING: u8 = 2;
-const FILLED: u8 = 3;
-
 /// How long `complete` waits for the script's next call. The run's
 /// thread takes 5–10 µs to settle a call and reach the next one; a
 /// script that computes for longer between calls costs Node's thread
 /// this much per call, and a run that ends stops the wait at once
-/// ([`Handoff::stop`]).
+/// (`Handoff::stop`).
 const HANDOFF_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
-impl Handoff {
-    /// Gives `call` to a waiting `complete`; `None` if none waits.
-    fn offer(&self, call: NextCall) -> Option<NextCall> {
-        if self
-            .state
-            .compare_exchange(WAITING, FILLING, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Some(call);
-        }
-        if let Ok(mut slot) = self.call.lock() {
-            *slot = Some(call);
-        }
-        self.state.store(FILLED, Ordering::Release);
-        None
-    }
-
-    /// Waits (on Node's thread) up to [`HANDOFF_SPIN`] for a call offered,
-    /// yielding the CPU between looks, and takes it.
-    fn wait(&self) -> Option<NextCall> {
-        self.state.store(WAITING, Ordering::Release);
-        let until = std::time::Instant::now() + HANDOFF_SPIN;
-        loop {
-            match self.state.load(Ordering::Acquire) {
-                FILLED => {
-                    let call = self.call.lock().ok().and_then(|mut s| s.take());
-                    self.state.store(IDLE, Ordering::Release);
-                    return call;
-                }
-                // Stopped: a run ended.
-                IDLE => return None,
-                // Given up; unless a call is being stored, then take it.
-                WAITING
-                    if std::time::Instant::now() >= until
-                        && self
-                            .state
-                            .compare_exchange(WAITING, IDLE, Ordering::AcqRel, Ordering::Acquire)
-                            .is_ok() =>
-                {
-                    return None;
-                }
-                _ => {}
-            }
-            std::thread::yield_now();
-        }
-    }
-
-    /// Ends a wait without a call (a run ended: Node's thread has its
-    /// report to deliver).
-    fn stop(&self) {
-        let _ = self
-            .state
-            .compare_exchange(WAITING, IDLE, Ordering::AcqRel, Ordering::Acquire);
-    }
-}
+/// A call handed straight to Node's thread while it waits in `complete`,
+/// instead of through `dispatch` (a thread-safe function: a wake-up of
+/// Node's event loop, 15–20 µs on a VM whose idle CPUs halt).
+type Handoff = embed::Handoff<NextCall>;
 
 type Abort = ThreadsafeFunction<u32, (), u32, Status, false, true>;
 type Approve = ThreadsafeFunction<String, Promise<bool>, String, Status, false, true>;
@@ -344,7 +276,7 @@ impl NativeHarness {
         };
         let delivered = tx.send(answer).is_ok();
         if delivered && alone && self.may_wait {
-            self.handoff.wait()
+            self.handoff.wait(HANDOFF_SPIN)
         } else {
             None
         }

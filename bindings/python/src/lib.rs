@@ -11,7 +11,7 @@
 //!   true (and its `on_cancel` callback run) when the script no longer
 //!   needs the answer; a pooled thread whose call was answered at once
 //!   (a synchronous tool) waits a few microseconds for the script's next
-//!   call and makes it itself (`Relay`);
+//!   call and makes it itself (`RELAY`);
 //! - scripts run on this module's tokio runtime, never on a Python
 //!   thread: `run` waits with the interpreter released, `start` calls
 //!   `done(report_json)` when the run ends.
@@ -26,7 +26,7 @@ use pyo3::prelude::*;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -142,81 +142,14 @@ type PyJob = Box<dyn FnOnce() -> bool + Send>;
 /// one, while it waits for it, instead of waking another pooled thread: on
 /// a VM whose idle CPUs halt, that wake-up was about 30 µs of the 80 µs a
 /// synchronous Python tool cost a script calling tools one after another
-/// (the rest was mostly a new thread state per call; see `run_python`). States:
-/// idle, waiting (a thread spins), filling (a job is being stored), filled
-/// (stored, not yet taken). At most one thread waits.
-struct Relay {
-    state: AtomicU8,
-    job: Mutex<Option<PyJob>>,
-}
-
-const IDLE: u8 = 0;
-const WAITING: u8 = 1;
-const FILLING: u8 = 2;
-const FILLED: u8 = 3;
+/// (the rest was mostly a new thread state per call; see `run_python`).
+static RELAY: embed::Handoff<PyJob> = embed::Handoff::new();
 
 /// How long a pooled thread waits for the script's next call after a
 /// call answered at once. The run's thread takes 5–10 µs to settle a call
 /// and make the next one; a script that computes longer between calls
 /// costs a pooled thread this much CPU per call.
 const RELAY_SPIN: Duration = Duration::from_micros(50);
-
-static RELAY: Relay = Relay {
-    state: AtomicU8::new(IDLE),
-    job: Mutex::new(None),
-};
-
-impl Relay {
-    /// Gives `job` to the waiting thread; back if none waits.
-    fn offer(&self, job: PyJob) -> Option<PyJob> {
-        if self
-            .state
-            .compare_exchange(WAITING, FILLING, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Some(job);
-        }
-        if let Ok(mut slot) = self.job.lock() {
-            *slot = Some(job);
-        }
-        self.state.store(FILLED, Ordering::Release);
-        None
-    }
-
-    /// Waits up to [`RELAY_SPIN`] for a job, yielding between looks, if no
-    /// other thread is waiting already.
-    fn wait(&self) -> Option<PyJob> {
-        if self
-            .state
-            .compare_exchange(IDLE, WAITING, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return None;
-        }
-        let until = std::time::Instant::now() + RELAY_SPIN;
-        loop {
-            match self.state.load(Ordering::Acquire) {
-                FILLED => {
-                    let job = self.job.lock().ok().and_then(|mut j| j.take());
-                    self.state.store(IDLE, Ordering::Release);
-                    return job;
-                }
-                // Given up; unless a job is being stored, then take it.
-                WAITING
-                    if std::time::Instant::now() >= until
-                        && self
-                            .state
-                            .compare_exchange(WAITING, IDLE, Ordering::AcqRel, Ordering::Acquire)
-                            .is_ok() =>
-                {
-                    return None;
-                }
-                _ => {}
-            }
-            std::thread::yield_now();
-        }
-    }
-}
 
 /// Whether this machine has a CPU for a pooled thread to wait on while
 /// the run's thread works.
@@ -244,7 +177,7 @@ fn run_python(job: PyJob) {
                 if !(answered && may_relay()) {
                     return;
                 }
-                match py.detach(|| RELAY.wait()) {
+                match py.detach(|| RELAY.wait(RELAY_SPIN)) {
                     Some(next) => job = next,
                     None => return,
                 }

@@ -210,3 +210,107 @@ pub async fn respond(
         _ => Value::from(wire::to_anthropic(&items)),
     })
 }
+
+/// Hands one value (a binding's next tool call) from the thread that makes
+/// it to a thread that spins for it, instead of waking a sleeping one: on a
+/// VM whose idle CPUs halt, that wake-up was most of what a binding's tool
+/// call cost a script calling tools one after another (docs/performance.md).
+/// At most one thread waits at a time; a value offered while none waits
+/// comes back to its caller, to deliver the usual way.
+///
+/// ```
+/// let h = harness::embed::Handoff::new();
+/// assert_eq!(h.offer(1), Some(1)); // nobody waits
+/// assert_eq!(h.wait(std::time::Duration::from_micros(10)), None);
+/// ```
+#[derive(Debug)]
+pub struct Handoff<T> {
+    /// Idle, waiting (a thread spins), filling (a value is being stored),
+    /// filled (stored, not yet taken).
+    state: std::sync::atomic::AtomicU8,
+    value: std::sync::Mutex<Option<T>>,
+}
+
+const IDLE: u8 = 0;
+const WAITING: u8 = 1;
+const FILLING: u8 = 2;
+const FILLED: u8 = 3;
+
+impl<T> Default for Handoff<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Handoff<T> {
+    /// Nobody waiting, nothing offered (usable in a `static`).
+    pub const fn new() -> Self {
+        Handoff {
+            state: std::sync::atomic::AtomicU8::new(IDLE),
+            value: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Gives `value` to the waiting thread; back if none waits.
+    pub fn offer(&self, value: T) -> Option<T> {
+        use std::sync::atomic::Ordering;
+        if self
+            .state
+            .compare_exchange(WAITING, FILLING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Some(value);
+        }
+        if let Ok(mut slot) = self.value.lock() {
+            *slot = Some(value);
+        }
+        self.state.store(FILLED, Ordering::Release);
+        None
+    }
+
+    /// Waits up to `spin` for a value, yielding the CPU between looks, and
+    /// takes it; `None` at once if another thread is waiting already, and
+    /// when [`Handoff::stop`] ends the wait.
+    pub fn wait(&self, spin: std::time::Duration) -> Option<T> {
+        use std::sync::atomic::Ordering;
+        if self
+            .state
+            .compare_exchange(IDLE, WAITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return None;
+        }
+        let until = std::time::Instant::now() + spin;
+        loop {
+            match self.state.load(Ordering::Acquire) {
+                FILLED => {
+                    let value = self.value.lock().ok().and_then(|mut v| v.take());
+                    self.state.store(IDLE, Ordering::Release);
+                    return value;
+                }
+                // Stopped.
+                IDLE => return None,
+                // Given up; unless a value is being stored, then take it.
+                WAITING
+                    if std::time::Instant::now() >= until
+                        && self
+                            .state
+                            .compare_exchange(WAITING, IDLE, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok() =>
+                {
+                    return None;
+                }
+                _ => {}
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Ends a wait without a value (a value being stored is still taken).
+    pub fn stop(&self) {
+        use std::sync::atomic::Ordering;
+        let _ = self
+            .state
+            .compare_exchange(WAITING, IDLE, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
