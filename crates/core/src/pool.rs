@@ -55,6 +55,10 @@ struct Shared<S> {
     /// Work for a worker's state when it finds no job waiting
     /// ([`WorkerPool::with_idle`]).
     idle: Option<fn(&mut S)>,
+    /// How long runs have been taking from submission to answer, in µs
+    /// (a moving average; 0 before the first): how long a caller may
+    /// wait awake for its answer ([`answer_budget`]).
+    answer_us: std::sync::atomic::AtomicU64,
 }
 
 /// A growable pool of threads, each holding one `S`.
@@ -98,6 +102,7 @@ impl<S: 'static> WorkerPool<S> {
                 finishing: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
                 cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
                 idle: None,
+                answer_us: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -259,6 +264,7 @@ impl<S: 'static> WorkerPool<S> {
             .spinning
             .load(std::sync::atomic::Ordering::Acquire);
         let finishing = self.shared.finishing.clone();
+        let submitted_at = std::time::Instant::now();
         let submitted = self.place(Box::new(move |s| {
             run(s, request, &tokio, Reply { tx, finishing })
         }));
@@ -266,13 +272,21 @@ impl<S: 'static> WorkerPool<S> {
             Err(e) => ExecutionReport::failed(engine, ScriptError::internal(e)),
             Ok(behind) => {
                 let awake = !self.shared.relay && (hot || behind);
-                let soon = if awake { answer_soon(&mut rx) } else { None };
-                match soon {
-                    Some(report) => report,
-                    None => rx.await.unwrap_or_else(|_| {
-                        ExecutionReport::failed(engine, ScriptError::internal(self.stopped()))
-                    }),
-                }
+                let soon = if awake {
+                    answer_soon(&mut rx, answer_budget(&self.shared.answer_us))
+                } else {
+                    Soon::Later
+                };
+                let answer = match soon {
+                    Soon::Answer(report) => Some(report),
+                    Soon::Closed => None,
+                    Soon::Later => rx.await.ok(),
+                };
+                let answer = answer.unwrap_or_else(|| {
+                    ExecutionReport::failed(engine, ScriptError::internal(self.stopped()))
+                });
+                note_answer(&self.shared.answer_us, submitted_at.elapsed());
+                answer
             }
         };
         guard.disarm();
@@ -313,25 +327,79 @@ fn spawn<S: 'static>(shared: &Arc<Shared<S>>, first: Job<S>) -> Result<(), Strin
 /// rule, no measurable change with it).
 const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// The answer of a run handed to a spinning worker, if it comes within
-/// [`SPIN`]; the caller then awaits it as usual. Where the idle CPUs of a
-/// VM halt, waking a parked caller costs tens of microseconds, more than a
-/// trivial run (docs/performance.md, "A second machine: the caller's
-/// wake-up, and tool calls"). Only called when the run went to a worker
-/// that was spinning or queued for one tidying up, that is while the busy
-/// workers leave a CPU free, so it does not take a CPU that runs need; it
-/// holds this thread (a tokio worker, perhaps) for at most [`SPIN`].
-fn answer_soon<T>(rx: &mut tokio::sync::oneshot::Receiver<T>) -> Option<T> {
-    use tokio::sync::oneshot::error::TryRecvError;
-    let until = std::time::Instant::now() + SPIN;
-    loop {
-        match rx.try_recv() {
-            Ok(answer) => return Some(answer),
-            Err(TryRecvError::Closed) => return None,
-            Err(TryRecvError::Empty) if std::time::Instant::now() >= until => return None,
-            Err(TryRecvError::Empty) => std::hint::spin_loop(),
-        }
+/// The longest a caller waits awake for its answer: runs that usually
+/// answer sooner (Boa's trivial run takes about 50 µs, longer than
+/// [`SPIN`]; it was answered to a parked caller about half the time, at
+/// about 90 µs instead of 50).
+const ANSWER_SPIN_MAX: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// How long a caller waits awake for its answer: [`SPIN`], or half again
+/// as long as runs have been taking ([`Shared::answer_us`]) where that
+/// is at most [`ANSWER_SPIN_MAX`]; runs that take longer are answered to
+/// a parked caller, whose wake-up is then a small part of the run.
+fn answer_budget(answer_us: &std::sync::atomic::AtomicU64) -> std::time::Duration {
+    let typical = answer_us.load(std::sync::atomic::Ordering::Relaxed);
+    let typical = std::time::Duration::from_micros(typical);
+    if typical > ANSWER_SPIN_MAX {
+        return SPIN;
     }
+    (typical + typical / 2).clamp(SPIN, ANSWER_SPIN_MAX)
+}
+
+/// Folds one run's time from submission to answer into `answer_us`, a
+/// moving average over about the last eight runs. Racing callers may
+/// lose an update; the figure only tunes [`answer_budget`].
+fn note_answer(answer_us: &std::sync::atomic::AtomicU64, took: std::time::Duration) {
+    use std::sync::atomic::Ordering;
+    // A run of seconds counts as 10 ms: enough to say "long".
+    let sample = (took.as_micros() as u64).min(10_000);
+    let old = answer_us.load(Ordering::Relaxed);
+    let new = if old == 0 {
+        sample
+    } else {
+        old - old / 8 + sample / 8
+    };
+    answer_us.store(new, Ordering::Relaxed);
+}
+
+/// What a caller waiting awake for its answer found.
+enum Soon<T> {
+    Answer(T),
+    /// The worker dropped the reply without answering (its job panicked).
+    Closed,
+    /// No answer within the budget: await it.
+    Later,
+}
+
+/// The answer of a run handed to a spinning worker, if it comes within
+/// `budget` ([`answer_budget`]); the caller otherwise awaits it as usual.
+/// Where the idle CPUs of a VM halt, waking a parked caller costs tens of
+/// microseconds, more than a trivial run (docs/performance.md, "A second
+/// machine: the caller's wake-up, and tool calls"). Only called when the
+/// run went to a worker that was spinning or queued for one tidying up,
+/// that is while the busy workers leave a CPU free, so it does not take a
+/// CPU that runs need; it yields between polls (a worker that shares this
+/// CPU runs), and holds this thread (a tokio worker, perhaps) for at most
+/// `budget`.
+fn answer_soon<T>(
+    rx: &mut tokio::sync::oneshot::Receiver<T>,
+    budget: std::time::Duration,
+) -> Soon<T> {
+    use tokio::sync::oneshot::error::TryRecvError;
+    let mut soon = Soon::Later;
+    crate::spin::until(budget, || match rx.try_recv() {
+        Ok(answer) => {
+            soon = Soon::Answer(answer);
+            true
+        }
+        // The receiver is spent: it must not be awaited now.
+        Err(TryRecvError::Closed) => {
+            soon = Soon::Closed;
+            true
+        }
+        Err(TryRecvError::Empty) => false,
+    });
+    soon
 }
 
 /// The next job sent to this idle worker; `None` once the pool closed.
@@ -345,12 +413,16 @@ fn next_job<S>(
 ) -> Option<Job<S>> {
     use std::sync::atomic::Ordering;
     if may_spin && !shared.spinning.swap(true, Ordering::AcqRel) {
-        let until = std::time::Instant::now() + SPIN;
-        let mut got = rx.try_recv();
-        while matches!(got, Err(mpsc::TryRecvError::Empty)) && std::time::Instant::now() < until {
-            std::hint::spin_loop();
+        // Yielding between polls: a caller on this CPU (the scheduler
+        // put both here while the other CPU was busy) gets to submit its
+        // job. Spinning without yielding cost such a pair up to the whole
+        // spin per run: 15 → 65 µs for a trivial QuickJS run, 50 → 100 on
+        // Boa, with a build on the other CPU (docs/performance.md).
+        let mut got = Err(mpsc::TryRecvError::Empty);
+        crate::spin::until(SPIN, || {
             got = rx.try_recv();
-        }
+            !matches!(got, Err(mpsc::TryRecvError::Empty))
+        });
         shared.spinning.store(false, Ordering::Release);
         match got {
             Ok(j) => return Some(j),
@@ -549,6 +621,67 @@ mod tests {
                 .load(std::sync::atomic::Ordering::SeqCst),
             0
         );
+    }
+
+    #[test]
+    fn a_run_whose_job_panics_while_its_caller_waits_awake_fails_cleanly() {
+        // The caller waits awake for a run given to a worker still
+        // tidying up after the last one (`behind`), or spinning for it
+        // (`hot`); a job that panics drops its reply there, and the
+        // caller must report that, not poll a spent receiver (tokio's
+        // "called after complete" panic, seen before this test).
+        let pool = WorkerPool::new("t", 1, 1 << 20, || ());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for round in 0..50 {
+            let ok =
+                rt.block_on(
+                    pool.execute("t", ExecutionRequest::new("1"), |_, _, _, reply| {
+                        reply.send(ExecutionReport::failed(
+                            "t",
+                            ScriptError::internal("answered"),
+                        ));
+                    }),
+                );
+            assert!(ok.error.is_some_and(|e| e.message == "answered"));
+            let panicked = rt.block_on(pool.execute(
+                "t",
+                ExecutionRequest::new("1"),
+                move |_, _, _, _reply| {
+                    if round % 2 == 0 {
+                        std::thread::sleep(std::time::Duration::from_micros(20));
+                    }
+                    panic!("the engine panicked");
+                },
+            ));
+            let e = panicked.error.expect("a failed report");
+            assert!(e.message.contains("stopped before answering"), "{e:?}");
+        }
+        assert_eq!(pool.threads(), 1);
+    }
+
+    #[test]
+    fn callers_wait_awake_about_as_long_as_runs_take() {
+        let a = std::sync::atomic::AtomicU64::new(0);
+        assert_eq!(answer_budget(&a), SPIN, "nothing known yet");
+        note_answer(&a, std::time::Duration::from_micros(60));
+        assert_eq!(a.load(std::sync::atomic::Ordering::Relaxed), 60);
+        assert_eq!(answer_budget(&a), std::time::Duration::from_micros(90));
+        for _ in 0..64 {
+            note_answer(&a, std::time::Duration::from_micros(10));
+        }
+        assert_eq!(answer_budget(&a), SPIN, "short runs: the floor");
+        for _ in 0..64 {
+            note_answer(&a, std::time::Duration::from_millis(5));
+        }
+        assert_eq!(answer_budget(&a), SPIN, "long runs: no longer than before");
+        note_answer(&a, std::time::Duration::from_secs(3600));
+        assert!(a.load(std::sync::atomic::Ordering::Relaxed) <= 10_000);
+        for _ in 0..64 {
+            note_answer(&a, std::time::Duration::from_micros(150));
+        }
+        assert_eq!(answer_budget(&a), ANSWER_SPIN_MAX, "capped");
     }
 
     #[test]
