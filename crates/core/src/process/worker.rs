@@ -526,6 +526,34 @@ pub(super) mod sys {
     #[cfg(not(unix))]
     pub(in crate::process) fn kill_group(_: u32) {}
 
+    /// A worker that died leaves its pipe broken, and the host's next
+    /// write to it must fail with `EPIPE` (the worker is then replaced),
+    /// not kill the host with `SIGPIPE`. Rust programs, CPython and Node
+    /// already ignore `SIGPIPE`; a host that left it at its default (a C
+    /// program, libFuzzer's `main`: a `cross_run` soak died this way) has
+    /// it ignored here, once, before its first worker starts. A handler
+    /// the host set is kept, and children started with
+    /// `std::process::Command` get the default back.
+    #[cfg(unix)]
+    pub(in crate::process) fn ignore_sigpipe() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: reads the current disposition into a zeroed struct,
+            // and replaces only the default one with `SIG_IGN`.
+            unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_DFL
+                {
+                    libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                }
+            }
+        });
+    }
+
+    #[cfg(not(unix))]
+    pub(in crate::process) fn ignore_sigpipe() {}
+
     /// Ends the process now, without unwinding, flushing or allocating.
     pub(super) fn exit_now(code: i32) -> ! {
         #[cfg(unix)]
