@@ -28,8 +28,12 @@ pub struct AllocState {
     limit: AtomicUsize,
     used: AtomicUsize,
     refused: AtomicBool,
-    /// Set when the run is past its deadline or cancelled.
-    halted: AtomicBool,
+    /// One more than the generation of the latest halted run (0: none):
+    /// the run is halted while this equals `generation + 1`. Checking the
+    /// generation and recording the halt are one atomic step, so a halt
+    /// that the watchdog delivers late, after its run ended, cannot reach
+    /// the time between runs or the next run.
+    halted_for: AtomicUsize,
     /// Highest `used` since the last `arm`.
     peak: AtomicUsize,
     /// Counts `arm`s, so a late halt cannot reach the next run.
@@ -52,7 +56,7 @@ impl Default for AllocState {
             limit: AtomicUsize::new(UNLIMITED),
             used: AtomicUsize::new(0),
             refused: AtomicBool::new(false),
-            halted: AtomicBool::new(false),
+            halted_for: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
             grace: AtomicUsize::new(0),
@@ -71,7 +75,6 @@ impl AllocState {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.limit.store(limit, Ordering::Relaxed);
         self.refused.store(false, Ordering::Relaxed);
-        self.halted.store(false, Ordering::Relaxed);
         self.grace.store(0, Ordering::Relaxed);
         self.peak
             .store(self.used.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -97,10 +100,18 @@ impl AllocState {
     /// interrupts only every 10,000 ticks, and a loop over heavy native
     /// calls (sorting, JSON of big data) ticks rarely; failing their
     /// allocations ends such work at once, so the next check comes soon.
+    ///
+    /// `generation` is the run's ([`AllocState::generation`] after its
+    /// `arm`). The watchdog calls this from its own thread, possibly after
+    /// the run ended: a halt for an earlier generation does nothing. (It
+    /// once compared the generation and then set a flag, two steps; a
+    /// watchdog preempted between them halted the allocator after its run
+    /// ended, where the next run's context was being hardened, or even
+    /// into the next run, which then failed as if its own deadline had
+    /// passed.)
     pub fn halt(&self, generation: usize) {
-        if self.generation.load(Ordering::Acquire) == generation {
-            self.halted.store(true, Ordering::Relaxed);
-        }
+        self.halted_for
+            .fetch_max(generation.saturating_add(1), Ordering::AcqRel);
     }
 
     /// The interrupt handler is about to stop the script. QuickJS throws
@@ -130,7 +141,8 @@ impl AllocState {
 
     /// Whether the run was stopped (allocations fail until disarmed).
     pub fn halted(&self) -> bool {
-        self.halted.load(Ordering::Relaxed)
+        self.halted_for.load(Ordering::Acquire)
+            == self.generation.load(Ordering::Acquire).saturating_add(1)
     }
 
     /// Whether an allocation was refused since the last `arm`.
@@ -144,7 +156,7 @@ impl AllocState {
     /// keeps a script that catches the error from grinding on at the cap
     /// between interrupt checks.
     fn admit(&self, extra: usize) -> bool {
-        if self.refused.load(Ordering::Relaxed) || self.halted.load(Ordering::Relaxed) {
+        if self.refused.load(Ordering::Relaxed) || self.halted() {
             return self.take_grace(extra);
         }
         let used = self.used.load(Ordering::Relaxed);
@@ -270,5 +282,31 @@ mod tests {
         s.arm(1 << 20);
         assert!(s.admit(1024), "a new run starts clean");
         assert!(!s.take_grace(1), "with no grace left over");
+    }
+
+    /// The watchdog may deliver a run's halt after the run ended: while
+    /// the worker tidies up (no limit, generation bumped by `disarm`),
+    /// after a later run's halt, or during the next run. None of these may
+    /// halt anything but the run the halt was for.
+    #[test]
+    fn a_late_halt_reaches_no_later_run() {
+        let s = AllocState::default();
+        s.arm(1 << 20);
+        let first = s.generation();
+        s.disarm();
+        s.halt(first);
+        assert!(!s.halted(), "not between runs");
+        assert!(s.admit(1 << 30), "tidying up allocates freely");
+        s.arm(1 << 20);
+        let second = s.generation();
+        s.halt(first);
+        assert!(!s.halted() && s.admit(1024), "not in the next run");
+        s.halt(second);
+        assert!(s.halted(), "the next run's own halt works");
+        s.halt(first);
+        assert!(s.halted(), "and a late one does not undo it");
+        s.arm(1 << 20);
+        s.halt(second);
+        assert!(!s.halted() && s.admit(1024));
     }
 }
