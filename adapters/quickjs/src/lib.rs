@@ -352,6 +352,21 @@ impl Engine for QjsEngine<'_> {
             i.cancel = Some(setup.cancel.clone());
         }
         let rt = &self.slot.rt;
+        // `setup.prelude` is the same core PRELUDE the bytecode was built from.
+        debug_assert_eq!(setup.prelude, PRELUDE);
+        // A context hardened now, when none was hardened ahead of time,
+        // is hardened as it would have been then: without the run's limit.
+        // The engine's own set-up is not the script's memory, a run must
+        // not fail or pass depending on whether the worker had time to
+        // prepare a context after the run before it, and QuickJS leaks
+        // when hardening runs out of memory at certain points (it
+        // realises lazy built-ins whose initialisation drops its
+        // arguments on failure: `js_bytecode_eval`).
+        self.slot.alloc.disarm();
+        let warm = match self.pre.take() {
+            Some(w) => w,
+            None => harden(rt).map_err(|f| self.finish_fault(f))?,
+        };
         let limit = usize::try_from(setup.limits.memory_bytes).unwrap_or(usize::MAX);
         // The counting allocator enforces `limit`. QuickJS's own malloc
         // limit stays unset: it checks before calling the allocator, so a
@@ -362,12 +377,6 @@ impl Engine for QjsEngine<'_> {
             .stack_bytes
             .min(THREAD_STACK_BYTES as u64 - STACK_MARGIN_BYTES);
         rt.set_max_stack_size(stack as usize);
-        // `setup.prelude` is the same core PRELUDE the bytecode was built from.
-        debug_assert_eq!(setup.prelude, PRELUDE);
-        let warm = match self.pre.take() {
-            Some(w) => w,
-            None => harden(rt).map_err(|f| self.finish_fault(f))?,
-        };
         *warm.host.borrow_mut() = Some(host);
         // Kept even if the install fails, so that it is dropped in order.
         self.ctx = Some(warm);
