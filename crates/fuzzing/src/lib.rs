@@ -447,6 +447,10 @@ pub struct CrossRun {
     rt: tokio::runtime::Runtime,
     limits: Limits,
     configs: Vec<(EngineKind, Isolation, Harness)>,
+    /// The pair checked before this one: its fresh harness's engine
+    /// threads free their runtimes after that pair's check, so a leak
+    /// there surfaces during the next pair.
+    last: std::sync::Mutex<Option<(String, String)>>,
 }
 
 impl std::fmt::Debug for CrossRun {
@@ -558,6 +562,7 @@ impl CrossRun {
             rt: runtime(),
             limits,
             configs,
+            last: std::sync::Mutex::new(None),
         }
     }
 
@@ -573,23 +578,44 @@ impl CrossRun {
 
     /// Runs `first` then `second` on each configuration's harness, and
     /// `second` on a fresh one, and compares the two reports of `second`.
+    /// Checks for an engine leak before the pair and after each run,
+    /// naming where it was first seen.
     pub fn check_pair(&self, first: &str, second: &str) {
+        let last = self
+            .last
+            .lock()
+            .map(|mut l| l.replace((first.to_string(), second.to_string())))
+            .unwrap_or(None);
+        let leak_check = |when: &str| {
+            if leaks::seen() == 0 {
+                return;
+            }
+            let earlier = match &last {
+                Some((f, s)) => format!(
+                    "\n(or at the end of the pair before, whose fresh harness freed its runtime after its check)\n--- the pair before: first\n{f}\n--- the pair before: second\n{s}"
+                ),
+                None => String::new(),
+            };
+            panic!(
+                "QuickJS (in this process) leaked memory that a freed runtime kept, seen {when} (an engine frees a tainted run's runtime after the run answered, so the leak may be the run's before)\n--- first\n{first}\n--- second\n{second}{earlier}"
+            );
+        };
+        leak_check("before this pair ran anything");
         for (engine, isolation, shared) in &self.configs {
             let _ = self.rt.block_on(shared.run(first));
+            leak_check(&format!("after the first run on {engine} ({isolation:?})"));
             // Let the engine thread go idle, so that the second run goes
             // to it (pools pick the most recently idle thread) and meets
             // the context the first left, where the engine reuses them.
             std::thread::sleep(std::time::Duration::from_millis(10));
             let after = self.rt.block_on(shared.run(second));
+            leak_check(&format!("after the second run on {engine} ({isolation:?})"));
             // A harness that never ran anything (behind the process
             // boundary: with workers of its own).
             let fresh_harness = fuzz_harness(*engine, *isolation, self.limits.clone());
             let fresh = self.rt.block_on(fresh_harness.run(second));
-            assert_eq!(
-                leaks::seen(),
-                0,
-                "QuickJS (in this process) leaked memory that a freed runtime kept, in this pair or before it\n--- first\n{first}\n--- second\n{second}"
-            );
+            leak_check(&format!("after the fresh run on {engine} ({isolation:?})"));
+            drop(fresh_harness);
             if Outcome::of(&after).hit_limit() || Outcome::of(&fresh).hit_limit() {
                 continue;
             }
