@@ -302,6 +302,10 @@ impl DetachedTasks {
             let Some(e) = tasks.get(id) else {
                 return;
             };
+            // Before the end is published: a waiter woken by it (on
+            // another thread) must not see the task still counted as
+            // running (a metrics test caught that under load).
+            metrics::gauge!("detached_tasks_running").decrement(1.0);
             e.state.send_modify(|t| {
                 t.status = status;
                 t.result = result;
@@ -311,7 +315,6 @@ impl DetachedTasks {
             let ended = e.state.borrow().clone();
             ended
         };
-        metrics::gauge!("detached_tasks_running").decrement(1.0);
         self.prune(id);
         if let Ok(mut l) = self.listeners.lock() {
             l.retain(|tx| tx.send(ended.clone()).is_ok());
