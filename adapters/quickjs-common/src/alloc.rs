@@ -7,6 +7,12 @@
 //! bare `null` instead. Only the allocator knows for sure that the limit was
 //! hit, so it records that, and the adapter reports ScriptMemoryError.
 //!
+//! It also remembers every block it handed out, so that whatever QuickJS
+//! still holds when its runtime is freed (an engine leak: a reference
+//! count an error path forgot, which keeps an object and everything it
+//! reaches alive) is given back then rather than lost until the process
+//! exits. See [`AllocState::reclaimed`].
+//!
 //! QuickJS's own malloc limit is left unset on purpose: it is checked
 //! before the allocator is called, so a huge request it refused would not
 //! be recorded here, and the OOM would look like an ordinary error. This
@@ -19,6 +25,8 @@
 #![allow(unsafe_code)]
 
 use rquickjs::allocator::{Allocator, RustAllocator};
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -41,6 +49,9 @@ pub struct AllocState {
     /// Bytes still admitted after a halt or refusal: room for the error
     /// that stops the script (see [`AllocState::grant_grace`]).
     grace: AtomicUsize,
+    /// Bytes QuickJS still held when its runtime was freed, which the
+    /// allocator then gave back (see [`AllocState::reclaimed`]).
+    reclaimed: AtomicUsize,
 }
 
 /// Room for QuickJS's uncatchable `InternalError: interrupted` (an error
@@ -60,6 +71,7 @@ impl Default for AllocState {
             peak: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
             grace: AtomicUsize::new(0),
+            reclaimed: AtomicUsize::new(0),
         }
     }
 }
@@ -88,6 +100,21 @@ impl AllocState {
     /// Heap bytes allocated now.
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// Bytes QuickJS had not freed when its runtime was freed, given back
+    /// by the allocator when the runtime dropped it: zero unless the
+    /// engine leaked. quickjs-ng has such leaks on error paths that only
+    /// a failed allocation takes (a halt at the deadline, the memory
+    /// limit): `JSON.stringify` keeps an array element it fetched when
+    /// turning the index into a string fails (`js_json_to_str`), and
+    /// realising a lazy built-in written in JS keeps its arguments
+    /// (`js_bytecode_eval`). One such reference keeps the object, its
+    /// prototypes and with them the whole context alive; QuickJS (built
+    /// with `NDEBUG`) then frees the runtime without freeing them. The
+    /// runtime is gone by then, so nothing can reach those blocks.
+    pub fn reclaimed(&self) -> usize {
+        self.reclaimed.load(Ordering::Relaxed)
     }
 
     fn grew(&self, n: usize) {
@@ -169,13 +196,36 @@ impl AllocState {
     }
 }
 
+/// Hashes a block's address: blocks are 8-byte aligned, so the low bits
+/// carry nothing; a multiplication spreads the rest.
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = ((n as u64) >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// The allocator a QuickJS runtime is built with
 /// (`Runtime::new_with_alloc`): rquickjs's own, counted against
-/// [`AllocState`]'s limit.
+/// [`AllocState`]'s limit. QuickJS serves small objects from 4 KB arenas
+/// of its own, so this sees arenas and large blocks only (every block in
+/// a sanitizer build).
 #[allow(missing_debug_implementations)]
 pub struct CountingAllocator {
     inner: RustAllocator,
     state: Arc<AllocState>,
+    /// Every block handed out and not given back, by address.
+    live: HashSet<usize, BuildHasherDefault<AddressHasher>>,
 }
 
 impl CountingAllocator {
@@ -184,6 +234,29 @@ impl CountingAllocator {
         CountingAllocator {
             inner: RustAllocator,
             state,
+            live: HashSet::default(),
+        }
+    }
+}
+
+impl Drop for CountingAllocator {
+    /// rquickjs drops the allocator after `JS_FreeRuntime`: a block still
+    /// live is one the engine leaked, and is given back now.
+    fn drop(&mut self) {
+        let mut total = 0;
+        for p in self.live.drain() {
+            let p = p as *mut u8;
+            // SAFETY: `p` was returned by RustAllocator and not given back
+            // (it would have left `live`); the runtime that held it is
+            // freed, so nothing will use or free it again.
+            let n = unsafe { RustAllocator::usable_size(p) };
+            total += n;
+            // SAFETY: as above.
+            unsafe { self.inner.dealloc(p) };
+        }
+        if total > 0 {
+            self.state.used.fetch_sub(total, Ordering::Relaxed);
+            self.state.reclaimed.fetch_add(total, Ordering::Relaxed);
         }
     }
 }
@@ -202,6 +275,7 @@ unsafe impl Allocator for CountingAllocator {
             // SAFETY: `p` was just returned by RustAllocator.
             let n = unsafe { RustAllocator::usable_size(p) };
             self.state.grew(n);
+            self.live.insert(p as usize);
         }
         p
     }
@@ -219,6 +293,7 @@ unsafe impl Allocator for CountingAllocator {
             // SAFETY: `p` was just returned by RustAllocator.
             let n = unsafe { RustAllocator::usable_size(p) };
             self.state.grew(n);
+            self.live.insert(p as usize);
         }
         p
     }
@@ -230,6 +305,7 @@ unsafe impl Allocator for CountingAllocator {
         // SAFETY: `ptr` came from this allocator (see the impl comment).
         let n = unsafe { RustAllocator::usable_size(ptr) };
         self.state.used.fetch_sub(n, Ordering::Relaxed);
+        self.live.remove(&(ptr as usize));
         // SAFETY: as above.
         unsafe { self.inner.dealloc(ptr) }
     }
@@ -246,6 +322,10 @@ unsafe impl Allocator for CountingAllocator {
         // SAFETY: `ptr` came from this allocator; on failure it stays valid.
         let p = unsafe { self.inner.realloc(ptr, new_size) };
         if !p.is_null() {
+            if p != ptr {
+                self.live.remove(&(ptr as usize));
+                self.live.insert(p as usize);
+            }
             // SAFETY: `p` was just returned by RustAllocator.
             let new = unsafe { RustAllocator::usable_size(p) };
             // The net change, as admitted: counting `new` before taking
@@ -282,6 +362,30 @@ mod tests {
         s.arm(1 << 20);
         assert!(s.admit(1024), "a new run starts clean");
         assert!(!s.take_grace(1), "with no grace left over");
+    }
+
+    /// Blocks still live when the allocator is dropped (after
+    /// `JS_FreeRuntime`: an engine leak) are given back and counted; blocks
+    /// freed or moved by `realloc` are not counted twice.
+    #[test]
+    fn dropping_the_allocator_gives_back_what_is_still_live() {
+        let s = Arc::new(AllocState::default());
+        let mut a = CountingAllocator::new(s.clone());
+        let kept = a.alloc(1000);
+        let freed = a.alloc(2000);
+        let moved = a.calloc(10, 10);
+        // SAFETY: pointers from this allocator, each given back once.
+        let moved = unsafe {
+            a.dealloc(freed);
+            a.realloc(moved, 100_000)
+        };
+        assert!(!kept.is_null() && !moved.is_null());
+        // SAFETY: as above.
+        let live = unsafe { RustAllocator::usable_size(kept) + RustAllocator::usable_size(moved) };
+        assert_eq!(s.used(), live);
+        drop(a);
+        assert_eq!(s.used(), 0);
+        assert_eq!(s.reclaimed(), live);
     }
 
     /// The watchdog may deliver a run's halt after the run ended: while

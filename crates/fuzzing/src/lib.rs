@@ -494,19 +494,40 @@ pub fn normalised(r: &ExecutionReport) -> Value {
 }
 
 /// The warnings engines log in this process when a freed runtime kept
-/// memory: an engine leak, which QuickJS built with `NDEBUG` no longer
-/// turns into an abort (docs/security.md), so the oracles count them
-/// instead. Behind the process boundary such a warning is the worker's.
+/// memory: an engine leak. QuickJS built with `NDEBUG` no longer turns it
+/// into an abort (docs/security.md), and its allocator gives the bytes
+/// back once the runtime is gone; the oracles fail on a leak it could not
+/// give back (`lost`), and count the rest. Behind the process boundary
+/// such a warning is the worker's.
 mod leaks {
     use std::sync::atomic::{AtomicU64, Ordering};
+    use tracing::field::{Field, Visit};
     use tracing::{span, Event, Level, Metadata, Subscriber};
 
     static SEEN: AtomicU64 = AtomicU64::new(0);
+    static GIVEN_BACK: AtomicU64 = AtomicU64::new(0);
 
     struct Watch;
 
     fn watched(m: &Metadata<'_>) -> bool {
         *m.level() == Level::WARN && m.target().starts_with("harness_quickjs")
+    }
+
+    /// The event's `lost` field; a warning without one counts as lost.
+    struct Lost(Option<u64>);
+
+    impl Visit for Lost {
+        fn record_u64(&mut self, f: &Field, v: u64) {
+            if f.name() == "lost" {
+                self.0 = Some(v);
+            }
+        }
+        fn record_i64(&mut self, f: &Field, v: i64) {
+            if f.name() == "lost" {
+                self.0 = Some(v.unsigned_abs());
+            }
+        }
+        fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
     }
 
     impl Subscriber for Watch {
@@ -519,7 +540,17 @@ mod leaks {
         fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
         fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
         fn event(&self, e: &Event<'_>) {
-            if watched(e.metadata()) {
+            if !watched(e.metadata()) {
+                return;
+            }
+            let mut lost = Lost(None);
+            e.record(&mut lost);
+            if lost.0 == Some(0) {
+                let n = GIVEN_BACK.fetch_add(1, Ordering::SeqCst) + 1;
+                if n <= 10 {
+                    eprintln!("note: QuickJS leaked in a run it then discarded; its allocator gave the memory back ({n} so far)");
+                }
+            } else {
                 SEEN.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -532,9 +563,15 @@ mod leaks {
         let _ = tracing::subscriber::set_global_default(Watch);
     }
 
-    /// Leak warnings so far.
+    /// Leaks so far whose memory stayed lost.
     pub(crate) fn seen() -> u64 {
         SEEN.load(Ordering::SeqCst)
+    }
+
+    /// Leaks so far whose memory the allocator gave back.
+    #[cfg(test)]
+    pub(crate) fn given_back() -> u64 {
+        GIVEN_BACK.load(Ordering::SeqCst)
     }
 }
 
@@ -597,7 +634,7 @@ impl CrossRun {
                 None => String::new(),
             };
             panic!(
-                "QuickJS (in this process) leaked memory that a freed runtime kept, seen {when} (an engine frees a tainted run's runtime after the run answered, so the leak may be the run's before)\n--- first\n{first}\n--- second\n{second}{earlier}"
+                "QuickJS (in this process) leaked memory that a freed runtime kept and its allocator did not give back, seen {when} (an engine frees a tainted run's runtime after the run answered, so the leak may be the run's before)\n--- first\n{first}\n--- second\n{second}{earlier}"
             );
         };
         leak_check("before this pair ran anything");
@@ -720,14 +757,20 @@ pub const SEEDS: &[&str] = &[
 #[cfg(test)]
 mod tests {
     /// The oracles' leak count sees QuickJS's leak warning (target
-    /// `harness_quickjs`, as `RuntimeSlot::free` logs it) and nothing else.
+    /// `harness_quickjs`, as `RuntimeSlot::free` logs it) and nothing else,
+    /// and tells a leak the allocator gave back (`lost = 0`) from one it
+    /// did not (or a warning that does not say).
     #[test]
     fn a_quickjs_leak_warning_is_counted() {
         super::leaks::watch();
         let before = super::leaks::seen();
-        tracing::warn!(target: "harness_quickjs", bytes = 1, "a leak");
+        let given_back = super::leaks::given_back();
+        tracing::warn!(target: "harness_quickjs", bytes = 1, lost = 1u64, "a leak");
+        tracing::warn!(target: "harness_quickjs", bytes = 1, "a leak, by an older build");
+        tracing::warn!(target: "harness_quickjs", bytes = 1, lost = 0u64, "given back");
         tracing::warn!(target: "harness_core::event_loop", "not a leak");
         tracing::info!(target: "harness_quickjs", "not a warning");
-        assert_eq!(super::leaks::seen(), before + 1);
+        assert_eq!(super::leaks::seen(), before + 2);
+        assert_eq!(super::leaks::given_back(), given_back + 1);
     }
 }
