@@ -7,7 +7,8 @@
 //! `split [GAP_MS] [WARMUP_RUNS] [RUNS] [OPTIONS]` (defaults 2, 500, 1000),
 //! where OPTIONS is a comma-separated list of `process` and `boa`:
 //! `cargo build --release -p harness-benches --example split &&
-//!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`
+//!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`;
+//! `SPLIT_DUMP=FILE` also writes each run's wall and inside µs, in order.
 use harness::{EngineKind, Isolation};
 use harness_benches::{harness, quantile, Config};
 
@@ -55,6 +56,17 @@ harness::main! {
             let r = run();
             wall.push(t.elapsed().as_secs_f64() * 1e6);
             inner.push(r.metrics.duration_ms * 1e3);
+        }
+        // SPLIT_DUMP=FILE: each run's wall and inside times, in run order
+        // (to see whether slow runs come at a period, e.g. after an idle
+        // collection).
+        if let Some(path) = std::env::var_os("SPLIT_DUMP") {
+            let lines: String = wall
+                .iter()
+                .zip(&inner)
+                .map(|(w, i)| format!("{w:.1} {i:.1}\n"))
+                .collect();
+            std::fs::write(&path, lines).expect("SPLIT_DUMP file");
         }
         wall.sort_by(f64::total_cmp);
         inner.sort_by(f64::total_cmp);
