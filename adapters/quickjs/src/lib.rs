@@ -199,9 +199,9 @@ impl RuntimeSlot {
     /// would abort the process there instead: docs/security.md.)
     fn free(self) -> usize {
         let alloc = self.alloc.clone();
-        let before = alloc.reclaimed();
         drop(self);
-        let reclaimed = alloc.reclaimed() - before;
+        // Each runtime has its own state: all it reclaimed is this leak.
+        let reclaimed = alloc.reclaimed();
         let lost = alloc.used();
         if reclaimed + lost > 0 {
             tracing::warn!(
