@@ -471,8 +471,10 @@ harness::main! {
                 return ExitCode::from(2);
             }
         };
+        // Tokio's default: a worker thread per core, as in a service, so
+        // that the callers of the throughput row are not what limits it on
+        // a machine with more than two cores.
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
             .enable_all()
             .build()
             .expect("tokio runtime");
