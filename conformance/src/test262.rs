@@ -74,6 +74,10 @@ pub struct Report {
     pub directories: BTreeMap<String, Counts>,
     pub failures: Vec<(String, String)>,
     pub skipped: Vec<(String, String)>,
+    /// When hardened: the failed tests that pass once more with everything
+    /// but the intrinsics hardened ([`GlobalEval::unfrozen`]), so lost to
+    /// frozen intrinsics and to nothing else hardening does.
+    pub frozen_only: Vec<String>,
 }
 
 impl Report {
@@ -100,10 +104,25 @@ impl Report {
                 c.pass, c.fail, c.skip
             ));
         }
+        let frozen: std::collections::HashSet<&str> =
+            self.frozen_only.iter().map(String::as_str).collect();
         for (test, why) in &self.failures {
-            out.push_str(&format!("FAIL {test}: {why}\n"));
+            let mark = if frozen.contains(test.as_str()) {
+                " [passes with the intrinsics unfrozen]"
+            } else {
+                ""
+            };
+            out.push_str(&format!("FAIL {test}: {why}{mark}\n"));
         }
         let t = self.total();
+        if self.hardened {
+            out.push_str(&format!(
+                "of the {} failures, {} pass with the intrinsics unfrozen (lost to freezing), {} fail for another reason\n",
+                t.fail,
+                self.frozen_only.len(),
+                t.fail - self.frozen_only.len()
+            ));
+        }
         out.push_str(&format!(
             "{} passed, {} failed, {} skipped\n",
             t.pass, t.fail, t.skip
@@ -312,6 +331,64 @@ fn directory_of(root: &Path, test: &Path) -> String {
         .unwrap_or_else(|| ".".to_owned())
 }
 
+/// Why a test did not pass.
+enum Lost {
+    /// The engine cannot run it.
+    Unsupported(String),
+    /// It failed, in the mode named.
+    Failed(String),
+}
+
+/// One test, ready to run in each of its modes.
+struct Test<'a> {
+    meta: &'a Meta,
+    source: &'a str,
+    /// The harness files, or nothing for a `raw` test.
+    prefix: &'a str,
+    /// Strict (`true`) and/or sloppy.
+    variants: &'a [bool],
+}
+
+impl Test<'_> {
+    /// Runs each mode until one does not pass; with `unfrozen`, hardened
+    /// but for the intrinsics.
+    async fn run(
+        &self,
+        adapter: &dyn ScriptRuntimeAdapter,
+        opts: &Options,
+        unfrozen: bool,
+    ) -> Result<(), Lost> {
+        let raw_test = self.meta.flag("raw");
+        for &strict in self.variants {
+            let code = if raw_test {
+                self.source.to_owned()
+            } else {
+                let directive = if strict { "\"use strict\";\n" } else { "" };
+                format!(
+                    "{directive}print('{STARTED}');\n{}{}",
+                    self.prefix, self.source
+                )
+            };
+            let outcome = adapter
+                .eval_global(GlobalEval {
+                    source: code,
+                    hardened: !opts.raw,
+                    unfrozen,
+                    timeout_ms: opts.timeout_ms,
+                })
+                .await;
+            if let GlobalEvalOutcome::Unsupported(why) = outcome {
+                return Err(Lost::Unsupported(why));
+            }
+            if let Err(why) = judge(self.meta, &outcome, raw_test) {
+                let mode = if strict { "strict" } else { "sloppy" };
+                return Err(Lost::Failed(format!("{mode}: {why}")));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Runs the selected tests on `adapter`.
 pub async fn run(adapter: &dyn ScriptRuntimeAdapter, opts: &Options) -> Result<Report, String> {
     let root = opts.dir.join("test");
@@ -384,44 +461,31 @@ pub async fn run(adapter: &dyn ScriptRuntimeAdapter, opts: &Options) -> Result<R
                 }
             }
         };
-        // `Err(Some(why))` failed, `Err(None)` the engine cannot run it.
-        let mut result: Result<(), Option<String>> = Ok(());
-        for &strict in variants {
-            let code = if raw_test {
-                source.clone()
-            } else {
-                let directive = if strict { "\"use strict\";\n" } else { "" };
-                format!("{directive}print('{STARTED}');\n{prefix}{source}")
-            };
-            let outcome = adapter
-                .eval_global(GlobalEval {
-                    source: code,
-                    hardened: !opts.raw,
-                    timeout_ms: opts.timeout_ms,
-                })
-                .await;
-            if let GlobalEvalOutcome::Unsupported(why) = &outcome {
-                report
-                    .skipped
-                    .push((rel.clone(), format!("the engine cannot run it: {why}")));
-                result = Err(None);
-                break;
-            }
-            if let Err(why) = judge(&meta, &outcome, raw_test) {
-                let mode = if strict { "strict" } else { "sloppy" };
-                result = Err(Some(format!("{mode}: {why}")));
-                break;
-            }
-        }
+        let test = Test {
+            meta: &meta,
+            source: &source,
+            prefix: &prefix,
+            variants,
+        };
+        let result = test.run(adapter, opts, false).await;
         let counts = report
             .directories
             .entry(directory_of(&root, &path))
             .or_default();
         match result {
             Ok(()) => counts.pass += 1,
-            Err(None) => counts.skip += 1,
-            Err(Some(why)) => {
+            Err(Lost::Unsupported(why)) => {
+                counts.skip += 1;
+                report
+                    .skipped
+                    .push((rel, format!("the engine cannot run it: {why}")));
+            }
+            Err(Lost::Failed(why)) => {
                 counts.fail += 1;
+                // Lost to frozen intrinsics, or to something else?
+                if !opts.raw && test.run(adapter, opts, true).await.is_ok() {
+                    report.frozen_only.push(rel.clone());
+                }
                 report.failures.push((rel, why));
             }
         }

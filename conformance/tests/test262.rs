@@ -32,15 +32,38 @@ async fn hardened_run_of_the_fixtures() {
         counts(2, 1, 2),
         "{text}"
     );
+    assert_eq!(
+        report.directories["built-ins/hardening"],
+        counts(1, 1, 0),
+        "{text}"
+    );
     let failed: Vec<&str> = report.failures.iter().map(|(t, _)| t.as_str()).collect();
-    // The wrong assertion, the async failure, and eval under hardening.
+    // The wrong assertion, the async failure, eval under hardening, and a
+    // write to a frozen intrinsic.
     assert_eq!(
         failed,
         [
             "built-ins/async/fail.js",
             "built-ins/features/eval.js",
+            "built-ins/hardening/mutates-intrinsic.js",
             "language/basics/fail.js"
         ],
+        "{text}"
+    );
+    // Of those, only the write passes with the intrinsics unfrozen: eval is
+    // refused whether they are frozen or not.
+    assert_eq!(
+        report.frozen_only,
+        ["built-ins/hardening/mutates-intrinsic.js"],
+        "{text}"
+    );
+    assert!(
+        text.contains("FAIL built-ins/hardening/mutates-intrinsic.js: strict: threw TypeError")
+            && text.contains("[passes with the intrinsics unfrozen]\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("of the 4 failures, 1 pass with the intrinsics unfrozen (lost to freezing), 3 fail for another reason\n"),
         "{text}"
     );
     assert!(
@@ -50,7 +73,7 @@ async fn hardened_run_of_the_fixtures() {
             .any(|(_, why)| why.contains("Test262Error")),
         "{text}"
     );
-    assert!(text.ends_with("9 passed, 3 failed, 2 skipped\n"), "{text}");
+    assert!(text.ends_with("10 passed, 4 failed, 2 skipped\n"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,7 +87,10 @@ async fn raw_run_shows_what_hardening_costs() {
         "{}",
         report.render()
     );
-    assert_eq!(report.total(), counts(10, 2, 2));
+    assert_eq!(report.total(), counts(12, 2, 2));
+    // Raw, nothing is frozen: no rerun, no classification.
+    assert!(report.frozen_only.is_empty());
+    assert!(!report.render().contains("unfrozen"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,8 +139,8 @@ async fn an_engine_that_cannot_run_global_code_skips_every_test() {
     let report = run(&NoGlobalCode(QuickJs::new()), &Options::new(fixtures()))
         .await
         .unwrap();
-    // 12 tests the engine cannot run, plus the 2 skipped by feature or flag.
-    assert_eq!(report.total(), counts(0, 0, 14), "{}", report.render());
+    // 14 tests the engine cannot run, plus the 2 skipped by feature or flag.
+    assert_eq!(report.total(), counts(0, 0, 16), "{}", report.render());
     assert!(report.failures.is_empty());
     assert!(report
         .skipped
@@ -122,5 +148,5 @@ async fn an_engine_that_cannot_run_global_code_skips_every_test() {
         .any(|(_, why)| why.starts_with("the engine cannot run it: ")));
     assert!(report
         .render()
-        .ends_with("0 passed, 0 failed, 14 skipped\n"));
+        .ends_with("0 passed, 0 failed, 16 skipped\n"));
 }

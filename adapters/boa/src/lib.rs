@@ -196,6 +196,12 @@ fn prelude_source() -> &'static str {
 }
 
 fn harden() -> Result<Warm, EngineFault> {
+    harden_as(false)
+}
+
+/// [`harden`], or with `unfrozen` everything but the intrinsics hardened:
+/// only for test262's [`GlobalEval::unfrozen`], in a context of its own.
+fn harden_as(unfrozen: bool) -> Result<Warm, EngineFault> {
     guarded(|| {
         let mut ctx = new_context(false)?;
         // The optimizer's passes find nothing to fold in the prelude; skip
@@ -214,7 +220,11 @@ fn harden() -> Result<Warm, EngineFault> {
                 .length(3)
                 .build();
         let install = prelude
-            .call(&JsValue::undefined(), &[host_fn.into()], &mut ctx)
+            .call(
+                &JsValue::undefined(),
+                &[host_fn.into(), JsValue::from(unfrozen)],
+                &mut ctx,
+            )
             .map_err(|e| error_fault(&e, &mut ctx))?;
         let install = install
             .as_callable()
@@ -643,7 +653,7 @@ impl EngineThread for BoaThread {
         let taken = |p: &Rc<std::cell::RefCell<Vec<String>>>| p.borrow().clone();
         let ran = guarded(|| {
             let mut ctx = if eval.hardened {
-                harden()?.ctx
+                harden_as(eval.unfrozen)?.ctx
             } else {
                 new_context(true)?
             };

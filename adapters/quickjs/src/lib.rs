@@ -112,6 +112,12 @@ fn context_fault(e: rquickjs::Error) -> EngineFault {
 
 /// Creates a context on `rt` and runs the hardening half of the prelude.
 fn harden(rt: &Runtime) -> Result<Warm, EngineFault> {
+    harden_as(rt, false)
+}
+
+/// [`harden`], or with `unfrozen` everything but the intrinsics hardened:
+/// only for test262's [`GlobalEval::unfrozen`], in a context of its own.
+fn harden_as(rt: &Runtime, unfrozen: bool) -> Result<Warm, EngineFault> {
     let bytecode = prelude_bytecode()?;
     let ctx = Context::custom::<Intrinsics>(rt).map_err(context_fault)?;
     let host: HostSlot = Rc::new(RefCell::new(None));
@@ -127,7 +133,7 @@ fn harden(rt: &Runtime) -> Result<Warm, EngineFault> {
                     None => String::new(),
                 }
             })?;
-            prelude.call((host_fn,))
+            prelude.call((host_fn, unfrozen))
         };
         match run() {
             Ok(f) => Ok(Persistent::save(&ctx, f)),
@@ -683,7 +689,7 @@ fn run_global(
     let warm;
     let plain;
     let ctx = if eval.hardened {
-        match harden(&slot.rt) {
+        match harden_as(&slot.rt, eval.unfrozen) {
             Ok(w) => {
                 warm = w;
                 &warm.ctx
@@ -820,5 +826,36 @@ mod tests {
         assert!(left > 100_000, "the context and the big string: {left}");
         assert_eq!(used_after, 0, "nothing stays allocated");
         assert_eq!(reclaimed, left);
+    }
+
+    /// test262's unfrozen mode leaves the intrinsics as they are and
+    /// hardens the rest; such a context refuses to serve a run. The
+    /// hardening every run gets freezes them.
+    #[test]
+    fn an_unfrozen_context_hardens_all_but_the_intrinsics_and_serves_no_run() {
+        let slot = RuntimeSlot::new().unwrap();
+        for unfrozen in [false, true] {
+            let warm = harden_as(&slot.rt, unfrozen).unwrap();
+            warm.ctx.with(|ctx| {
+                let seen: String = ctx
+                    .eval(
+                        "const r = [Object.isFrozen(Array.prototype), Object.isFrozen(Math)];\n\
+                         try { eval('1'); r.push('eval ran'); } catch (e) { r.push(e.name); }\n\
+                         r.join(' ')",
+                    )
+                    .unwrap();
+                let frozen = !unfrozen;
+                assert_eq!(seen, format!("{frozen} {frozen} BannedIdentifierError"));
+                if unfrozen {
+                    let install = warm.install.clone().restore(&ctx).unwrap();
+                    let installed = install.call::<_, rquickjs::Value>(("{}",));
+                    assert!(matches!(installed, Err(rquickjs::Error::Exception)));
+                    let e = exception_fault(ctx.catch());
+                    assert!(e.message.contains("serves no run"), "{e:?}");
+                }
+            });
+            drop(warm);
+        }
+        assert_eq!(slot.free(), 0, "nothing leaked");
     }
 }

@@ -484,6 +484,13 @@ fn function_prop<'s>(
 /// of the prelude (or, for `raw`, leaves the context as V8 made it, with
 /// code generation from strings allowed).
 fn new_context(slot: &mut IsolateSlot, raw: bool) -> Result<Warm, EngineFault> {
+    new_context_as(slot, raw, false)
+}
+
+/// [`new_context`], or with `unfrozen` everything but the intrinsics
+/// hardened: only for test262's [`GlobalEval::unfrozen`], in a context of
+/// its own.
+fn new_context_as(slot: &mut IsolateSlot, raw: bool, unfrozen: bool) -> Result<Warm, EngineFault> {
     let isolate = &mut slot.isolate;
     v8::scope!(let hs, isolate);
     let context = v8::Context::new(hs, Default::default());
@@ -502,8 +509,9 @@ fn new_context(slot: &mut IsolateSlot, raw: bool) -> Result<Warm, EngineFault> {
         let host_fn = v8::Function::new(tc, host_callback)
             .ok_or_else(|| internal("cannot create the host function"))?;
         let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
+        let unfrozen = v8::Boolean::new(tc, unfrozen);
         let install = prelude
-            .call(tc, recv, &[host_fn.into()])
+            .call(tc, recv, &[host_fn.into(), unfrozen.into()])
             .ok_or_else(|| caught_fault(tc))?;
         let install = v8::Local::<v8::Function>::try_from(install)
             .map_err(|_| internal("harden did not return a function"))?;
@@ -691,7 +699,7 @@ impl EngineThread for V8Thread {
 
 /// Runs test262 global code; `Err((parse, fault))` on failure.
 fn run_global(slot: &mut IsolateSlot, eval: &GlobalEval) -> Result<(), (bool, EngineFault)> {
-    let warm = new_context(slot, !eval.hardened).map_err(|f| (false, f))?;
+    let warm = new_context_as(slot, !eval.hardened, eval.unfrozen).map_err(|f| (false, f))?;
     in_context!(&mut slot.isolate, &warm.context, |tc| {
         let print =
             v8::Function::new(tc, print_callback).ok_or_else(|| (false, internal("print")))?;

@@ -21,7 +21,14 @@
 // Order matters: primordials are captured first, the global surface is
 // trimmed, code generation from strings is blocked, intrinsics are frozen,
 // and only then are `tools`, `context` and `console` installed.
-(function (host) {
+//
+// `harden(host, unfrozen)`: `unfrozen === true` leaves the intrinsics as
+// they are (no pinned globals, no taming, no freezing) and hardens the
+// rest. Only test262's runner asks for it, in a context of its own, to
+// tell a loss to frozen intrinsics from any other hardened-only loss
+// (conformance/README.md); an adapter never passes it for a script, and a
+// context made so never serves a run.
+(function (host, unfrozen) {
   'use strict';
   const G = globalThis;
   const O = Object;
@@ -235,7 +242,8 @@
   // The global object's own properties are pinned here for the names
   // above; the object itself is frozen by the first install (test262's
   // runner adds `print` and `$262` to a hardened context first).
-  for (let i = 0; i < frozenGlobals.length; i++) {
+  const freezing = unfrozen !== true;
+  for (let i = 0; freezing && i < frozenGlobals.length; i++) {
     const d = getOwnPropertyDescriptor(G, frozenGlobals[i]);
     if (d !== undefined && d.configurable) {
       defineProperty(G, frozenGlobals[i], { writable: false, configurable: false });
@@ -357,7 +365,7 @@
       try { apply(arrayPush, hidden, [getPrototypeOf(IteratorCtor.concat())]); } catch (_) { /* not this engine */ }
     }
   }
-  freezeReachable(hidden);
+  if (freezing) freezeReachable(hidden);
 
   // ---- Shared by every run: reporting, console, the return value ----------
   // The installed run's host, for the functions below (made once per
@@ -893,6 +901,7 @@
   const runPrefix = '{"run":';
   const staticMark = ',"static":';
   return function install(configJson) {
+    if (!freezing) throw new TypeErrorCtor('a context with unfrozen intrinsics serves no run');
     if (active !== null) throw new TypeErrorCtor('a run is already installed in this context');
     let runConfig, staticJson;
     const mark = apply(stringIndexOf, configJson, [staticMark]);

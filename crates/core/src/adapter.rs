@@ -420,6 +420,12 @@ pub struct GlobalEval {
     pub source: String,
     /// Apply the hardening prelude first (frozen intrinsics, no eval).
     pub hardened: bool,
+    /// With `hardened`: leave the intrinsics unfrozen (no pinned globals,
+    /// no taming, no freezing) and harden everything else, so that a test
+    /// lost when hardened can be told apart as lost to frozen intrinsics
+    /// or to something else. Ignored without `hardened`.
+    #[serde(default)]
+    pub unfrozen: bool,
     /// Wall-clock limit for the whole evaluation.
     pub timeout_ms: u64,
 }
