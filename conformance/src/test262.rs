@@ -370,12 +370,7 @@ impl Test<'_> {
                 )
             };
             let outcome = adapter
-                .eval_global(GlobalEval {
-                    source: code,
-                    hardened: !opts.raw,
-                    unfrozen,
-                    timeout_ms: opts.timeout_ms,
-                })
+                .eval_global(GlobalEval::new(code, !opts.raw, opts.timeout_ms).unfrozen(unfrozen))
                 .await;
             if let GlobalEvalOutcome::Unsupported(why) = outcome {
                 return Err(Lost::Unsupported(why));

@@ -415,6 +415,7 @@ impl ExecutionRequest {
 /// A standalone script run as global code, for conformance suites such as
 /// test262 (not for model-written scripts: no tools, no report).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct GlobalEval {
     /// Global code; strictness comes from a `"use strict"` directive.
     pub source: String,
@@ -428,6 +429,24 @@ pub struct GlobalEval {
     pub unfrozen: bool,
     /// Wall-clock limit for the whole evaluation.
     pub timeout_ms: u64,
+}
+
+impl GlobalEval {
+    /// `source` as global code, hardened or raw, within `timeout_ms`.
+    pub fn new(source: impl Into<String>, hardened: bool, timeout_ms: u64) -> Self {
+        GlobalEval {
+            source: source.into(),
+            hardened,
+            unfrozen: false,
+            timeout_ms,
+        }
+    }
+
+    /// Sets [`GlobalEval::unfrozen`].
+    pub fn unfrozen(mut self, unfrozen: bool) -> Self {
+        self.unfrozen = unfrozen;
+        self
+    }
 }
 
 /// How a [`GlobalEval`] ended. `prints` holds every `print(...)` call.
