@@ -183,6 +183,15 @@ impl Spec {
         self.limits = f;
         self
     }
+    /// In the shared realm, whatever the script does: the case is about
+    /// its frozen built-ins ([`harness_core::Realm::Shared`]).
+    pub const fn shared_realm(self) -> Self {
+        self.limits(|l| l.realm = Some(harness_core::Realm::Shared))
+    }
+    /// In a private realm ([`harness_core::Realm::Private`]).
+    pub const fn private_realm(self) -> Self {
+        self.limits(|l| l.realm = Some(harness_core::Realm::Private))
+    }
     pub const fn mode(mut self, m: Mode) -> Self {
         self.mode = m;
         self
@@ -302,12 +311,25 @@ fn bridge(a: Approvals) -> Arc<dyn ApprovalBridge> {
 
 /// Runs one script step on `adapter` with fresh test tools.
 pub async fn run_step(adapter: &dyn ScriptRuntimeAdapter, spec: &Spec) -> Observed {
+    run_step_in(adapter, spec, None).await
+}
+
+/// [`run_step`], in `realm` where the step does not choose one (`None`:
+/// as the `harness` facade chooses, by the script).
+async fn run_step_in(
+    adapter: &dyn ScriptRuntimeAdapter,
+    spec: &Spec,
+    realm: Option<harness_core::Realm>,
+) -> Observed {
     let counters = Arc::new(Counters::default());
     let mut req = match spec.generate {
         Some(g) => ExecutionRequest::new(g()),
         None => ExecutionRequest::new(spec.source),
     };
     (spec.limits)(&mut req.limits);
+    if req.limits.realm.is_none() {
+        req.limits.realm = realm;
+    }
     req.mode = spec.mode;
     req.language = spec.language;
     if let Some(c) = spec.context {
@@ -386,7 +408,29 @@ async fn run_case(adapter: &dyn ScriptRuntimeAdapter, info: &EngineInfo, case: &
 /// The pause between the steps of one case (see [`run_case_steps`]).
 const STEP_GAP: Duration = Duration::from_millis(25);
 
+/// Runs a case's steps. A cross-run case runs twice: as the facade
+/// chooses the realm (a plant that writes to a built-in gets a private
+/// realm, which must vanish with its run), then with every step in the
+/// shared realm (where the plant meets frozen built-ins), so that each
+/// channel is checked both ways.
 async fn run_case_steps(adapter: &dyn ScriptRuntimeAdapter, case: &Case) -> Status {
+    let status = run_case_steps_in(adapter, case, None).await;
+    if !case.name.starts_with("cross_run::") || !matches!(status, Status::Passed { .. }) {
+        return status;
+    }
+    match run_case_steps_in(adapter, case, Some(harness_core::Realm::Shared)).await {
+        Status::Failed { reason } => Status::Failed {
+            reason: format!("in the shared realm: {reason}"),
+        },
+        _ => status,
+    }
+}
+
+async fn run_case_steps_in(
+    adapter: &dyn ScriptRuntimeAdapter,
+    case: &Case,
+    realm: Option<harness_core::Realm>,
+) -> Status {
     let mut notes = Vec::new();
     let mut earlier = Vec::new();
     for (i, step) in case.steps.iter().enumerate() {
@@ -398,7 +442,7 @@ async fn run_case_steps(adapter: &dyn ScriptRuntimeAdapter, case: &Case) -> Stat
             // thread still tidying up and start another.
             tokio::time::sleep(STEP_GAP).await;
         }
-        let mut observed = run_step(adapter, step).await;
+        let mut observed = run_step_in(adapter, step, realm).await;
         observed.earlier = std::mem::take(&mut earlier);
         let checked = (step.check)(&observed);
         earlier = std::mem::take(&mut observed.earlier);

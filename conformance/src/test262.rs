@@ -10,6 +10,7 @@
 //! so what hardening costs in conformance shows up as the difference.
 
 use harness_core::{GlobalEval, GlobalEvalOutcome, ScriptRuntimeAdapter};
+use harness_respond::realm;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -78,6 +79,11 @@ pub struct Report {
     /// but the intrinsics hardened ([`GlobalEval::unfrozen`]), so lost to
     /// frozen intrinsics and to nothing else hardening does.
     pub frozen_only: Vec<String>,
+    /// When hardened: the tests that ran in a private realm, as a run of
+    /// the same script would ([`harness_respond::realm`]: the script may
+    /// change a built-in, so it gets a context of its own whose
+    /// intrinsics are not frozen).
+    pub private_realm: Vec<String>,
 }
 
 impl Report {
@@ -116,6 +122,18 @@ impl Report {
         }
         let t = self.total();
         if self.hardened {
+            let private: std::collections::HashSet<&str> =
+                self.private_realm.iter().map(String::as_str).collect();
+            let failed_private = self
+                .failures
+                .iter()
+                .filter(|(t, _)| private.contains(t.as_str()))
+                .count();
+            out.push_str(&format!(
+                "{} tests ran in a private realm (they change a built-in), {} of them failed\n",
+                self.private_realm.len(),
+                failed_private
+            ));
             out.push_str(&format!(
                 "of the {} failures, {} pass with the intrinsics unfrozen (lost to freezing), {} fail for another reason\n",
                 t.fail,
@@ -462,7 +480,13 @@ pub async fn run(adapter: &dyn ScriptRuntimeAdapter, opts: &Options) -> Result<R
             prefix: &prefix,
             variants,
         };
-        let result = test.run(adapter, opts, false).await;
+        // As a run of this script would: a script that changes a built-in
+        // gets a private realm, whose intrinsics are not frozen.
+        let private = !opts.raw && realm::changes_builtins(&format!("{prefix}{source}"));
+        if private {
+            report.private_realm.push(rel.clone());
+        }
+        let result = test.run(adapter, opts, private).await;
         let counts = report
             .directories
             .entry(directory_of(&root, &path))
@@ -478,7 +502,7 @@ pub async fn run(adapter: &dyn ScriptRuntimeAdapter, opts: &Options) -> Result<R
             Err(Lost::Failed(why)) => {
                 counts.fail += 1;
                 // Lost to frozen intrinsics, or to something else?
-                if !opts.raw && test.run(adapter, opts, true).await.is_ok() {
+                if !opts.raw && !private && test.run(adapter, opts, true).await.is_ok() {
                     report.frozen_only.push(rel.clone());
                 }
                 report.failures.push((rel, why));

@@ -116,7 +116,8 @@ fn harden(rt: &Runtime) -> Result<Warm, EngineFault> {
 }
 
 /// [`harden`], or with `unfrozen` everything but the intrinsics hardened:
-/// only for test262's [`GlobalEval::unfrozen`], in a context of its own.
+/// a private realm, for one run ([`Realm::Private`]) or test262's
+/// [`GlobalEval::unfrozen`], and dropped after it.
 fn harden_as(rt: &Runtime, unfrozen: bool) -> Result<Warm, EngineFault> {
     let bytecode = prelude_bytecode()?;
     let ctx = Context::custom::<Intrinsics>(rt).map_err(context_fault)?;
@@ -226,6 +227,13 @@ impl RuntimeSlot {
 struct QuickJsThread {
     // Dropped before the runtime it lives in.
     warm: Option<Warm>,
+    /// A private realm made ahead of time, once this thread served one
+    /// (scripts that patch built-ins tend to come again): used by the
+    /// next private run, never by a shared one.
+    private_warm: Option<Warm>,
+    /// Heap bytes `private_warm` holds: a shared run's memory limit is
+    /// raised by them, so that it does not depend on whether one is kept.
+    private_bytes: usize,
     slot: Option<RuntimeSlot>,
 }
 
@@ -237,8 +245,16 @@ struct QjsEngine<'w> {
     settle_fn: Option<Persistent<Function<'static>>>,
     end_fn: Option<Persistent<Function<'static>>>,
     ctx: Option<Warm>,
-    /// A context hardened ahead of time, used by `load` if present.
+    /// A context hardened ahead of time, used by `load` if present (not
+    /// by a private realm's run, which hands it back).
     pre: Option<Warm>,
+    /// A private realm made ahead of time, used by `load` for a private
+    /// run if present (handed back otherwise).
+    pre_private: Option<Warm>,
+    /// The heap bytes `pre_private` holds.
+    pre_private_bytes: usize,
+    /// The run has a private realm: its context is never reused.
+    private: bool,
     slot: &'w RuntimeSlot,
 }
 
@@ -265,6 +281,13 @@ impl QjsEngine<'_> {
         // The run's host handle goes whatever happens next.
         warm.host.borrow_mut().take();
         let end = end?;
+        if self.private {
+            // Still ended, so that nothing of the run is left pending.
+            let _ = warm
+                .ctx
+                .with(|ctx| end.restore(&ctx).and_then(|f| f.call::<_, bool>(())));
+            return None;
+        }
         let clean = warm
             .ctx
             .with(|ctx| end.restore(&ctx).and_then(|f| f.call::<_, bool>(())))
@@ -375,11 +398,23 @@ impl Engine for QjsEngine<'_> {
         // realises lazy built-ins whose initialisation drops its
         // arguments on failure: `js_bytecode_eval`).
         self.slot.alloc.disarm();
-        let warm = match self.pre.take() {
-            Some(w) => w,
-            None => harden(rt).map_err(|f| self.finish_fault(f))?,
+        self.private = setup.limits.private_realm();
+        let warm = if self.private {
+            match self.pre_private.take() {
+                Some(w) => w,
+                None => harden_as(rt, true).map_err(|f| self.finish_fault(f))?,
+            }
+        } else {
+            match self.pre.take() {
+                Some(w) => w,
+                None => harden(rt).map_err(|f| self.finish_fault(f))?,
+            }
         };
-        let limit = usize::try_from(setup.limits.memory_bytes).unwrap_or(usize::MAX);
+        let mut limit = usize::try_from(setup.limits.memory_bytes).unwrap_or(usize::MAX);
+        if self.pre_private.is_some() {
+            // Kept for a later run, not this one's memory.
+            limit = limit.saturating_add(self.pre_private_bytes);
+        }
         // The counting allocator enforces `limit`. QuickJS's own malloc
         // limit stays unset: it checks before calling the allocator, so a
         // huge request refused there would leave no trace of the OOM.
@@ -518,6 +553,7 @@ impl Drop for QuickJsThread {
     /// The hardened context first, then the runtime it lives in.
     fn drop(&mut self) {
         self.warm = None;
+        self.private_warm = None;
         if let Some(slot) = self.slot.take() {
             slot.free();
         }
@@ -543,10 +579,31 @@ impl QuickJsThread {
         }
     }
 
+    /// Makes a private realm for the next private run, after one, while
+    /// the worker is idle (off the critical path, as `prewarm`).
+    fn prewarm_private(&mut self) {
+        if self.private_warm.is_some() {
+            return;
+        }
+        if let Some(slot) = &self.slot {
+            let before = slot.alloc.used();
+            self.private_warm = harden_as(&slot.rt, true).ok();
+            self.private_bytes = slot.alloc.used().saturating_sub(before);
+        }
+    }
+
     /// After a run: drop the runtime if it may be unhealthy (a fault, or
     /// jobs left behind), otherwise keep `reuse` (a context the run handed
     /// back clean) for the next run and collect the garbage.
     fn recycle(&mut self, tainted: bool, reuse: Option<Warm>) {
+        self.recycle_after(tainted, reuse, false);
+    }
+
+    /// [`Self::recycle`]; `dropped_realm`: the run's private realm was
+    /// just dropped, a whole set of intrinsics to collect now (left to the
+    /// slack, the collection lands inside a later run instead: p90 of
+    /// private runs back to back 850 µs against 310, docs/performance.md).
+    fn recycle_after(&mut self, tainted: bool, reuse: Option<Warm>, dropped_realm: bool) {
         let Some(slot) = &self.slot else { return };
         if let Ok(mut i) = slot.interrupt.lock() {
             *i = InterruptState::default();
@@ -555,13 +612,14 @@ impl QuickJsThread {
         if tainted || slot.rt.is_job_pending() {
             drop(reuse);
             self.warm = None;
+            self.private_warm = None;
             if let Some(slot) = self.slot.take() {
                 slot.free();
             }
         } else {
             // A context that serves the next run is collected only once
             // its garbage passes the slack; anything else now.
-            let force = reuse.is_none();
+            let force = reuse.is_none() || dropped_realm;
             if reuse.is_some() {
                 self.warm = reuse;
             }
@@ -583,6 +641,8 @@ impl EngineThread for QuickJsThread {
     /// its caller, off the critical path.
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
         let pre = self.warm.take();
+        let pre_private = self.private_warm.take();
+        let pre_private_bytes = self.private_bytes;
         let slot = match self.slot() {
             Ok(s) => s,
             Err(f) => {
@@ -596,6 +656,9 @@ impl EngineThread for QuickJsThread {
             end_fn: None,
             ctx: None,
             pre,
+            pre_private,
+            pre_private_bytes,
+            private: false,
             slot,
         };
         let tainted = run(Ok(&mut engine));
@@ -609,11 +672,19 @@ impl EngineThread for QuickJsThread {
             }
             None
         } else {
-            engine.end_run()
+            // A private realm's run hands back the shared context it did
+            // not use.
+            engine.end_run().or_else(|| engine.pre.take())
         };
+        let private = engine.private;
+        let unused_private = engine.pre_private.take();
         drop(engine);
-        self.recycle(tainted, reuse);
+        self.private_warm = unused_private;
+        self.recycle_after(tainted, reuse, private);
         self.prewarm();
+        if private {
+            self.prewarm_private();
+        }
     }
 
     /// Runs standalone global code (test262): optional hardening, a
@@ -828,11 +899,12 @@ mod tests {
         assert_eq!(reclaimed, left);
     }
 
-    /// test262's unfrozen mode leaves the intrinsics as they are and
-    /// hardens the rest; such a context refuses to serve a run. The
-    /// hardening every run gets freezes them.
+    /// A private realm (test262's unfrozen mode, a `Realm::Private` run)
+    /// leaves the intrinsics as they are and hardens the rest; it serves
+    /// one run, and its global object is sealed as ever. The hardening every
+    /// other run gets freezes them.
     #[test]
-    fn an_unfrozen_context_hardens_all_but_the_intrinsics_and_serves_no_run() {
+    fn a_private_realm_hardens_all_but_the_intrinsics_and_serves_one_run() {
         let slot = RuntimeSlot::new().unwrap();
         for unfrozen in [false, true] {
             let warm = harden_as(&slot.rt, unfrozen).unwrap();
@@ -846,12 +918,19 @@ mod tests {
                     .unwrap();
                 let frozen = !unfrozen;
                 assert_eq!(seen, format!("{frozen} {frozen} BannedIdentifierError"));
+                let install = warm.install.clone().restore(&ctx).unwrap();
+                let config = r#"{"run":{"scriptId":"a"},"static":{"tools":[],"sited":[],"spawn":false,"lineOffset":0,"context":{"sandbox":{"timeoutMs":1,"memoryMb":1,"maxConcurrentToolCalls":1,"mode":"enabled"},"limits":{}}}}"#;
+                let first = install.call::<_, Object>((config,));
+                assert!(first.is_ok(), "{:?}", first.err().map(|_| exception_fault(ctx.catch())));
+                let global_frozen: bool = ctx.eval("Object.isFrozen(globalThis)").unwrap();
+                assert!(global_frozen, "install seals the global object in either");
                 if unfrozen {
-                    let install = warm.install.clone().restore(&ctx).unwrap();
-                    let installed = install.call::<_, rquickjs::Value>(("{}",));
-                    assert!(matches!(installed, Err(rquickjs::Error::Exception)));
+                    let end: Function = first.unwrap().get("end").unwrap();
+                    let _: bool = end.call(()).unwrap();
+                    let second = install.call::<_, rquickjs::Value>((config,));
+                    assert!(matches!(second, Err(rquickjs::Error::Exception)));
                     let e = exception_fault(ctx.catch());
-                    assert!(e.message.contains("serves no run"), "{e:?}");
+                    assert!(e.message.contains("serves one run"), "{e:?}");
                 }
             });
             drop(warm);

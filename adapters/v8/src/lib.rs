@@ -488,7 +488,8 @@ fn new_context(slot: &mut IsolateSlot, raw: bool) -> Result<Warm, EngineFault> {
 }
 
 /// [`new_context`], or with `unfrozen` everything but the intrinsics
-/// hardened: only for test262's [`GlobalEval::unfrozen`], in a context of
+/// hardened (a private realm: a `Realm::Private` run, or test262's
+/// [`GlobalEval::unfrozen`]), in a context of
 /// its own.
 fn new_context_as(slot: &mut IsolateSlot, raw: bool, unfrozen: bool) -> Result<Warm, EngineFault> {
     let isolate = &mut slot.isolate;
@@ -613,9 +614,18 @@ impl EngineThread for V8Thread {
                 handles: None,
                 peak: 0,
                 drained: false,
+                private: false,
+                spare: None,
             };
             let tainted = run(Ok(&mut engine));
-            let reuse = if tainted { None } else { engine.end_run() };
+            let reuse = if tainted {
+                None
+            } else {
+                let drained = engine.drained;
+                engine
+                    .end_run()
+                    .or_else(|| engine.spare.take().filter(|_| drained))
+            };
             (tainted, reuse)
         };
         self.recycle(tainted, reuse);
@@ -757,6 +767,10 @@ struct V8Engine<'w> {
     /// queue is dry, so every other entry (install, start, settle) clears
     /// this and only a finished checkpoint sets it.
     drained: bool,
+    /// The run has a private realm, never reused ([`harness_core::Realm`]).
+    private: bool,
+    /// The shared context a private realm's run did not use, handed back.
+    spare: Option<Warm>,
 }
 
 impl V8Engine<'_> {
@@ -778,7 +792,7 @@ impl V8Engine<'_> {
             let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
             end.call(tc, recv, &[]).is_some_and(|v| v.is_true())
         });
-        clean.then_some(Warm {
+        (clean && !self.private).then_some(Warm {
             install: handles.install,
             context: handles.context,
         })
@@ -836,7 +850,12 @@ impl Engine for V8Engine<'_> {
         debug_assert_eq!(setup.prelude, PRELUDE);
         let key = IsolateKey::of(setup.limits);
         self.worker.slot_for(key);
-        let pre = self.worker.warm.take();
+        let mut pre = self.worker.warm.take();
+        self.private = setup.limits.private_realm();
+        if self.private {
+            self.spare = pre.take();
+        }
+        let private = self.private;
         let slot = self.slot()?;
         let generation = slot.arm(setup.limits.memory_bytes);
         if let Some(h) = slot.isolate.get_slot::<HostSlot>() {
@@ -845,7 +864,7 @@ impl Engine for V8Engine<'_> {
         let warm = match pre {
             Some(w) => w,
             None => {
-                let r = new_context(slot, false);
+                let r = new_context_as(slot, false, private);
                 self.finish(r)?
             }
         };

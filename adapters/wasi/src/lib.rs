@@ -93,6 +93,10 @@ struct Guest {
     /// in guests built before instances were reused: then it never does).
     end: Option<TypedFunc<(), i32>>,
     check: TypedFunc<i32, i32>,
+    /// `harness_private`: makes the instance's context a private realm
+    /// for its last run (absent in older guests: they run every script in
+    /// the shared context).
+    private: Option<TypedFunc<(), i32>>,
     memory_refused: TypedFunc<(), i32>,
     heap_peak: TypedFunc<(), u64>,
     /// The first trap: the instance is dead after it, and every later call
@@ -149,6 +153,7 @@ impl Guest {
             settle: func!("harness_settle"),
             end: instance.get_typed_func(&mut store, "harness_end").ok(),
             check: func!("harness_check"),
+            private: instance.get_typed_func(&mut store, "harness_private").ok(),
             memory_refused: func!("harness_memory_refused"),
             heap_peak: func!("harness_heap_peak"),
             trapped: None,
@@ -338,6 +343,11 @@ impl Engine for WasiEngine {
             None => Some(Guest::new(&loaded, limits.memory_bytes, limits.fuel, stop)?),
         };
         self.host = Some(host);
+        if limits.private_realm() && self.guest.as_ref().is_some_and(|g| g.private.is_some()) {
+            // The guest then says at `harness_end` that the instance
+            // served its last run.
+            self.primitive(None, |g| g.private.as_ref().expect("checked above"), ())?;
+        }
         let stack = limits
             .stack_bytes
             .min(SHADOW_STACK_BYTES - SHADOW_STACK_MARGIN);

@@ -64,7 +64,7 @@ pub const CASES: &[Case] = &[
             "  }\n",
             "}\n",
             "return [seen.size > 200, open.slice(0, 10)]"), |o| expect_value(o, json!([true, []])))]),
-    case!("contract::no_override_mistake", "assigning to a property that a frozen built-in prototype holds creates an own property on the receiver, for every prototype a walk from globalThis reaches; the prototypes themselves stay read-only", Security, Nothing,
+    case!("contract::no_override_mistake", "in the shared realm, assigning to a property that a frozen built-in prototype holds creates an own property on the receiver, for every prototype a walk from globalThis reaches; the prototypes themselves stay read-only", Security, Nothing,
         [Spec::new(concat!(
             "const protos = new Set(); const seen = new Set(); const queue = [globalThis, Object.getPrototypeOf(async function () {}), Object.getPrototypeOf(function* () {}),\n",
             "  Object.getPrototypeOf(async function* () {}), [][Symbol.iterator](), new Map().entries(), new Set().values(), ''[Symbol.iterator](), /x/[Symbol.matchAll]('')];\n",
@@ -100,7 +100,15 @@ pub const CASES: &[Case] = &[
             "class MyArray extends Array {} const ma = new MyArray(); ma.map = 'shadowed';\n",
             "let refused = 0; for (const f of [() => { Array.prototype.constructor = 1 }, () => { Map.prototype.get = 1 }, () => { Math.toString = 1 }]) { try { f() } catch (_) { refused++ } }\n",
             "return [tried > 300, failed.slice(0, 10), stillData.slice(0, 10), a.constructor, String(e), m.get(), [...it].length, ma.map, [].map === Array.prototype.map, refused]"),
-            |o| expect_value(o, json!([true, [], [], 1, "Mine: changed", "own", 0, "shadowed", true, 3])))]),
+            |o| expect_value(o, json!([true, [], [], 1, "Mine: changed", "own", 0, "shadowed", true, 3]))).shared_realm()]),
+    case!("contract::private_realm", "a run in a private realm may change built-ins (a polyfill, a patched prototype) and is hardened otherwise: eval blocked, globals sealed, tools and context frozen", Security, Nothing,
+        [Spec::new(concat!(
+            "Array.prototype.last = function () { return this[this.length - 1]; };\n",
+            "String.prototype.shout = function () { return this.toUpperCase() + '!'; };\n",
+            "let blocked = 'ran'; try { eval('1'); } catch (e) { blocked = e.name; }\n",
+            "let sealed = 'no error'; try { globalThis.planted = 1; } catch (e) { sealed = e.name; }\n",
+            "return [[1, 2, 3].last(), 'hi'.shout(), Object.isFrozen(Array.prototype), blocked, sealed, typeof tools, Object.isFrozen(context)]"),
+            |o| expect_value(o, json!([3, "HI!", false, "BannedIdentifierError", "TypeError", "object", true]))).private_realm()]),
     case!("contract::context_shape", "context has the documented ids, sandbox, capabilities and approvals; scriptId is new per run and in the report", Context, Nothing,
         [Spec::new("return [context.model, context.provider, context.conversationId, context.sessionId, context.turnId, context.scriptId, context.sandbox.timeoutMs, context.sandbox.memoryMb, context.sandbox.maxConcurrentToolCalls, context.sandbox.mode, context.capabilities.tools.includes('echo'), context.approvals.required, context.approvals.lastRequestId, Object.isFrozen(context.sandbox) && Object.isFrozen(context.capabilities) && Object.isFrozen(context.approvals)]", |o| {
             let v = o.report.value.clone().unwrap_or_default();

@@ -160,6 +160,10 @@ pub const CASES: &[Case] = &[
          Spec::new("return [Array.isArray(new Array(2)), new Array(2).length === 2]", all_true)]),
 
     // ---- intrinsics --------------------------------------------------------
+    case!("cross_run::private_realm", "built-ins a run changed in its private realm (a prototype, a method, Math.random, Object.prototype) are as new in the next run, shared or private", Security, Nothing,
+        [Spec::new("Array.prototype.planted = 1; Object.prototype.polluted = 'x'; Math.random = () => 4; JSON.stringify = () => 'LEAK'; Promise.prototype.then = function () { console.log('LEAK'); }; return 1", planted).private_realm(),
+         Spec::new("return [typeof [].planted === 'undefined', typeof ({}).polluted === 'undefined', Math.random() !== 4, JSON.stringify(1) === '1', Object.isFrozen(Array.prototype)]", all_true).shared_realm(),
+         Spec::new("await Promise.resolve(1); return [typeof [].planted === 'undefined', typeof ({}).polluted === 'undefined', Math.random() !== 4, JSON.stringify(1) === '1', !Object.isFrozen(Array.prototype)]", all_true).private_realm()]),
     case!("cross_run::object_prototype_property", "a property added to Object.prototype does not reach the next run", Security, Nothing,
         [plant!("Object.prototype.plantedProto = 'x'"),
          Spec::new("return [({}).plantedProto === undefined, !('plantedProto' in {})]", all_true)]),

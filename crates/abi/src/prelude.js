@@ -24,10 +24,11 @@
 //
 // `harden(host, unfrozen)`: `unfrozen === true` leaves the intrinsics as
 // they are (no pinned globals, no taming, no freezing) and hardens the
-// rest. Only test262's runner asks for it, in a context of its own, to
-// tell a loss to frozen intrinsics from any other hardened-only loss
-// (conformance/README.md); an adapter never passes it for a script, and a
-// context made so never serves a run.
+// rest. Such a context is a private realm: it serves one run at most (a
+// second `install` throws; the adapter drops it after the run); `install`
+// still seals its global object. Adapters make one for a run whose script
+// may change a built-in (`Realm::Private`, docs/security.md), and
+// test262's runner for global code.
 (function (host, unfrozen) {
   'use strict';
   const G = globalThis;
@@ -227,6 +228,10 @@
     if (d !== undefined && d.configurable) {
       const current = 'value' in d ? d.value : (stackKnobs[i] === 'stackTraceLimit' ? 10 : undefined);
       defineProperty(ErrorCtor, stackKnobs[i], { value: current, writable: false, configurable: false });
+    } else if (d === undefined && stackKnobs[i] === 'prepareStackTrace' && unfrozen === true) {
+      // A private realm's `Error` stays open: the hook is refused there
+      // too, on every engine, whether or not the engine would call it.
+      defineProperty(ErrorCtor, 'prepareStackTrace', { value: undefined, writable: false, configurable: false });
     }
   }
 
@@ -901,7 +906,7 @@
   const runPrefix = '{"run":';
   const staticMark = ',"static":';
   return function install(configJson) {
-    if (!freezing) throw new TypeErrorCtor('a context with unfrozen intrinsics serves no run');
+    if (!freezing && globalsDefined) throw new TypeErrorCtor('a private realm serves one run');
     if (active !== null) throw new TypeErrorCtor('a run is already installed in this context');
     let runConfig, staticJson;
     const mark = apply(stringIndexOf, configJson, [staticMark]);
@@ -926,6 +931,7 @@
       defineProperty(G, 'console', { get: currentOf('console'), configurable: false, enumerable: false });
       // The global object is sealed for good: a script cannot create or
       // replace a global (scripts are strict, so trying throws a TypeError).
+      // A private realm's too: only its built-ins are open.
       freeze(G);
       globalsDefined = true;
     }

@@ -185,6 +185,11 @@ struct EngineArgs {
     /// Fuel budget for engines that count fuel (wasi); others ignore it.
     #[arg(long, value_name = "N")]
     fuel: Option<u64>,
+    /// The context a run gets as to built-ins: shared (frozen built-ins,
+    /// the fast path) or private (a context made for the run, whose
+    /// built-ins the script may change). Default: chosen per script.
+    #[arg(long, value_name = "REALM")]
+    realm: Option<harness::Realm>,
     /// What scripts see as `context`: a JSON object with the keys
     /// conversationId, sessionId, turnId, provider, model,
     /// workingDirectory, identity, extra; or @FILE to read it from a file.
@@ -409,6 +414,9 @@ fn flag_overrides(
     }
     if let Some(f) = args.fuel {
         o = set(o, "limits.fuel", f.into())?;
+    }
+    if let Some(r) = args.realm {
+        o = set(o, "limits.realm", r.as_str().into())?;
     }
     if let Some(m) = mode {
         o = set(o, "mode", serde_json::to_value(m).unwrap_or_default())?;

@@ -37,7 +37,7 @@ pub use approval::{
     AutoApprove, AutoDeny, NeverAnswer,
 };
 pub use error::{ErrorCode, ErrorMetadata, Location, Phase, ScriptError};
-pub use limits::{Isolation, Limits};
+pub use limits::{Isolation, Limits, Realm};
 pub use report::{
     CallError, CallStatus, ConsoleEntry, ConsoleLevel, ExecutionReport, Metrics, ProgressEvent,
     ProgressKind, ToolCallRecord, Warning,

@@ -49,6 +49,55 @@ impl std::str::FromStr for Isolation {
     }
 }
 
+/// Which context a run gets, as to the built-ins (the intrinsics: `Array`,
+/// `Object.prototype`, `Promise`, …). See docs/security.md, "Private
+/// realms".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Realm {
+    /// The engine's kept hardened context, whose built-ins are deeply
+    /// frozen and shared by the runs one after another: the fast path. A
+    /// script that writes to a built-in gets a `TypeError`.
+    #[default]
+    Shared,
+    /// A context of the run's own, hardened except that its built-ins are
+    /// not frozen, and dropped when the run ends: the script may change a
+    /// built-in (a polyfill, a patched prototype) and no other run sees
+    /// it. Slower: the context is made for the run. Engines that cannot
+    /// make one (WASI-QuickJS) run the script in the shared context.
+    Private,
+}
+
+impl Realm {
+    /// The name in configuration: `shared` or `private`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Realm::Shared => "shared",
+            Realm::Private => "private",
+        }
+    }
+}
+
+impl std::fmt::Display for Realm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Realm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "shared" => Ok(Realm::Shared),
+            "private" => Ok(Realm::Private),
+            other => Err(format!(
+                "unknown realm {other:?}: expected shared or private"
+            )),
+        }
+    }
+}
+
 /// Every limit that applies to one script run. All are configurable; the
 /// defaults are the contract in DESIGN.md. Build with
 /// `Limits::default().with_timeout_ms(5_000)…` (or set fields on a value):
@@ -98,6 +147,12 @@ pub struct Limits {
     /// engines ignore it: the deadline bounds their CPU time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fuel: Option<u64>,
+    /// Which context the run gets ([`Realm`]); `None` (the default) lets
+    /// the `harness` facade choose per script: [`Realm::Private`] for a
+    /// script that may change a built-in (found on its syntax tree),
+    /// [`Realm::Shared`] otherwise. An adapter given `None` runs shared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub realm: Option<Realm>,
 }
 
 impl Default for Limits {
@@ -121,6 +176,7 @@ impl Default for Limits {
             orphan_grace_ms: 250,
             isolation: None,
             fuel: None,
+            realm: None,
         }
     }
 }
@@ -220,6 +276,17 @@ impl Limits {
     pub fn with_orphan_grace_ms(mut self, orphan_grace_ms: u64) -> Self {
         self.orphan_grace_ms = orphan_grace_ms;
         self
+    }
+
+    /// This limit set with `realm` replaced.
+    pub fn with_realm(mut self, realm: Option<Realm>) -> Self {
+        self.realm = realm;
+        self
+    }
+
+    /// Whether the run gets a private realm ([`Realm::Private`]).
+    pub fn private_realm(&self) -> bool {
+        self.realm == Some(Realm::Private)
     }
 
     /// This limit set with `isolation` replaced.

@@ -768,8 +768,10 @@ fn limit_keys() -> Vec<String> {
         _ => Vec::new(),
     };
     keys.retain(|k| k != "isolation");
-    if !keys.iter().any(|k| k == "fuel") {
-        keys.push("fuel".into());
+    for optional in ["fuel", "realm"] {
+        if !keys.iter().any(|k| k == optional) {
+            keys.push(optional.into());
+        }
     }
     keys
 }

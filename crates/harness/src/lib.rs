@@ -67,7 +67,7 @@ pub use harness_core::{
     AutoApprove, AutoDeny, CallError, CallStatus, CancellationToken, Capabilities, ConsoleEntry,
     ConsoleLevel, DetachedTask, DetachedTasks, EngineInfo, ErrorCode, ErrorMetadata,
     ExecutionReport, ExecutionRequest, FnTool, Isolation, Limits, Location, Metrics, Mode,
-    NeverAnswer, Observer, Phase, ProgressEvent, ProgressKind, RegistryError, RunObserver,
+    NeverAnswer, Observer, Phase, ProgressEvent, ProgressKind, Realm, RegistryError, RunObserver,
     ScriptContext, ScriptError, ScriptLanguage, ScriptRuntimeAdapter, TaskLimits, TaskStatus, Tool,
     ToolCallRecord, ToolContext, ToolError, ToolRegistry, ToolSet, Warning,
 };

@@ -613,3 +613,26 @@ async fn a_tool_that_panics_ends_its_call_or_task_as_a_tool_error() {
         "the script waited for the deadline"
     );
 }
+
+/// A script that patches a built-in (a polyfill) gets a private realm
+/// from the facade: its patch works, the next run (shared, frozen) never
+/// sees it, and a caller who pins the shared realm gets the TypeError.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polyfill_runs_in_a_private_realm_and_leaves_nothing_behind() {
+    let (h, _) = harness();
+    let polyfill = "Array.prototype.last = function () { return this[this.length - 1]; };\n\
+                    return [[1, 2, 3].last(), Object.isFrozen(Array.prototype)]";
+    expect_value(&h.run(polyfill).await, json!([3, false]));
+    let after = "return [typeof [].last, Object.isFrozen(Array.prototype)]";
+    expect_value(&h.run(after).await, json!(["undefined", true]));
+    // Aliased past the check: the shared realm refuses, as it always did.
+    let hidden = "const a = [[]].map((x) => Object.getPrototypeOf(x))[0]; a.last = 1;";
+    let r = h.run(hidden).await;
+    assert_eq!(r.error.map(|e| e.code), Some(ErrorCode::ScriptRuntimeError));
+    let mut request = h.request(polyfill);
+    request.limits = request.limits.with_realm(Some(harness::Realm::Shared));
+    let pinned = h.execute(request).await;
+    let e = pinned.error.expect("the shared realm refuses the write");
+    assert!(e.message.contains("TypeError"), "{e:?}");
+    expect_value(&h.run(after).await, json!(["undefined", true]));
+}

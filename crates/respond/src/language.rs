@@ -101,6 +101,11 @@ impl ScriptRuntimeAdapter for TypeScriptAware {
     }
 
     async fn execute(&self, mut request: ExecutionRequest) -> ExecutionReport {
+        // A script that may change a built-in gets a private realm
+        // (`crate::realm`), unless the caller chose.
+        if request.limits.realm.is_none() {
+            request.limits.realm = Some(crate::realm::realm_for(&request.source));
+        }
         match request.language {
             ScriptLanguage::JavaScript => self.inner.execute(request).await,
             ScriptLanguage::TypeScript => match self.strip(&request.source) {

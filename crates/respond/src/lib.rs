@@ -9,6 +9,7 @@ pub mod items;
 pub mod language;
 pub mod orchestrate;
 pub mod prepare;
+pub mod realm;
 mod typescript;
 
 pub use detect::{detect, DetectError, Language, Segment, SegmentKind};

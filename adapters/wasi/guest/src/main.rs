@@ -68,6 +68,9 @@ struct State {
     alloc: Arc<AllocState>,
     /// Heap bytes the last collection left.
     after_gc: usize,
+    /// The context is a private realm (`harness_private`): it serves one
+    /// run, and the instance is not reused after it.
+    private: bool,
 }
 
 thread_local! {
@@ -235,7 +238,24 @@ fn init_state() -> Result<State, Fault> {
         stop
     })));
     ALLOC.with(|a| *a.borrow_mut() = Some(alloc.clone()));
-    let ctx = Context::custom::<Intrinsics>(&rt).map_err(|e| Fault::internal(e.to_string()))?;
+    let (ctx, install) = harden(&rt, false)?;
+    Ok(State {
+        start: None,
+        settle: None,
+        end: None,
+        install: Some(install),
+        ctx,
+        rt,
+        alloc,
+        after_gc: 0,
+        private: false,
+    })
+}
+
+/// A context on `rt` with the prelude's hardening done; with `unfrozen`
+/// all but the intrinsics' (a private realm).
+fn harden(rt: &Runtime, unfrozen: bool) -> Result<(Context, Persistent<Function<'static>>), Fault> {
+    let ctx = Context::custom::<Intrinsics>(rt).map_err(|e| Fault::internal(e.to_string()))?;
     let install = ctx.with(|ctx| {
         let run = || -> rquickjs::Result<Function<'_>> {
             let mut opts = EvalOptions::default();
@@ -247,22 +267,13 @@ fn init_state() -> Result<State, Fault> {
             let host = Function::new(ctx.clone(), |op: String, a: String, b: String| {
                 call_host(&op, &a, &b)
             })?;
-            prelude.call((host,))
+            prelude.call((host, unfrozen))
         };
         run()
             .map(|f| Persistent::save(&ctx, f))
             .map_err(|e| js_fault(&ctx, e))
     })?;
-    Ok(State {
-        start: None,
-        settle: None,
-        end: None,
-        install: Some(install),
-        ctx,
-        rt,
-        alloc,
-        after_gc: 0,
-    })
+    Ok((ctx, install))
 }
 
 fn take_input() -> String {
@@ -321,6 +332,31 @@ pub extern "C" fn harness_init() -> i32 {
 #[no_mangle]
 pub extern "C" fn wizer_initialize() {
     let _ = harness_init();
+}
+
+/// Replaces the hardened context with a private realm (hardened but for
+/// the intrinsics, docs/security.md "Private realms") for the next run,
+/// the instance's last: `harness_end` then says it is not reusable.
+#[no_mangle]
+pub extern "C" fn harness_private() -> i32 {
+    let status = harness_init();
+    if status != 0 {
+        return status;
+    }
+    with_state(|state| {
+        if state.start.is_some() {
+            return Err(Fault::internal("a run is installed already"));
+        }
+        if state.private {
+            return Ok(());
+        }
+        state.install = None;
+        let (ctx, install) = harden(&state.rt, true)?;
+        state.ctx = ctx;
+        state.install = Some(install);
+        state.private = true;
+        Ok(())
+    })
 }
 
 /// Installs the run's config (the input) and sets QuickJS's memory and
@@ -452,7 +488,8 @@ pub extern "C" fn harness_end() -> i32 {
                 .with(|ctx| end.restore(&ctx).and_then(|f| f.call::<_, bool>(())))
                 .unwrap_or(false)
         });
-        let reusable = clean && !state.alloc.refused() && !state.rt.is_job_pending();
+        let reusable =
+            clean && !state.private && !state.alloc.refused() && !state.rt.is_job_pending();
         state.alloc.disarm();
         if !reusable {
             return 0;

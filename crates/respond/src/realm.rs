@@ -1,0 +1,448 @@
+//! Which realm a script needs: does it change a built-in?
+//!
+//! Runs share one hardened context per engine thread, and what makes that
+//! safe is that its built-ins (`Array`, `Object.prototype`, `Promise`, …)
+//! are deeply frozen: a script that writes to one gets a `TypeError`. A
+//! script that means to change one (a polyfill, a patched prototype, most
+//! of test262) is better served by a context of its own, whose built-ins
+//! are not frozen and which is dropped when the run ends
+//! ([`Realm::Private`]). [`changes_builtins`] tells the two apart on the
+//! syntax tree (oxc, with scopes), before the run.
+//!
+//! The check decides speed and conformance, never isolation: a script it
+//! passes over runs in the shared context, where its write to a built-in
+//! fails as it always did, and a script it flags gets a context nobody
+//! else uses. So it may err either way, and errs towards flagging.
+//!
+//! A script is flagged when it
+//! - writes to, or deletes, a property of something that reaches a
+//!   built-in (`Array.prototype.last = …`, `delete Math.max`,
+//!   `[].constructor.from = …`, `Object.getPrototypeOf(x).y = …`,
+//!   `const P = Array.prototype; P.y = …`), or assigns to a global
+//!   binding it did not declare;
+//! - passes such a thing to `Object.defineProperty`, `defineProperties`,
+//!   `setPrototypeOf`, `assign`, `Reflect.set`, `defineProperty`,
+//!   `deleteProperty`, `setPrototypeOf`, or calls `__defineGetter__` /
+//!   `__defineSetter__` on it;
+//! - calls a mutating method on it (`Array.prototype.push(1)`), or any
+//!   method with it as `this` (`f.call(Array.prototype)`);
+//! - passes it to a function the script declared (`patch(Array)`).
+//!
+//! "Reaches a built-in" means: a global the script did not declare (other
+//! than the per-run `tools`, `context` and `console`), anything read
+//! through `constructor` or `__proto__`, `Object.getPrototypeOf(…)`, a
+//! property of any of these, or a local variable first set to one.
+
+use harness_core::source::nesting_depth;
+pub use harness_core::Realm;
+use oxc::allocator::Allocator;
+use oxc::ast::ast::{
+    Argument, AssignmentExpression, AssignmentTarget, CallExpression, ChainElement, Expression,
+    IdentifierReference, MemberExpression, Program, SimpleAssignmentTarget, UnaryExpression,
+    UnaryOperator, VariableDeclarator,
+};
+use oxc::ast_visit::{walk, Visit};
+use oxc::parser::{ParseOptions, Parser};
+use oxc::semantic::{Scoping, SemanticBuilder, SymbolId};
+use oxc::span::SourceType;
+use std::collections::HashSet;
+
+/// Globals that are the run's own, not built-ins.
+const PER_RUN: &[&str] = &[
+    "tools",
+    "context",
+    "console",
+    "arguments",
+    "undefined",
+    "NaN",
+    "Infinity",
+];
+
+/// `Object.X` and `Reflect.X` that change their first argument.
+const REFLECTIVE_WRITERS: &[&str] = &[
+    "defineProperty",
+    "defineProperties",
+    "setPrototypeOf",
+    "assign",
+    "set",
+    "deleteProperty",
+];
+
+/// Methods that change their receiver (arrays, maps, sets, typed arrays)
+/// or define on it.
+const MUTATING_METHODS: &[&str] = &[
+    "push",
+    "pop",
+    "shift",
+    "unshift",
+    "splice",
+    "sort",
+    "reverse",
+    "fill",
+    "copyWithin",
+    "set",
+    "add",
+    "delete",
+    "clear",
+    "__defineGetter__",
+    "__defineSetter__",
+    "call",
+    "apply",
+];
+
+/// The realm `source` needs: [`Realm::Private`] when it may change a
+/// built-in, [`Realm::Shared`] otherwise (also when it does not parse: the
+/// engine reports that).
+pub fn realm_for(source: &str) -> Realm {
+    if changes_builtins(source) {
+        Realm::Private
+    } else {
+        Realm::Shared
+    }
+}
+
+/// Whether `source` (JavaScript or TypeScript, a script body that may use
+/// top-level `return` and `await`) may change a built-in. See the module
+/// docs for the rule.
+pub fn changes_builtins(source: &str) -> bool {
+    // Every flagged form has one of these; `return 1 + 1` has none.
+    let bytes = source.as_bytes();
+    let maybe = bytes.iter().any(|b| matches!(b, b'=' | b'(' | b'`'))
+        || source.contains("++")
+        || source.contains("--")
+        || source.contains("delete");
+    if !maybe || nesting_depth(source) > crate::prepare::MAX_NESTING {
+        return false;
+    }
+    // A parser panic (a known debug-build one: prepare.rs) is a "no".
+    std::panic::catch_unwind(|| check(source)).unwrap_or(false)
+}
+
+fn check(source: &str) -> bool {
+    for source_type in [SourceType::mjs(), SourceType::ts().with_module(true)] {
+        let allocator = Allocator::default();
+        let parsed = Parser::new(&allocator, source, source_type)
+            .with_options(ParseOptions {
+                allow_return_outside_function: true,
+                ..ParseOptions::default()
+            })
+            .parse();
+        if parsed.panicked || parsed.diagnostics.errors().next().is_some() {
+            continue;
+        }
+        return flags(&parsed.program);
+    }
+    false
+}
+
+fn flags(program: &Program<'_>) -> bool {
+    let semantic = SemanticBuilder::new().build(program);
+    let scoping = semantic.semantic.into_scoping();
+    let mut walk = Walk {
+        scoping: &scoping,
+        aliases: HashSet::new(),
+        collecting: true,
+        grew: false,
+        found: false,
+        functions: 0,
+    };
+    // Aliases first (twice, for one declared before what it copies),
+    // then the writes.
+    for _ in 0..2 {
+        walk.grew = false;
+        walk.visit_program(program);
+        if !walk.grew {
+            break;
+        }
+    }
+    walk.collecting = false;
+    walk.visit_program(program);
+    walk.found
+}
+
+struct Walk<'s> {
+    scoping: &'s Scoping,
+    /// Local variables set to something that reaches a built-in.
+    aliases: HashSet<SymbolId>,
+    collecting: bool,
+    grew: bool,
+    found: bool,
+    /// Non-arrow functions around the node: `this` outside all of them is
+    /// the global object in global code.
+    functions: usize,
+}
+
+impl Walk<'_> {
+    fn symbol(&self, id: &IdentifierReference<'_>) -> Option<SymbolId> {
+        id.reference_id
+            .get()
+            .and_then(|r| self.scoping.get_reference(r).symbol_id())
+    }
+
+    /// Whether `id` names a built-in (an undeclared global) or an alias of
+    /// one.
+    fn names_builtin(&self, id: &IdentifierReference<'_>) -> bool {
+        match self.symbol(id) {
+            Some(s) => self.aliases.contains(&s),
+            None => !PER_RUN.contains(&id.name.as_str()),
+        }
+    }
+
+    fn member_reaches(&self, m: &MemberExpression<'_>) -> bool {
+        matches!(m.static_property_name(), Some("constructor" | "__proto__"))
+            || self.reaches(m.object())
+    }
+
+    /// Whether `e` may evaluate to a built-in (see the module docs).
+    fn reaches(&self, e: &Expression<'_>) -> bool {
+        match e.get_inner_expression() {
+            Expression::Identifier(id) => self.names_builtin(id),
+            Expression::StaticMemberExpression(_)
+            | Expression::ComputedMemberExpression(_)
+            | Expression::PrivateFieldExpression(_) => e
+                .get_inner_expression()
+                .as_member_expression()
+                .is_some_and(|m| self.member_reaches(m)),
+            Expression::ChainExpression(c) => match &c.expression {
+                ChainElement::CallExpression(call) => self.call_reaches(call),
+                ChainElement::TSNonNullExpression(n) => self.reaches(&n.expression),
+                other => other
+                    .as_member_expression()
+                    .is_some_and(|m| self.member_reaches(m)),
+            },
+            Expression::CallExpression(call) => self.call_reaches(call),
+            Expression::ThisExpression(_) => self.functions == 0,
+            Expression::SequenceExpression(s) => {
+                s.expressions.last().is_some_and(|l| self.reaches(l))
+            }
+            Expression::ConditionalExpression(c) => {
+                self.reaches(&c.consequent) || self.reaches(&c.alternate)
+            }
+            Expression::LogicalExpression(l) => self.reaches(&l.left) || self.reaches(&l.right),
+            Expression::AssignmentExpression(a) => self.reaches(&a.right),
+            _ => false,
+        }
+    }
+
+    /// `Object.getPrototypeOf(x)` and `Reflect.getPrototypeOf(x)`, and a
+    /// built-in's property descriptors (whose `value`, `get` and `set`
+    /// are built-ins).
+    fn call_reaches(&self, call: &CallExpression<'_>) -> bool {
+        let name = call
+            .callee
+            .get_inner_expression()
+            .as_member_expression()
+            .and_then(|m| m.static_property_name());
+        match name {
+            Some("getPrototypeOf") => true,
+            Some("getOwnPropertyDescriptor" | "getOwnPropertyDescriptors") => {
+                call.arguments.first().is_some_and(|a| self.arg_reaches(a))
+            }
+            _ => false,
+        }
+    }
+
+    fn arg_reaches(&self, a: &Argument<'_>) -> bool {
+        match a {
+            Argument::SpreadElement(s) => self.reaches(&s.argument),
+            other => other.as_expression().is_some_and(|e| self.reaches(e)),
+        }
+    }
+
+    fn target_flags(&self, t: &SimpleAssignmentTarget<'_>) -> bool {
+        match t {
+            SimpleAssignmentTarget::AssignmentTargetIdentifier(id) => self.symbol(id).is_none(),
+            SimpleAssignmentTarget::TSAsExpression(e) => self.reaches(&e.expression),
+            SimpleAssignmentTarget::TSSatisfiesExpression(e) => self.reaches(&e.expression),
+            SimpleAssignmentTarget::TSNonNullExpression(e) => self.reaches(&e.expression),
+            SimpleAssignmentTarget::TSTypeAssertion(e) => self.reaches(&e.expression),
+            // What is written to is the member's object: `a.constructor =
+            // C` writes to `a`, `[].constructor.x = 1` to `Array`.
+            other => other
+                .as_member_expression()
+                .is_some_and(|m| self.reaches(m.object())),
+        }
+    }
+
+    fn call_flags(&self, call: &CallExpression<'_>) -> bool {
+        let first = call.arguments.first().is_some_and(|a| self.arg_reaches(a));
+        match call.callee.get_inner_expression() {
+            // A function the script declared, given a built-in.
+            Expression::Identifier(id) => {
+                self.symbol(id).is_some() && call.arguments.iter().any(|a| self.arg_reaches(a))
+            }
+            callee => {
+                let Some(m) = callee.as_member_expression() else {
+                    return false;
+                };
+                let name = m.static_property_name();
+                let reflective = matches!(
+                    m.object().get_inner_expression(),
+                    Expression::Identifier(o) if (o.name == "Object" || o.name == "Reflect")
+                        && self.symbol(o).is_none()
+                );
+                if reflective && name.is_some_and(|n| REFLECTIVE_WRITERS.contains(&n)) {
+                    return first;
+                }
+                match name {
+                    Some("call" | "apply") => first,
+                    Some(n) if MUTATING_METHODS.contains(&n) => self.reaches(m.object()),
+                    _ => false,
+                }
+            }
+        }
+    }
+
+    fn found(&mut self, yes: bool) {
+        if !self.collecting && yes {
+            self.found = true;
+        }
+    }
+}
+
+impl<'a> Visit<'a> for Walk<'_> {
+    fn visit_function(
+        &mut self,
+        it: &oxc::ast::ast::Function<'a>,
+        flags: oxc::semantic::ScopeFlags,
+    ) {
+        self.functions += 1;
+        walk::walk_function(self, it, flags);
+        self.functions -= 1;
+    }
+
+    fn visit_variable_declarator(&mut self, it: &VariableDeclarator<'a>) {
+        if self.collecting {
+            if let (Some(id), Some(init)) = (it.id.get_binding_identifier(), &it.init) {
+                if let Some(s) = id.symbol_id.get() {
+                    if !self.aliases.contains(&s) && self.reaches(init) {
+                        self.aliases.insert(s);
+                        self.grew = true;
+                    }
+                }
+            }
+        }
+        walk::walk_variable_declarator(self, it);
+    }
+
+    fn visit_assignment_expression(&mut self, it: &AssignmentExpression<'a>) {
+        if self.collecting {
+            if let AssignmentTarget::AssignmentTargetIdentifier(id) = &it.left {
+                if let Some(s) = self.symbol(id) {
+                    if !self.aliases.contains(&s) && self.reaches(&it.right) {
+                        self.aliases.insert(s);
+                        self.grew = true;
+                    }
+                }
+            }
+        }
+        walk::walk_assignment_expression(self, it);
+    }
+
+    fn visit_simple_assignment_target(&mut self, it: &SimpleAssignmentTarget<'a>) {
+        let yes = !self.found && self.target_flags(it);
+        self.found(yes);
+        walk::walk_simple_assignment_target(self, it);
+    }
+
+    fn visit_unary_expression(&mut self, it: &UnaryExpression<'a>) {
+        if it.operator == UnaryOperator::Delete {
+            let yes = !self.found
+                && it
+                    .argument
+                    .get_inner_expression()
+                    .as_member_expression()
+                    .is_some_and(|m| self.reaches(m.object()));
+            self.found(yes);
+        }
+        walk::walk_unary_expression(self, it);
+    }
+
+    fn visit_call_expression(&mut self, it: &CallExpression<'a>) {
+        let yes = !self.found && !self.collecting && self.call_flags(it);
+        self.found(yes);
+        walk::walk_call_expression(self, it);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_that_change_a_builtin_are_flagged() {
+        for src in [
+            "Array.prototype.last = function () { return this[this.length - 1]; };",
+            "String.prototype.capitalize = function () { return this; }; return 'a'.capitalize();",
+            "Array.prototype[0] = 1;",
+            "Math.max = () => 0;",
+            "delete Math.max;",
+            "Array.prototype.x++;",
+            "[Array.prototype.x] = [1];",
+            "for (Object.prototype.k in {a: 1}) {}",
+            "[].constructor.from = null;",
+            "({}).__proto__.polluted = true;",
+            "Object.getPrototypeOf([][Symbol.iterator]()).next = null;",
+            "const P = Array.prototype; P.sum = function () {};",
+            "let P; P = Object.prototype; P.x = 1;",
+            "Object.defineProperty(Array.prototype, 'x', { value: 1 });",
+            "Object.defineProperty(globalThis, 'y', { value: 1 });",
+            "Reflect.set(Promise.prototype, 'then', null);",
+            "Object.assign(Math, { tau: 6.28 });",
+            "Object.setPrototypeOf(Array.prototype, null);",
+            "Array.prototype.push(1);",
+            "Array.prototype.__defineGetter__('x', () => 1);",
+            "[].push.call(Array.prototype, 1);",
+            "function patch(C) { C.prototype.x = 1; } patch(Array);",
+            "globalThis.answer = 42;",
+            "Array[Symbol.species] = undefined;",
+            "(Array.prototype as any).last = 1;",
+            "const p: any = Object.prototype; p.x = 1; return 1 as number;",
+            "Array = null;",
+            "this.Array = null;",
+            "const d = Object.getOwnPropertyDescriptor(Array, Symbol.species); d.get.x = 1;",
+        ] {
+            assert!(changes_builtins(src), "not flagged: {src}");
+        }
+    }
+
+    #[test]
+    fn everyday_scripts_share_the_context() {
+        for src in [
+            "return 1 + 1",
+            "",
+            "const r = await tools.read({ path: 'a' }); return JSON.parse(r).x;",
+            "const o = { a: 1 }; const out = {}; for (const k of Object.keys(o)) out[k] = o[k]; return out;",
+            "const a = []; a.push(1); a.sort(); return a.filter(Boolean).map(Number);",
+            "const o = Object.assign({}, { a: 1 }); delete o.a; o.b = 2; return o;",
+            "function F() {} F.prototype.x = 1; return new F().x;",
+            "var G = function () {}; G.prototype.y = 2;",
+            "class C { constructor() { this.n = 1; } } return new C();",
+            "console.log('x'); context.seen = 1;",
+            "const m = new Map(); m.set('a', 1); m.delete('a'); return Math.max(1, 2);",
+            "Object.defineProperty(obj, 'x', { value: 1 }); const obj = {};",
+            "const o = { k: 1 }; return Object.prototype.hasOwnProperty.call(o, 'k');",
+            "return Array.prototype.slice.call(arguments);",
+            "const e = new Error('x'); e.code = 1; throw e;",
+            "let x: number = 1; x += 2; return x;",
+            "this is not javascript (",
+            "function F() { this.x = 1; } class K { m() { this.y = 2; } }",
+            "const a = []; a.constructor = null; delete a.constructor; const o = {}; o.__proto__ = null;",
+            "const d = Object.getOwnPropertyDescriptor({ a: 1 }, 'a'); d.value = 2;",
+        ] {
+            assert!(!changes_builtins(src), "flagged: {src}");
+        }
+    }
+
+    #[test]
+    fn the_realm_follows_the_check() {
+        assert_eq!(realm_for("Math.x = 1"), Realm::Private);
+        assert_eq!(realm_for("return 1"), Realm::Shared);
+    }
+
+    #[test]
+    fn deep_or_odd_input_is_a_quiet_no() {
+        assert!(!changes_builtins(&"[".repeat(10_000)));
+        assert!(!changes_builtins("\u{0}=\u{feff}("));
+    }
+}
