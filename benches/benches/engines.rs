@@ -28,6 +28,20 @@ fn trivial(c: &mut Criterion) {
     }
     g.finish();
 
+    // A script that patches a built-in, back to back: each run gets a
+    // private realm, a context made for it (the price of `Realm::Private`).
+    let mut g = c.benchmark_group("private_realm");
+    for engine in engines() {
+        let h = harness(engine);
+        g.bench_function(BenchmarkId::from_parameter(engine), |b| {
+            b.iter(|| {
+                let r = rt.block_on(h.run(POLYFILL));
+                assert!(r.ok);
+            })
+        });
+    }
+    g.finish();
+
     // Runs spaced 2 ms apart, as between a model's turns: each run finds a
     // context hardened in advance. And 20 ms apart, which leaves engines
     // with costly contexts (Boa) the time to prepare the next one.

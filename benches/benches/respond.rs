@@ -1,10 +1,12 @@
-//! Detection and preparation of a 20 KiB script, cold and from the cache.
+//! Detection and preparation of a 20 KiB script, cold and from the cache;
+//! the realm check on scripts of several sizes.
 //!
 //! Run: `cargo bench -p harness-benches --bench respond`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use harness::respond::realm::changes_builtins;
 use harness::respond::{detect, prepare::Preparer, Language};
-use harness_benches::{response_20kib, script_20kib};
+use harness_benches::{response_20kib, script_20kib, POLYFILL, TRIVIAL, TYPICAL};
 
 fn prepare(c: &mut Criterion) {
     let mut g = c.benchmark_group("prepare_20kib");
@@ -27,6 +29,22 @@ fn prepare(c: &mut Criterion) {
         p.prepare(src.as_bytes(), lang).expect("prepares");
         g.bench_with_input(BenchmarkId::new("cached", name), &src, |b, src| {
             b.iter(|| p.prepare(src.as_bytes(), lang).expect("prepares"))
+        });
+    }
+    g.finish();
+
+    // Which realm a script needs (`respond::realm`): run by the facade
+    // on every script it executes.
+    let mut g = c.benchmark_group("realm_check");
+    for (name, src) in [
+        ("trivial", TRIVIAL.to_owned()),
+        ("typical", TYPICAL.to_owned()),
+        ("polyfill", POLYFILL.to_owned()),
+        ("20kib", script_20kib(false)),
+    ] {
+        g.throughput(Throughput::Bytes(src.len() as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(name), &src, |b, src| {
+            b.iter(|| changes_builtins(src))
         });
     }
     g.finish();

@@ -137,12 +137,16 @@ const sequentialSync = (n) =>
 const parallel = (n) =>
   `const r = await Promise.all(Array.from({length: ${n}}, (_, i) => tools.echo({i}))); return r.length`;
 
+const polyfill =
+  "Array.prototype.last = function () { return this[this.length - 1]; }; return [1, 2].last()";
+
 const syncModule = await newQuickJSWASMModule();
 const asyncModule = await newQuickJSAsyncWASMModule();
 
 const workloads = [
   { name: "trivial", config: "quickjs-emscripten", module: syncModule, script: "return 1+1", expect: "2" },
   { name: "trivial", config: "quickjs-emscripten/async", module: asyncModule, script: "return 1+1", expect: "2" },
+  { name: "polyfill", config: "quickjs-emscripten", module: syncModule, script: polyfill, expect: "2" },
   ...[1, 10, 100].map((n) => ({
     name: `sequential_${n}`,
     config: "quickjs-emscripten/async",

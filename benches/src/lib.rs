@@ -14,6 +14,26 @@ pub fn quantile(sorted: &[f64], p: f64) -> f64 {
 /// `return 1+1`, end to end: prepare, fresh hardened context, run, report.
 pub const TRIVIAL: &str = "return 1+1";
 
+/// A trivial script that patches a built-in: the facade gives it a private
+/// realm (a context made for the run, dropped after it).
+pub const POLYFILL: &str =
+    "Array.prototype.last = function () { return this[this.length - 1]; }; return [1, 2].last()";
+
+/// A script as a model writes one (about 0.6 KiB): tool calls, JSON, `Math`,
+/// `Object.keys`, array methods; it changes no built-in.
+pub const TYPICAL: &str = r#"const files = await tools.glob({ pattern: "src/**/*.ts" });
+const sizes = {};
+for (const f of files.slice(0, 20)) {
+  const text = await tools.read({ path: f });
+  sizes[f] = text.split("\n").length;
+}
+const total = Object.values(sizes).reduce((a, b) => a + b, 0);
+const largest = Object.keys(sizes).sort((a, b) => sizes[b] - sizes[a]).slice(0, 3);
+const summary = largest.map((f) => `${f}: ${sizes[f]} lines`).join("\n");
+console.log(JSON.stringify({ total, largest }));
+return { total, mean: Math.round(total / Math.max(1, files.length)), summary };
+"#;
+
 /// `n` sequential calls to `echo`.
 pub fn sequential_calls(n: usize) -> String {
     format!("let last; for (let i = 0; i < {n}; i++) last = await tools.echo({{i}}); return last.i")

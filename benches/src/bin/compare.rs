@@ -20,7 +20,9 @@
 //! model's turns: engines that prepare work ahead (our hardened contexts)
 //! then find it ready, as in production.
 
-use harness_benches::{engines, harness, parallel_calls, sequential_calls, Config, TRIVIAL};
+use harness_benches::{
+    engines, harness, parallel_calls, sequential_calls, Config, POLYFILL, TRIVIAL,
+};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -28,7 +30,12 @@ use std::time::{Duration, Instant};
 
 /// The workloads both sides run: name, our script, expected value.
 fn workloads() -> Vec<(String, String, Value)> {
-    let mut w = vec![("trivial".to_string(), TRIVIAL.to_string(), Value::from(2))];
+    let mut w = vec![
+        ("trivial".to_string(), TRIVIAL.to_string(), Value::from(2)),
+        // Patches a built-in: a private realm made for each run, as the
+        // peer makes a context for every run.
+        ("polyfill".to_string(), POLYFILL.to_string(), Value::from(2)),
+    ];
     for n in [1usize, 10, 100] {
         w.push((
             format!("sequential_{n}"),
