@@ -193,14 +193,14 @@ async fn code_generation_from_strings_is_blocked() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prototype_pollution_fails_and_never_leaks() {
+async fn prototype_pollution_fails_shared_and_never_leaks() {
     let (h, _) = harness();
     for src in [
         "Object.prototype.polluted = 1",
         "Array.prototype.push = function () {}",
         "({}).__proto__.polluted = 1",
         "Object.defineProperty(Object.prototype, 'polluted', {value: 1})",
-        "Object.setPrototypeOf(Object.prototype, {})",
+        "Object.setPrototypeOf(Array.prototype, {})",
         "JSON.parse = () => 1",
         "Promise.prototype.then = () => 1",
         "Math.random = () => 4",
@@ -208,9 +208,24 @@ async fn prototype_pollution_fails_and_never_leaks() {
         "Object.getPrototypeOf(async function(){}).constructor = 1",
         "Object.getPrototypeOf([][Symbol.iterator]()).next = () => ({done: true})",
     ] {
-        let r = h.run(src).await;
+        // In the shared realm the write is refused.
+        let mut shared = h.request(src);
+        shared.limits = shared.limits.with_realm(Some(harness::Realm::Shared));
+        let r = h.execute(shared).await;
         expect_code(&r, ErrorCode::ScriptRuntimeError);
         assert_eq!(r.error.unwrap().name, "TypeError", "{src}");
+        // Left to the facade, the script gets a private realm: the write
+        // works there, and goes with it.
+        let r = h.run(src).await;
+        assert!(r.ok, "{src}: {:?}", r.error);
+        expect_value(
+            &h.run(
+                "return [typeof ({}).polluted, Math.random() !== 4, JSON.parse('1'), \
+                 Object.isFrozen(Object.prototype), typeof [].push.call]",
+            )
+            .await,
+            json!(["undefined", true, 1, true, "function"]),
+        );
     }
     // The global object is sealed, and nothing reaches the next run
     // (fresh context).
