@@ -124,6 +124,18 @@ const BINARY: &[&str] = &[
 
 const UNARY: &[&str] = &["-", "!", "~", "+", "typeof "];
 
+/// Writes to built-ins (`$` is an expression): such a script runs in a
+/// private realm, which must vanish with its run.
+const PLANTS: &[&str] = &[
+    "Array.prototype.planted = $;",
+    "Object.prototype.planted = $;",
+    "Math.planted = $;",
+    "String.prototype.shout = ((x) => function () { return String(x); })($);",
+    "Math.random = ((x) => () => x)($);",
+    "JSON.stringify = (x) => 'patched ' + typeof x;",
+    "Object.defineProperty(Number.prototype, 'planted', { value: $, configurable: true });",
+];
+
 /// A deterministic script built from `u`.
 pub fn program(u: &mut Unstructured<'_>) -> String {
     let mut g = Gen {
@@ -170,8 +182,14 @@ impl Gen<'_, '_> {
         if self.vars == 0 {
             return self.declare();
         }
-        match self.pick(9) {
+        match self.pick(10) {
             0 if top => self.declare(),
+            8 => {
+                let plant = PLANTS[self.pick(PLANTS.len())];
+                let line = self.fill(plant, 1);
+                self.out.push_str(&line);
+                self.out.push('\n');
+            }
             0 | 1 => {
                 let v = self.var();
                 let e = self.expr(0);
@@ -225,6 +243,26 @@ impl Gen<'_, '_> {
                     .push_str(&format!("{v} = (await tools.echo({{v: {e}}})).v;\n"));
             }
         }
+    }
+
+    /// `template` with each `$` placeholder replaced by a generated
+    /// expression in parentheses; the `$` of a template literal's `${` is
+    /// kept.
+    fn fill(&mut self, template: &str, depth: usize) -> String {
+        let mut s = String::new();
+        let mut chars = template.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == '$' && chars.peek() != Some(&'{') {
+                // Parenthesised: `typeof $` with `2**53` must not read
+                // as `typeof 2 ** 53`, a syntax error.
+                s.push('(');
+                s.push_str(&self.expr(depth));
+                s.push(')');
+            } else {
+                s.push(c);
+            }
+        }
+        s
     }
 
     fn declare(&mut self) {
@@ -287,14 +325,7 @@ impl Gen<'_, '_> {
             }
             _ => {
                 let template = CALLS[self.pick(CALLS.len())];
-                let mut s = String::new();
-                for (i, part) in template.split('$').enumerate() {
-                    if i > 0 {
-                        s.push_str(&self.expr(depth + 1));
-                    }
-                    s.push_str(part);
-                }
-                s
+                self.fill(template, depth + 1)
             }
         }
     }
@@ -321,5 +352,26 @@ mod tests {
                 panic!("{}: {}\n{s}", e.code, e.message);
             }
         }
+    }
+
+    /// Some scripts write to built-ins, so that the cross-run oracle
+    /// meets private realms too; the realm check sees each of them.
+    #[test]
+    fn some_scripts_plant_in_built_ins_and_get_a_private_realm() {
+        let mut rng = crate::Rng(0x2545_f491_4f6c_dd1d);
+        let (mut planting, mut flagged) = (0, 0);
+        for _ in 0..500 {
+            let bytes = rng.fill(256);
+            let s = program(&mut Unstructured::new(&bytes));
+            let plants = PLANTS
+                .iter()
+                .any(|p| s.contains(p.split('$').next().unwrap_or(p)));
+            let private = harness::respond::realm::changes_builtins(&s);
+            planting += usize::from(plants);
+            flagged += usize::from(plants && private);
+            assert!(private || !plants, "a plant the realm check missed:\n{s}");
+        }
+        assert!(planting > 25, "only {planting} of 500 scripts plant");
+        assert_eq!(flagged, planting);
     }
 }
