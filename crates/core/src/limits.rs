@@ -64,8 +64,9 @@ pub enum Realm {
     /// A context of the run's own, hardened except that its built-ins are
     /// not frozen, and dropped when the run ends: the script may change a
     /// built-in (a polyfill, a patched prototype) and no other run sees
-    /// it. Slower: the context is made for the run. Engines that cannot
-    /// make one (WASI-QuickJS) run the script in the shared context.
+    /// it. Slower: the context is made for the run. Every engine makes
+    /// one (WASI: the guest's `harness_private`; a guest built before it
+    /// runs the script in the shared context).
     Private,
 }
 
