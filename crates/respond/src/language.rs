@@ -104,7 +104,14 @@ impl ScriptRuntimeAdapter for TypeScriptAware {
         // A script that may change a built-in gets a private realm
         // (`crate::realm`), unless the caller chose.
         if request.limits.realm.is_none() {
-            request.limits.realm = Some(crate::realm::realm_for(&request.source));
+            // A script over the size cap is refused before it runs: not
+            // worth parsing here.
+            let within = request.source.len() as u64 <= request.limits.max_source_bytes;
+            request.limits.realm = Some(if within {
+                crate::realm::realm_for(&request.source)
+            } else {
+                harness_core::Realm::Shared
+            });
         }
         match request.language {
             ScriptLanguage::JavaScript => self.inner.execute(request).await,
