@@ -16,37 +16,31 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn trivial(c: &mut Criterion) {
     let rt = runtime();
-    let mut g = c.benchmark_group("trivial");
-    for engine in engines() {
-        let h = harness(engine);
-        g.bench_function(BenchmarkId::from_parameter(engine), |b| {
-            b.iter(|| {
-                let r = rt.block_on(h.run(TRIVIAL));
-                assert!(r.ok);
-            })
-        });
-    }
-    g.finish();
-
+    back_to_back(c, &rt, "trivial", TRIVIAL);
     // A script that patches a built-in, back to back: each run gets a
     // private realm, a context made for it (the price of `Realm::Private`).
-    let mut g = c.benchmark_group("private_realm");
-    for engine in engines() {
-        let h = harness(engine);
-        g.bench_function(BenchmarkId::from_parameter(engine), |b| {
-            b.iter(|| {
-                let r = rt.block_on(h.run(POLYFILL));
-                assert!(r.ok);
-            })
-        });
-    }
-    g.finish();
+    back_to_back(c, &rt, "private_realm", POLYFILL);
 
     // Runs spaced 2 ms apart, as between a model's turns: each run finds a
     // context hardened in advance. And 20 ms apart, which leaves engines
     // with costly contexts (Boa) the time to prepare the next one.
     spaced(c, &rt, "trivial_spaced", Duration::from_millis(2));
     spaced(c, &rt, "trivial_spaced_20ms", Duration::from_millis(20));
+}
+
+/// `script` run back to back on every engine, as group `group`.
+fn back_to_back(c: &mut Criterion, rt: &tokio::runtime::Runtime, group: &str, script: &str) {
+    let mut g = c.benchmark_group(group);
+    for engine in engines() {
+        let h = harness(engine);
+        g.bench_function(BenchmarkId::from_parameter(engine), |b| {
+            b.iter(|| {
+                let r = rt.block_on(h.run(script));
+                assert!(r.ok);
+            })
+        });
+    }
+    g.finish();
 }
 
 /// Trivial runs `gap` apart. Only the runs themselves are timed, and every
