@@ -195,14 +195,12 @@ impl Walk<'_> {
 
     /// Whether `e` may evaluate to a built-in (see the module docs).
     fn reaches(&self, e: &Expression<'_>) -> bool {
-        match e.get_inner_expression() {
+        let inner = e.get_inner_expression();
+        if let Some(m) = inner.as_member_expression() {
+            return self.member_reaches(m);
+        }
+        match inner {
             Expression::Identifier(id) => self.names_builtin(id),
-            Expression::StaticMemberExpression(_)
-            | Expression::ComputedMemberExpression(_)
-            | Expression::PrivateFieldExpression(_) => e
-                .get_inner_expression()
-                .as_member_expression()
-                .is_some_and(|m| self.member_reaches(m)),
             Expression::ChainExpression(c) => match &c.expression {
                 ChainElement::CallExpression(call) => self.call_reaches(call),
                 ChainElement::TSNonNullExpression(n) => self.reaches(&n.expression),
@@ -265,7 +263,7 @@ impl Walk<'_> {
     }
 
     fn call_flags(&self, call: &CallExpression<'_>) -> bool {
-        let first = call.arguments.first().is_some_and(|a| self.arg_reaches(a));
+        let first = || call.arguments.first().is_some_and(|a| self.arg_reaches(a));
         match call.callee.get_inner_expression() {
             // A function the script declared, given a built-in.
             Expression::Identifier(id) => {
@@ -282,10 +280,10 @@ impl Walk<'_> {
                         && self.symbol(o).is_none()
                 );
                 if reflective && name.is_some_and(|n| REFLECTIVE_WRITERS.contains(&n)) {
-                    return first;
+                    return first();
                 }
                 match name {
-                    Some("call" | "apply") => first,
+                    Some("call" | "apply") => first(),
                     Some(n) if MUTATING_METHODS.contains(&n) => self.reaches(m.object()),
                     _ => false,
                 }
