@@ -465,7 +465,8 @@ async fn run_case_steps_in(
     if case.group == Group::Security {
         let spec = Spec::new("return [1 + 1, Object.isFrozen(Object.prototype)]", |o| {
             expect_value(o, serde_json::json!([2, true]))
-        });
+        })
+        .shared_realm();
         let healthy = run_step(adapter, &spec).await;
         if let Err(why) = (spec.check)(&healthy) {
             return Status::Failed {

@@ -81,8 +81,8 @@ pub struct Report {
     pub frozen_only: Vec<String>,
     /// When hardened: the tests that ran in a private realm, as a run of
     /// the same script would ([`harness_respond::realm`]: the script may
-    /// change a built-in, so it gets a context of its own whose
-    /// intrinsics are not frozen).
+    /// change a built-in, or asks whether one is frozen, so it gets a
+    /// context of its own whose intrinsics are not frozen).
     pub private_realm: Vec<String>,
 }
 
@@ -130,7 +130,7 @@ impl Report {
                 .filter(|(t, _)| private.contains(t.as_str()))
                 .count();
             out.push_str(&format!(
-                "{} tests ran in a private realm (they change a built-in), {} of them failed\n",
+                "{} tests ran in a private realm (they change a built-in or ask whether one is frozen), {} of them failed\n",
                 self.private_realm.len(),
                 failed_private
             ));

@@ -32,18 +32,22 @@ async fn hardened_run_of_the_fixtures() {
         counts(2, 1, 2),
         "{text}"
     );
-    // The direct write runs in a private realm and passes; the override
-    // test stays shared and passes; the write through an alias the realm
-    // check cannot follow meets the frozen intrinsics.
+    // The direct write, and the question whether a built-in is extensible,
+    // run in a private realm and pass; the override test stays shared and
+    // passes; the write through an alias the realm check cannot follow
+    // meets the frozen intrinsics.
     assert_eq!(
         report.directories["built-ins/hardening"],
-        counts(2, 1, 0),
+        counts(3, 1, 0),
         "{text}"
     );
     assert!(
         report
             .private_realm
             .contains(&"built-ins/hardening/mutates-intrinsic.js".to_owned())
+            && report
+                .private_realm
+                .contains(&"built-ins/hardening/asks-extensible.js".to_owned())
             && !report
                 .private_realm
                 .contains(&"built-ins/hardening/override.js".to_owned())
@@ -54,7 +58,7 @@ async fn hardened_run_of_the_fixtures() {
     );
     assert!(
         text.contains(&format!(
-            "{} tests ran in a private realm (they change a built-in), 0 of them failed\n",
+            "{} tests ran in a private realm (they change a built-in or ask whether one is frozen), 0 of them failed\n",
             report.private_realm.len()
         )),
         "{text}"
@@ -95,7 +99,7 @@ async fn hardened_run_of_the_fixtures() {
             .any(|(_, why)| why.contains("Test262Error")),
         "{text}"
     );
-    assert!(text.ends_with("11 passed, 4 failed, 2 skipped\n"), "{text}");
+    assert!(text.ends_with("12 passed, 4 failed, 2 skipped\n"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,7 +113,7 @@ async fn raw_run_shows_what_hardening_costs() {
         "{}",
         report.render()
     );
-    assert_eq!(report.total(), counts(13, 2, 2));
+    assert_eq!(report.total(), counts(14, 2, 2));
     // Raw, nothing is frozen: no rerun, no classification.
     assert!(report.frozen_only.is_empty());
     assert!(!report.render().contains("unfrozen"));
@@ -162,7 +166,7 @@ async fn an_engine_that_cannot_run_global_code_skips_every_test() {
         .await
         .unwrap();
     // 14 tests the engine cannot run, plus the 2 skipped by feature or flag.
-    assert_eq!(report.total(), counts(0, 0, 17), "{}", report.render());
+    assert_eq!(report.total(), counts(0, 0, 18), "{}", report.render());
     assert!(report.failures.is_empty());
     assert!(report
         .skipped
@@ -170,5 +174,5 @@ async fn an_engine_that_cannot_run_global_code_skips_every_test() {
         .any(|(_, why)| why.starts_with("the engine cannot run it: ")));
     assert!(report
         .render()
-        .ends_with("0 passed, 0 failed, 17 skipped\n"));
+        .ends_with("0 passed, 0 failed, 18 skipped\n"));
 }

@@ -219,7 +219,8 @@ async fn prototype_pollution_fails_shared_and_never_leaks() {
         let r = h.run(src).await;
         assert!(r.ok, "{src}: {:?}", r.error);
         expect_value(
-            &h.run(
+            &run_shared(
+                &h,
                 "return [typeof ({}).polluted, Math.random() !== 4, JSON.parse('1'), \
                  Object.isFrozen(Object.prototype), typeof [].push.call]",
             )

@@ -26,7 +26,15 @@
 //!   `__defineSetter__` on it;
 //! - calls a mutating method on it (`Array.prototype.push(1)`), or any
 //!   method with it as `this` (`f.call(Array.prototype)`);
-//! - passes it to a function the script declared (`patch(Array)`).
+//! - passes it to a function the script declared (`patch(Array)`);
+//! - asks whether it is frozen, sealed or extensible (`Object.isFrozen`,
+//!   `isSealed`, `isExtensible`, `Reflect.isExtensible`). The shared
+//!   realm's answer is the hardening's, not the language's: a private
+//!   realm answers as an unhardened engine does, and is as true of the
+//!   realm the script runs in. So what the shared realm does to built-ins
+//!   shows only through descriptors (`writable: false`) and through
+//!   aliases this check cannot follow. A caller who wants to see the
+//!   shared realm itself pins [`Realm::Shared`].
 //!
 //! "Reaches a built-in" means: a global the script did not declare (other
 //! than the per-run `tools`, `context` and `console`), anything read
@@ -67,6 +75,10 @@ const REFLECTIVE_WRITERS: &[&str] = &[
     "set",
     "deleteProperty",
 ];
+
+/// `Object.X` and `Reflect.X` that tell whether their argument is frozen,
+/// sealed or extensible.
+const INTEGRITY_QUERIES: &[&str] = &["isExtensible", "isFrozen", "isSealed"];
 
 /// Methods that change their receiver (arrays, maps, sets, typed arrays)
 /// or define on it.
@@ -279,7 +291,11 @@ impl Walk<'_> {
                     Expression::Identifier(o) if (o.name == "Object" || o.name == "Reflect")
                         && self.symbol(o).is_none()
                 );
-                if reflective && name.is_some_and(|n| REFLECTIVE_WRITERS.contains(&n)) {
+                if reflective
+                    && name.is_some_and(|n| {
+                        REFLECTIVE_WRITERS.contains(&n) || INTEGRITY_QUERIES.contains(&n)
+                    })
+                {
                     return first();
                 }
                 match name {
@@ -399,6 +415,9 @@ mod tests {
             "Array = null;",
             "this.Array = null;",
             "const d = Object.getOwnPropertyDescriptor(Array, Symbol.species); d.get.x = 1;",
+            "return Object.isExtensible(Array.fromAsync);",
+            "return [Object.isFrozen(Object.prototype), Object.isSealed(Math)];",
+            "return Reflect.isExtensible([].constructor);",
         ] {
             assert!(changes_builtins(src), "not flagged: {src}");
         }
@@ -427,6 +446,7 @@ mod tests {
             "function F() { this.x = 1; } class K { m() { this.y = 2; } }",
             "const a = []; a.constructor = null; delete a.constructor; const o = {}; o.__proto__ = null;",
             "const d = Object.getOwnPropertyDescriptor({ a: 1 }, 'a'); d.value = 2;",
+            "const r = await tools.echo({}); return [Object.isFrozen(r), Object.isFrozen(context), Object.isExtensible({})];",
         ] {
             assert!(!changes_builtins(src), "flagged: {src}");
         }
