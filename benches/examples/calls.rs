@@ -1,9 +1,16 @@
-//! A steady driver for profiling tool calls: `calls N CALLS` runs a script
-//! of CALLS sequential `echo` calls N times on in-process QuickJS and
-//! prints the mean per run; under callgrind the per-call instructions are
-//! (cost(CALLS=100) - cost(CALLS=10)) / 90 / N.
+//! A steady driver for profiling tool calls: `calls N CALLS [GAP_MS]
+//! [process]` runs a script of CALLS sequential `echo` calls N times on
+//! QuickJS (in process, or behind the process boundary with `process`),
+//! GAP_MS apart (default 0: back to back), and prints the mean and median
+//! per run. Under callgrind the per-call instructions are
+//! (cost(CALLS=100) - cost(CALLS=10)) / 90 / N. Comparing CALLS=1 and
+//! CALLS=100 with and without a gap tells a cost paid once per spaced run
+//! (a wake-up) from one paid on every call.
 use harness::{EngineKind, Isolation};
+use std::time::{Duration, Instant};
 
+// Its own worker processes, for `process`.
+harness::main! {
 fn main() {
     let arg = |i: usize, d: usize| {
         std::env::args()
@@ -11,10 +18,14 @@ fn main() {
             .and_then(|a| a.parse().ok())
             .unwrap_or(d)
     };
-    let (n, calls) = (arg(1, 200), arg(2, 100));
+    let (n, calls, gap) = (arg(1, 200), arg(2, 100), arg(3, 0));
+    let isolation = match std::env::args().nth(4).as_deref() {
+        Some("process") => Isolation::Process,
+        _ => Isolation::InProcess,
+    };
     let h = harness_benches::harness(harness_benches::Config {
         engine: EngineKind::QuickJs,
-        isolation: Isolation::InProcess,
+        isolation,
     });
     let script = harness_benches::sequential_calls(calls);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -22,13 +33,24 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio");
-    let t = std::time::Instant::now();
+    for _ in 0..20 {
+        assert!(rt.block_on(h.run(&script)).ok);
+    }
+    let mut runs = Vec::with_capacity(n);
     for _ in 0..n {
+        if gap > 0 {
+            std::thread::sleep(Duration::from_millis(gap as u64));
+        }
+        let t = Instant::now();
         let r = rt.block_on(h.run(&script));
+        runs.push(t.elapsed().as_secs_f64() * 1e6);
         assert!(r.ok, "{r:?}");
     }
+    let mean = runs.iter().sum::<f64>() / n as f64;
+    runs.sort_by(f64::total_cmp);
     println!(
-        "{:.1} µs per run",
-        t.elapsed().as_secs_f64() * 1e6 / n as f64
+        "{calls} calls, {gap} ms apart, {isolation:?}: mean {mean:.1} µs, median {:.1} µs per run",
+        runs[n / 2]
     );
+}
 }
