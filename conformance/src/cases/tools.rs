@@ -27,6 +27,16 @@ pub const CASES: &[Case] = &[
         [Spec::new("const a = await tools.echo({list: [1, 2]}); const b = await tools.echo({sum: a.list[0] + a.list[1]}); return b", |o| expect_value(o, json!({"sum": 3})))]),
     case!("tools::results_are_frozen", "results handed to scripts are deep-frozen", Tools, Nothing,
         [Spec::new("const r = await tools.echo({a: {b: 1}}); return [Object.isFrozen(r), Object.isFrozen(r.a)]", |o| expect_value(o, json!([true, true])))]),
+    case!("tools::frozen_write_hint", "an uncaught write to a frozen object (a tool result, `context`, the script's own) says in the report which objects the harness freezes and to change a copy; the script's own `e.message` is the engine's", Tools, Nothing,
+        [Spec::new("const r = await tools.echo({a: [1]}); r.a.push(2)", frozen_hint),
+         Spec::new("const r = await tools.echo({a: 1}); r.a = 2", frozen_hint),
+         Spec::new("context.model = 'x'", frozen_hint),
+         Spec::new("delete Object.freeze({a: 1}).a", frozen_hint),
+         Spec::new("try { Object.freeze({a: 1}).b = 2 } catch (e) { return [e.name, e.message.includes('copy')] }", |o| expect_value(o, json!(["TypeError", false]))),
+         Spec::new("throw new TypeError('x is not a function')", |o| {
+             expect_code(o, ErrorCode::ScriptRuntimeError)?;
+             ensure(o, o.report.error.as_ref().is_some_and(|e| !e.message.contains("copy")), "a hint on an error that is not a frozen write")
+         })]),
     case!("tools::unknown_tool", "an unknown tool throws ToolNotFoundError listing the available tools", Tools, Nothing,
         [Spec::new("try { await tools.serach({}) } catch (e) { return [e.name, e.message] }", |o| {
             expect_value(o, json!(["ToolNotFoundError", "unknown tool 'serach'; available tools: big, count, echo, fail, guarded, mcp.up.echo-x, sleep, strict, stubborn_sleep"]))
@@ -111,3 +121,17 @@ pub const CASES: &[Case] = &[
             ensure(o, e.tool.as_deref() == Some("fail") && e.call_id == Some(2), "tool fail, call 2")
         })]),
 ];
+
+/// An uncaught TypeError whose report message carries the frozen-object
+/// hint.
+fn frozen_hint(o: &crate::Observed) -> Result<Option<String>, String> {
+    expect_code(o, ErrorCode::ScriptRuntimeError)?;
+    let e = o.report.error.as_ref().expect("error");
+    ensure(
+        o,
+        e.name == "TypeError"
+            && e.message.contains("a frozen object")
+            && e.message.contains("change a copy"),
+        "expected a TypeError whose message says the object is frozen and to change a copy",
+    )
+}

@@ -1376,7 +1376,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 let message = if non_error {
                     message
                 } else {
-                    format!("Uncaught {name}: {message}")
+                    uncaught(&name, &message)
                 };
                 ScriptError::new(ErrorCode::ScriptRuntimeError, Phase::Executing, message)
                     .with_name(name)
@@ -1476,6 +1476,48 @@ fn cancelled_error() -> ScriptError {
     )
 }
 
+/// What the report adds to an uncaught write to a frozen object, for the
+/// model that reads it: which objects the harness freezes, and the fix.
+/// The script's own `e.message` is unchanged.
+const FROZEN_HINT: &str = " (a frozen object: tool results, `context`, `globalThis` and the \
+     shared realm's built-ins are frozen; change a copy, e.g. `{ ...obj }` or `[...arr]`)";
+
+/// Whether an uncaught error is a write to a frozen (non-extensible,
+/// read-only or non-configurable) object, as each engine words it:
+/// QuickJS `object is not extensible`, `'a' is read-only`, `could not
+/// delete property`; Boa `cannot set non-writable property: a`, `cannot
+/// redefine property: a`, `Cannot delete property`, `can't set prototype
+/// of this object`; V8 `Cannot add property a, object is not extensible`,
+/// `Cannot assign to read only property 'a' of object`.
+fn frozen_write(name: &str, message: &str) -> bool {
+    const WORDINGS: &[&str] = &[
+        "object is not extensible",
+        "is read-only",
+        "read only property",
+        "could not delete property",
+        "cannot delete property",
+        "cannot set non-writable property",
+        "cannot redefine property",
+        "can't set prototype of this object",
+    ];
+    if name != "TypeError" || message.len() > 500 {
+        return false;
+    }
+    let message = message.to_ascii_lowercase();
+    WORDINGS.iter().any(|w| message.contains(w))
+}
+
+/// The report's message for an uncaught error: `Uncaught TypeError: …`,
+/// with [`FROZEN_HINT`] after a write to a frozen object.
+fn uncaught(name: &str, message: &str) -> String {
+    let hint = if frozen_write(name, message) {
+        FROZEN_HINT
+    } else {
+        ""
+    };
+    format!("Uncaught {name}: {message}{hint}")
+}
+
 fn fault_error(f: &EngineFault, limits: &Limits) -> ScriptError {
     let stack = f
         .stack
@@ -1519,7 +1561,7 @@ fn fault_error(f: &EngineFault, limits: &Limits) -> ScriptError {
         FaultKind::Thrown => ScriptError::new(
             ErrorCode::ScriptRuntimeError,
             Phase::Executing,
-            format!("Uncaught {}: {}", f.name, f.message),
+            uncaught(&f.name, &f.message),
         )
         .with_name(f.name.clone())
         .with_stack(stack),
@@ -1617,5 +1659,33 @@ mod tests {
         };
         assert_eq!(f.code, ErrorCode::ScriptCancelledError);
         assert!(s.poll_once().is_none(), "its future is gone");
+    }
+
+    /// Each engine's words for a write to a frozen object get the hint;
+    /// other errors, and other names, do not.
+    #[test]
+    fn frozen_writes_get_a_hint() {
+        for message in [
+            "object is not extensible",
+            "'a' is read-only",
+            "could not delete property",
+            "cannot set non-writable property: a",
+            "cannot redefine property: c",
+            "Cannot delete property",
+            "can't set prototype of this object",
+            "Cannot add property a, object is not extensible",
+            "Cannot assign to read only property 'a' of object '#<Object>'",
+        ] {
+            let m = uncaught("TypeError", message);
+            assert_eq!(m, format!("Uncaught TypeError: {message}{FROZEN_HINT}"));
+        }
+        assert_eq!(
+            uncaught("TypeError", "x is not a function"),
+            "Uncaught TypeError: x is not a function"
+        );
+        assert_eq!(
+            uncaught("Error", "object is not extensible"),
+            "Uncaught Error: object is not extensible"
+        );
     }
 }
