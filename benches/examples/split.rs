@@ -5,7 +5,8 @@
 //! tool. In process, `run_script` runs on the engine thread; with
 //! `process`, on the host thread that drives a worker process.
 //! `split [GAP_MS] [WARMUP_RUNS] [RUNS] [OPTIONS]` (defaults 2, 500, 1000),
-//! where OPTIONS is a comma-separated list of `process` and `boa`:
+//! where OPTIONS is a comma-separated list of `process`, `boa` and
+//! `polyfill` (run `benches::POLYFILL`, a private realm, instead):
 //! `cargo build --release -p harness-benches --example split &&
 //!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`;
 //! `SPLIT_DUMP=FILE` also writes each run's wall and inside µs, in order.
@@ -43,7 +44,12 @@ harness::main! {
             .build()
             .expect("tokio");
         let h = harness(config);
-        let run = || rt.block_on(h.run("return 1+1"));
+        let script = if has("polyfill") {
+            harness_benches::POLYFILL
+        } else {
+            "return 1+1"
+        };
+        let run = || rt.block_on(h.run(script));
         for _ in 0..warmup {
             run();
         }
