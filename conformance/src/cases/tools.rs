@@ -95,6 +95,11 @@ pub const CASES: &[Case] = &[
             expect_value(o, json!({"slept": 10}))?;
             ensure(o, o.report.tool_calls[0].status == CallStatus::Cancelled && Counters::get(&o.counters.cancelled) == 1, "loser cancelled")
         })]),
+    case!("tools::race_over_a_set_keeps_its_calls", "Promise.race over an iterable that is no array (the Set of a concurrency pool) cancels nothing: the calls go on, and the script may await them", Tools, Nothing,
+        [Spec::new("const pool = new Set([tools.sleep({ms: 300}), tools.sleep({ms: 10})]); const first = await Promise.race(pool); const all = await Promise.all(pool); return [first, all]", |o| {
+            expect_value(o, json!([{"slept": 10}, [{"slept": 300}, {"slept": 10}]]))?;
+            ensure(o, o.report.tool_calls.iter().all(|c| c.status == CallStatus::Ok) && Counters::get(&o.counters.cancelled) == 0, "no call cancelled")
+        })]),
     case!("tools::orphan_cancelled", "a call not awaited is cancelled when the script ends: DetachedPromiseError, value kept", Tools, Nothing,
         [Spec::new("tools.sleep({ms: 5000}); return 'done'", |o| {
             expect_code(o, ErrorCode::DetachedPromiseError)?;
