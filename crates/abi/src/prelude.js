@@ -139,10 +139,13 @@
 
   // ---- 2. No code generation from strings --------------------------------
   function blocked(kind) {
-    return function () {
+    const f = function () {
       throw hostError('BannedIdentifierError',
         kind + ' is disabled: code generation from strings is not allowed in scripts');
     };
+    // `length` as the language's: eval and every function constructor take 1.
+    defineProperty(f, 'length', { value: 1 });
+    return f;
   }
   const FunctionProto = Function.prototype;
   const ctorProtos = [

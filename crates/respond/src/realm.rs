@@ -28,13 +28,15 @@
 //!   method with it as `this` (`f.call(Array.prototype)`);
 //! - passes it to a function the script declared (`patch(Array)`);
 //! - asks whether it is frozen, sealed or extensible (`Object.isFrozen`,
-//!   `isSealed`, `isExtensible`, `Reflect.isExtensible`). The shared
-//!   realm's answer is the hardening's, not the language's: a private
-//!   realm answers as an unhardened engine does, and is as true of the
-//!   realm the script runs in. So what the shared realm does to built-ins
-//!   shows only through descriptors (`writable: false`) and through
-//!   aliases this check cannot follow. A caller who wants to see the
-//!   shared realm itself pins [`Realm::Shared`].
+//!   `isSealed`, `isExtensible`, `Reflect.isExtensible`), or for its
+//!   property descriptors (`Object.getOwnPropertyDescriptor(s)`,
+//!   `Reflect.getOwnPropertyDescriptor`). The shared realm's answer is the
+//!   hardening's, not the language's (frozen; `writable: false`; an
+//!   accessor pair where the override mistake is tamed): a private realm
+//!   answers as an unhardened engine does, and is as true of the realm
+//!   the script runs in. So what the shared realm does to built-ins shows
+//!   only through aliases this check cannot follow. A caller who wants to
+//!   see the shared realm itself pins [`Realm::Shared`].
 //!
 //! "Reaches a built-in" means: a global the script did not declare (other
 //! than the per-run `tools`, `context` and `console`), anything read
@@ -76,9 +78,17 @@ const REFLECTIVE_WRITERS: &[&str] = &[
     "deleteProperty",
 ];
 
-/// `Object.X` and `Reflect.X` that tell whether their argument is frozen,
-/// sealed or extensible.
-const INTEGRITY_QUERIES: &[&str] = &["isExtensible", "isFrozen", "isSealed"];
+/// `Object.X` and `Reflect.X` whose answer about their argument shows the
+/// shared realm's hardening: whether it is frozen, sealed or extensible,
+/// and its properties' descriptors (`writable: false`, and the accessor
+/// pairs that tame the override mistake where the language has a value).
+const INTEGRITY_QUERIES: &[&str] = &[
+    "isExtensible",
+    "isFrozen",
+    "isSealed",
+    "getOwnPropertyDescriptor",
+    "getOwnPropertyDescriptors",
+];
 
 /// Methods that change their receiver (arrays, maps, sets, typed arrays)
 /// or define on it.
@@ -418,6 +428,8 @@ mod tests {
             "return Object.isExtensible(Array.fromAsync);",
             "return [Object.isFrozen(Object.prototype), Object.isSealed(Math)];",
             "return Reflect.isExtensible([].constructor);",
+            "return Object.getOwnPropertyDescriptor(Array.prototype, 'map').writable;",
+            "return Object.getOwnPropertyDescriptors(Math);",
         ] {
             assert!(changes_builtins(src), "not flagged: {src}");
         }
