@@ -1,32 +1,21 @@
 //! A steady driver for profiling tool calls: `calls N CALLS [GAP_MS]
-//! [process]` runs a script of CALLS sequential `echo` calls N times on
-//! QuickJS (in process, or behind the process boundary with `process`),
+//! [OPTIONS]` runs a script of CALLS sequential `echo` calls N times on
+//! QuickJS in process (OPTIONS as `split`'s: `process` for the process
+//! boundary, `boa` for Boa),
 //! GAP_MS apart (default 0: back to back), and prints the mean and median
 //! per run. Under callgrind the per-call instructions are
 //! (cost(CALLS=100) - cost(CALLS=10)) / 90 / N. Comparing CALLS=1 and
 //! CALLS=100 with and without a gap tells a cost paid once per spaced run
 //! (a wake-up) from one paid on every call.
-use harness::{EngineKind, Isolation};
+use harness_benches::{arg, Config};
 use std::time::{Duration, Instant};
 
 // Its own worker processes, for `process`.
 harness::main! {
 fn main() {
-    let arg = |i: usize, d: usize| {
-        std::env::args()
-            .nth(i)
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(d)
-    };
-    let (n, calls, gap) = (arg(1, 200), arg(2, 100), arg(3, 0));
-    let isolation = match std::env::args().nth(4).as_deref() {
-        Some("process") => Isolation::Process,
-        _ => Isolation::InProcess,
-    };
-    let h = harness_benches::harness(harness_benches::Config {
-        engine: EngineKind::QuickJs,
-        isolation,
-    });
+    let (n, calls, gap) = (arg(1, 200) as usize, arg(2, 100) as usize, arg(3, 0));
+    let config = Config::from_options(&std::env::args().nth(4).unwrap_or_default());
+    let h = harness_benches::harness(config);
     let script = harness_benches::sequential_calls(calls);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -39,7 +28,7 @@ fn main() {
     let mut runs = Vec::with_capacity(n);
     for _ in 0..n {
         if gap > 0 {
-            std::thread::sleep(Duration::from_millis(gap as u64));
+            std::thread::sleep(Duration::from_millis(gap));
         }
         let t = Instant::now();
         let r = rt.block_on(h.run(&script));
@@ -49,7 +38,7 @@ fn main() {
     let mean = runs.iter().sum::<f64>() / n as f64;
     runs.sort_by(f64::total_cmp);
     println!(
-        "{calls} calls, {gap} ms apart, {isolation:?}: mean {mean:.1} µs, median {:.1} µs per run",
+        "{calls} calls, {gap} ms apart, {config}: mean {mean:.1} µs, median {:.1} µs per run",
         runs[n / 2]
     );
 }

@@ -9,8 +9,7 @@
 //! the harness's alone:
 //! `cargo build --release -p harness-benches --example soak &&
 //!  target/release/examples/soak 300000 50000`
-use harness::{EngineKind, Isolation};
-use harness_benches::{harness, Config, POLYFILL, TRIVIAL};
+use harness_benches::{arg, harness, script_from_options, Config};
 
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -26,28 +25,10 @@ fn rss_kib() -> u64 {
 // Its own worker processes, for `process`.
 harness::main! {
     fn main() {
-        let arg = |i: usize, d: u64| {
-            std::env::args()
-                .nth(i)
-                .and_then(|a| a.parse().ok())
-                .unwrap_or(d)
-        };
         let (runs, every) = (arg(1, 300_000), arg(2, 50_000).max(1));
         let options = std::env::args().nth(3).unwrap_or_default();
-        let has = |o: &str| options.split(',').any(|x| x == o);
-        let config = Config {
-            engine: if has("boa") {
-                EngineKind::Boa
-            } else {
-                EngineKind::QuickJs
-            },
-            isolation: if has("process") {
-                Isolation::Process
-            } else {
-                Isolation::InProcess
-            },
-        };
-        let script = if has("polyfill") { POLYFILL } else { TRIVIAL };
+        let config = Config::from_options(&options);
+        let script = script_from_options(&options);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -10,45 +10,21 @@
 //! `cargo build --release -p harness-benches --example split &&
 //!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`;
 //! `SPLIT_DUMP=FILE` also writes each run's wall and inside µs, in order.
-use harness::{EngineKind, Isolation};
-use harness_benches::{harness, quantile, Config};
-
-fn arg(i: usize, default: u64) -> u64 {
-    std::env::args()
-        .nth(i)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(default)
-}
+use harness_benches::{arg, harness, quantile, script_from_options, Config};
 
 // Its own worker processes, for `process`.
 harness::main! {
     fn main() {
         let (gap, warmup, n) = (arg(1, 2), arg(2, 500), arg(3, 1000).max(1) as usize);
         let options = std::env::args().nth(4).unwrap_or_default();
-        let has = |o: &str| options.split(',').any(|x| x == o);
-        let config = Config {
-            engine: if has("boa") {
-                EngineKind::Boa
-            } else {
-                EngineKind::QuickJs
-            },
-            isolation: if has("process") {
-                Isolation::Process
-            } else {
-                Isolation::InProcess
-            },
-        };
+        let config = Config::from_options(&options);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("tokio");
         let h = harness(config);
-        let script = if has("polyfill") {
-            harness_benches::POLYFILL
-        } else {
-            "return 1+1"
-        };
+        let script = script_from_options(&options);
         let run = || rt.block_on(h.run(script));
         for _ in 0..warmup {
             run();

@@ -68,6 +68,46 @@ impl std::fmt::Display for Config {
     }
 }
 
+impl Config {
+    /// The examples' OPTIONS argument, a comma-separated list: `boa` for
+    /// Boa (else QuickJS), `process` for the process boundary (else in
+    /// process); other words are left to [`script_from_options`].
+    pub fn from_options(options: &str) -> Config {
+        let has = |o: &str| options.split(',').any(|x| x == o);
+        Config {
+            engine: if has("boa") {
+                EngineKind::Boa
+            } else {
+                EngineKind::QuickJs
+            },
+            isolation: if has("process") {
+                Isolation::Process
+            } else {
+                Isolation::InProcess
+            },
+        }
+    }
+}
+
+/// The examples' script for their OPTIONS argument: [`POLYFILL`] (a
+/// private realm) with `polyfill` in the list, else [`TRIVIAL`].
+pub fn script_from_options(options: &str) -> &'static str {
+    if options.split(',').any(|x| x == "polyfill") {
+        POLYFILL
+    } else {
+        TRIVIAL
+    }
+}
+
+/// The examples' numeric argument `i` (from 1), or `default` when it is
+/// absent or not a number.
+pub fn arg(i: usize, default: u64) -> u64 {
+    std::env::args()
+        .nth(i)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(default)
+}
+
 /// A harness for `config` with an `echo` tool and budgets large enough
 /// for the workloads. Process workers are this very binary, which must
 /// call `harness::serve_worker_if_requested` first in `main`.

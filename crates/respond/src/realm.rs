@@ -82,7 +82,7 @@ const REFLECTIVE_WRITERS: &[&str] = &[
 /// shared realm's hardening: whether it is frozen, sealed or extensible,
 /// and its properties' descriptors (`writable: false`, and the accessor
 /// pairs that tame the override mistake where the language has a value).
-const INTEGRITY_QUERIES: &[&str] = &[
+const HARDENING_QUERIES: &[&str] = &[
     "isExtensible",
     "isFrozen",
     "isSealed",
@@ -303,7 +303,7 @@ impl Walk<'_> {
                 );
                 if reflective
                     && name.is_some_and(|n| {
-                        REFLECTIVE_WRITERS.contains(&n) || INTEGRITY_QUERIES.contains(&n)
+                        REFLECTIVE_WRITERS.contains(&n) || HARDENING_QUERIES.contains(&n)
                     })
                 {
                     return first();
