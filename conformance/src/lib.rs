@@ -122,6 +122,10 @@ pub struct Observed {
 /// any, is shown in the output), `Err(why)` fails.
 pub type Check = fn(&Observed) -> Result<Option<String>, String>;
 
+/// How long [`Spec::cancel_in_sleep`] waits for a `sleep` call to begin
+/// before it cancels anyway.
+pub const SLEEP_WAIT: Duration = Duration::from_secs(10);
+
 /// One script run and its check.
 #[derive(Debug, Clone, Copy)]
 pub struct Spec {
@@ -133,8 +137,13 @@ pub struct Spec {
     pub approvals: Approvals,
     /// Tools and packs the script may see; `None` for all.
     pub allow: Option<&'static [&'static str]>,
-    /// Cancel the run this long after it starts.
+    /// Cancel the run this long after it starts (or after its first
+    /// `sleep` call began, with `cancel_in_sleep`).
     pub cancel_after_ms: Option<u64>,
+    /// Start `cancel_after_ms` once a `sleep` call is running, so that the
+    /// cancellation meets the tool however long the engine took to get
+    /// there (a fresh Boa worker in a dev build takes over 100 ms).
+    pub cancel_in_sleep: bool,
     /// The script's language (default: auto, as every entry).
     pub language: ScriptLanguage,
     /// Start detached tasks here (`tools.spawn` on) when set.
@@ -154,6 +163,7 @@ impl Spec {
             approvals: Approvals::Deny,
             allow: None,
             cancel_after_ms: None,
+            cancel_in_sleep: false,
             language: ScriptLanguage::Auto,
             spawn: false,
             context: None,
@@ -206,6 +216,14 @@ impl Spec {
     }
     pub const fn cancel_after(mut self, ms: u64) -> Self {
         self.cancel_after_ms = Some(ms);
+        self
+    }
+    /// Cancel the run `ms` after its first `sleep` call began (or after
+    /// [`SLEEP_WAIT`], if none does: the check then sees no cancelled
+    /// call).
+    pub const fn cancel_in_sleep(mut self, ms: u64) -> Self {
+        self.cancel_after_ms = Some(ms);
+        self.cancel_in_sleep = true;
         self
     }
 }
@@ -349,7 +367,16 @@ async fn run_step_in(
     };
     if let Some(ms) = spec.cancel_after_ms {
         let token = req.cancel.clone();
+        let (in_sleep, counters) = (spec.cancel_in_sleep, counters.clone());
         tokio::spawn(async move {
+            let waited = Instant::now();
+            while in_sleep
+                && Counters::get(&counters.sleeping) == 0
+                && waited.elapsed() < SLEEP_WAIT
+                && !token.is_cancelled()
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
             tokio::time::sleep(Duration::from_millis(ms)).await;
             token.cancel();
         });

@@ -17,6 +17,8 @@ pub struct Counters {
     pub cancelled: AtomicUsize,
     pub finished: AtomicUsize,
     pub executed: AtomicUsize,
+    /// `sleep` calls that began sleeping.
+    pub sleeping: AtomicUsize,
 }
 
 impl Counters {
@@ -55,6 +57,7 @@ pub fn registry(c: Arc<Counters>) -> ToolRegistry {
                 let c = c1.clone();
                 async move {
                     let ms = a["ms"].as_u64().unwrap_or(0);
+                    c.sleeping.fetch_add(1, Ordering::SeqCst);
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(ms)) => {
                             c.finished.fetch_add(1, Ordering::SeqCst);
