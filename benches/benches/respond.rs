@@ -4,7 +4,7 @@
 //! Run: `cargo bench -p harness-benches --bench respond`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use harness::respond::realm::changes_builtins;
+use harness::respond::realm::{changes_builtins, RealmCache};
 use harness::respond::{detect, prepare::Preparer, Language};
 use harness_benches::{response_20kib, script_20kib, POLYFILL, TRIVIAL, TYPICAL};
 
@@ -45,6 +45,12 @@ fn prepare(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(src.len() as u64));
         g.bench_with_input(BenchmarkId::from_parameter(name), &src, |b, src| {
             b.iter(|| changes_builtins(src))
+        });
+        // The same script again, through the facade's cache of verdicts.
+        let cache = RealmCache::new(64);
+        cache.realm_for(&src);
+        g.bench_with_input(BenchmarkId::new("cached", name), &src, |b, src| {
+            b.iter(|| cache.realm_for(src))
         });
     }
     g.finish();

@@ -122,6 +122,9 @@ pub const CASES: &[Case] = &[
             "let sealed = 'no error'; try { globalThis.planted = 1; } catch (e) { sealed = e.name; }\n",
             "return [[1, 2, 3].last(), 'hi'.shout(), Object.isFrozen(Array.prototype), blocked, sealed, typeof tools, Object.isFrozen(context)]"),
             |o| expect_value(o, json!([3, "HI!", false, "BannedIdentifierError", "TypeError", "object", true]))).private_realm()]),
+    case!("contract::typescript_polyfill", "a TypeScript script that patches a built-in gets the private realm the facade picks, whether it is declared TypeScript or found to be", Semantics, Nothing,
+        [Spec::new("(Array.prototype as any).last = function (this: number[]): number { return this[this.length - 1]; };\nconst xs: number[] = [1, 2, 3];\nreturn (xs as any).last() as number", |o| expect_value(o, json!(3))),
+         Spec::new("(Array.prototype as any).last = function (this: number[]): number { return this[this.length - 1]; };\nconst xs: number[] = [1, 2, 3];\nreturn (xs as any).last() as number", |o| expect_value(o, json!(3))).language(ScriptLanguage::TypeScript)]),
     case!("contract::context_shape", "context has the documented ids, sandbox, capabilities and approvals; scriptId is new per run and in the report", Context, Nothing,
         [Spec::new("return [context.model, context.provider, context.conversationId, context.sessionId, context.turnId, context.scriptId, context.sandbox.timeoutMs, context.sandbox.memoryMb, context.sandbox.maxConcurrentToolCalls, context.sandbox.mode, context.capabilities.tools.includes('echo'), context.approvals.required, context.approvals.lastRequestId, Object.isFrozen(context.sandbox) && Object.isFrozen(context.capabilities) && Object.isFrozen(context.approvals)]", |o| {
             let v = o.report.value.clone().unwrap_or_default();

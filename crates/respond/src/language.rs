@@ -12,6 +12,7 @@
 
 use crate::detect::Language;
 use crate::prepare::Preparer;
+use crate::realm::RealmCache;
 use async_trait::async_trait;
 use harness_core::{
     EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome, Phase,
@@ -37,6 +38,7 @@ use std::sync::Arc;
 pub struct TypeScriptAware {
     inner: Arc<dyn ScriptRuntimeAdapter>,
     preparer: Arc<Preparer>,
+    realms: Arc<RealmCache>,
 }
 
 impl std::fmt::Debug for TypeScriptAware {
@@ -44,16 +46,19 @@ impl std::fmt::Debug for TypeScriptAware {
         f.debug_struct("TypeScriptAware")
             .field("engine", &self.inner.info().name)
             .field("cache", &self.preparer.stats())
+            .field("realms", &self.realms)
             .finish()
     }
 }
 
 impl TypeScriptAware {
-    /// Wraps `inner`, with a cache of 256 stripped scripts.
+    /// Wraps `inner`, with a cache of 256 stripped scripts and one of the
+    /// realm check's verdicts for 64 scripts.
     pub fn new(inner: Arc<dyn ScriptRuntimeAdapter>) -> Self {
         TypeScriptAware {
             inner,
             preparer: Arc::new(Preparer::new(256, u64::MAX)),
+            realms: Arc::new(RealmCache::new(64)),
         }
     }
 
@@ -68,6 +73,21 @@ impl TypeScriptAware {
         self.preparer
             .prepare(source.as_bytes(), Language::Typescript)
             .map(|p| p.code.clone())
+    }
+
+    /// A script that may change a built-in gets a private realm
+    /// (`crate::realm`), unless the caller chose.
+    fn choose_realm(&self, request: &mut ExecutionRequest) {
+        if request.limits.realm.is_none() {
+            // A script over the size cap is refused before it runs: not
+            // worth parsing here.
+            let within = request.source.len() as u64 <= request.limits.max_source_bytes;
+            request.limits.realm = Some(if within {
+                self.realms.realm_for(&request.source)
+            } else {
+                harness_core::Realm::Shared
+            });
+        }
     }
 
     /// Whether a failed run is a syntax error of the whole script, found
@@ -101,28 +121,23 @@ impl ScriptRuntimeAdapter for TypeScriptAware {
     }
 
     async fn execute(&self, mut request: ExecutionRequest) -> ExecutionReport {
-        // A script that may change a built-in gets a private realm
-        // (`crate::realm`), unless the caller chose.
-        if request.limits.realm.is_none() {
-            // A script over the size cap is refused before it runs: not
-            // worth parsing here.
-            let within = request.source.len() as u64 <= request.limits.max_source_bytes;
-            request.limits.realm = Some(if within {
-                crate::realm::realm_for(&request.source)
-            } else {
-                harness_core::Realm::Shared
-            });
-        }
         match request.language {
-            ScriptLanguage::JavaScript => self.inner.execute(request).await,
+            ScriptLanguage::JavaScript => {
+                self.choose_realm(&mut request);
+                self.inner.execute(request).await
+            }
+            // Checked once stripped: the check then parses JavaScript at
+            // its first try, instead of failing on the types first.
             ScriptLanguage::TypeScript => match self.strip(&request.source) {
                 Ok(js) => {
                     request.source = js;
+                    self.choose_realm(&mut request);
                     self.inner.execute(request).await
                 }
                 Err(e) => ExecutionReport::failed(&self.inner.info().name, e),
             },
             _ => {
+                self.choose_realm(&mut request);
                 let retry = request.clone();
                 let report = self.inner.execute(request).await;
                 if !Self::rejected_unparsed(&report) {
