@@ -127,7 +127,7 @@ pub fn realm_for(source: &str) -> Realm {
 /// top-level `return` and `await`) may change a built-in. See the module
 /// docs for the rule.
 pub fn changes_builtins(source: &str) -> bool {
-    if !worth_parsing(source) {
+    if !may_flag(source) || nesting_depth(source) > crate::prepare::MAX_NESTING {
         return false;
     }
     // A parser panic (a known debug-build one: prepare.rs) is a "no".
@@ -135,28 +135,27 @@ pub fn changes_builtins(source: &str) -> bool {
 }
 
 /// Whether `source` has anything the check could flag, decided without
-/// parsing: every flagged form has one of these characters, and
-/// `return 1 + 1` has none. Nesting deeper than the parser is let go is
-/// not parsed either (prepare refuses it).
-fn worth_parsing(source: &str) -> bool {
-    let maybe = source
+/// parsing: every flagged form has one of these, and `return 1 + 1` has
+/// none. (Nesting deeper than the parser is let go is not parsed either:
+/// prepare refuses it.)
+fn may_flag(source: &str) -> bool {
+    source
         .as_bytes()
         .iter()
         .any(|b| matches!(b, b'=' | b'(' | b'`'))
         || source.contains("++")
         || source.contains("--")
-        || source.contains("delete");
-    maybe && nesting_depth(source) <= crate::prepare::MAX_NESTING
+        || source.contains("delete")
 }
 
-/// [`realm_for`], remembering its verdicts for the last scripts it parsed:
-/// a host that sends the same script again (a retry, a loop over inputs,
-/// a benchmark) pays a fast hash and a comparison instead of a parse
-/// (6 µs for a typical 0.6 KiB script, 160 µs at the 20 KiB size cap).
-/// Scripts the check need not parse are not kept. The key is a fast hash
-/// and a hit compares the whole source, so a collision is a miss; and a
-/// wrong verdict could only cost speed or conformance, never isolation
-/// (module docs). Shareable across threads; [`TypeScriptAware`]
+/// [`realm_for`], remembering its verdicts for the last scripts it
+/// checked: a host that sends the same script again (a retry, a loop over
+/// inputs, a benchmark) pays a fast hash and a comparison instead of a
+/// parse (6 µs for a typical 0.6 KiB script, 160 µs at the 20 KiB size
+/// cap). Scripts with nothing the check could flag are not kept. The key
+/// is a fast hash and a hit compares the whole source, so a collision is
+/// a miss; and a wrong verdict could only cost speed or conformance,
+/// never isolation (module docs). Shareable across threads; [`TypeScriptAware`]
 /// (`crate::language`) keeps one for every script the facade runs.
 ///
 /// # Examples
@@ -185,7 +184,7 @@ impl RealmCache {
 
     /// The realm `source` needs, as [`realm_for`] says.
     pub fn realm_for(&self, source: &str) -> Realm {
-        if !worth_parsing(source) {
+        if !may_flag(source) {
             return Realm::Shared;
         }
         let key = {
@@ -560,7 +559,7 @@ mod tests {
             assert_eq!(cache.realm_for("const a = [1]; return a"), Realm::Shared);
         }
         assert_eq!(cache.len(), 2);
-        // Not parsed, not kept.
+        // Nothing to flag: not kept.
         assert_eq!(cache.realm_for("return 1"), Realm::Shared);
         assert_eq!(cache.len(), 2);
         // The oldest goes; its verdict is found again by parsing.
