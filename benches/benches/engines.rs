@@ -6,16 +6,8 @@ use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use harness_benches::*;
 use std::time::{Duration, Instant};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio")
-}
-
 fn trivial(c: &mut Criterion) {
-    let rt = runtime();
+    let rt = runtime(2);
     back_to_back(c, &rt, "trivial", TRIVIAL);
     // A script that patches a built-in, back to back: each run gets a
     // private realm, a context made for it (the price of `Realm::Private`).
@@ -88,7 +80,7 @@ fn print_percentiles(label: &str, all: &mut [Duration]) {
 }
 
 fn tool_calls(c: &mut Criterion) {
-    let rt = runtime();
+    let rt = runtime(2);
     let mut g = c.benchmark_group("tool_calls");
     for engine in engines() {
         let h = harness(engine);
@@ -113,7 +105,7 @@ fn tool_calls(c: &mut Criterion) {
 }
 
 fn workloads(c: &mut Criterion) {
-    let rt = runtime();
+    let rt = runtime(2);
     let mut g = c.benchmark_group("workloads");
     g.sample_size(20);
     for engine in engines() {
@@ -133,7 +125,7 @@ fn workloads(c: &mut Criterion) {
 /// Scripts per second with 1, 2 and 8 executions in flight: one criterion
 /// iteration is one finished script; `in_flight` tasks share one harness.
 fn throughput(c: &mut Criterion) {
-    let rt = runtime();
+    let rt = runtime(2);
     let mut g = c.benchmark_group("throughput");
     g.throughput(Throughput::Elements(1));
     for engine in engines() {

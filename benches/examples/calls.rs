@@ -17,11 +17,7 @@ fn main() {
     let config = Config::from_options(&std::env::args().nth(4).unwrap_or_default());
     let h = harness_benches::harness(config);
     let script = harness_benches::sequential_calls(calls);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("tokio");
+    let rt = harness_benches::runtime(1);
     for _ in 0..20 {
         assert!(rt.block_on(h.run(&script)).ok);
     }

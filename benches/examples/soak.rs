@@ -29,11 +29,7 @@ harness::main! {
         let options = std::env::args().nth(3).unwrap_or_default();
         let config = Config::from_options(&options);
         let script = script_from_options(&options);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio");
+        let rt = harness_benches::runtime(2);
         let h = harness(config);
         println!("{config}: {} KiB before the first run", rss_kib());
         for i in 1..=runs {

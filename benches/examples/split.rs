@@ -18,11 +18,7 @@ harness::main! {
         let (gap, warmup, n) = (arg(1, 2), arg(2, 500), arg(3, 1000).max(1) as usize);
         let options = std::env::args().nth(4).unwrap_or_default();
         let config = Config::from_options(&options);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio");
+        let rt = harness_benches::runtime(2);
         let h = harness(config);
         let script = script_from_options(&options);
         let run = || rt.block_on(h.run(script));

@@ -11,11 +11,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(2);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio");
+    let rt = harness_benches::runtime(2);
     let (jobs, rx) = mpsc::channel::<tokio::sync::oneshot::Sender<Instant>>();
     std::thread::spawn(move || {
         while let Ok(answer) = rx.recv() {

@@ -99,6 +99,16 @@ pub fn script_from_options(options: &str) -> &'static str {
     }
 }
 
+/// A multi-threaded tokio runtime with `worker_threads` workers, timers
+/// and I/O on, as the benches and examples drive the harness.
+pub fn runtime(worker_threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
 /// The examples' numeric argument `i` (from 1), or `default` when it is
 /// absent or not a number.
 pub fn arg(i: usize, default: u64) -> u64 {
