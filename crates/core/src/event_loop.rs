@@ -1074,6 +1074,17 @@ pub fn run_lent<E: Engine + ?Sized>(
     }
 }
 
+/// Whether a fault from [`Engine::start`] only says that the script did
+/// not compile (a syntax error, or nesting deeper than the parser's stack;
+/// script code runs inside the prelude's async wrapper, so a stack
+/// overflow escaping `start` happened while parsing): nothing of the
+/// script ran, and the engine may serve the next run. The one rule for
+/// the in-process pool and for worker processes
+/// ([`crate::process`]), which must agree on when an engine is tainted.
+pub(crate) fn is_parse_failure(f: &EngineFault) -> bool {
+    matches!(f.kind, FaultKind::Syntax | FaultKind::StackOverflow)
+}
+
 /// How the main loop ended.
 #[derive(Debug)]
 enum End {
@@ -1125,9 +1136,10 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         if let Err(f) = self.engine.start(&wrap_source(source)) {
             // Script code runs inside the prelude's async wrapper, so a
             // stack overflow escaping `start` happened while parsing.
-            return match f.kind {
-                FaultKind::Syntax | FaultKind::StackOverflow => End::ParseFailed(f),
-                _ => self.fault_end(f),
+            return if is_parse_failure(&f) {
+                End::ParseFailed(f)
+            } else {
+                self.fault_end(f)
             };
         }
         loop {

@@ -289,7 +289,13 @@ fn answer_failed_run(pipe: &Pipe, f: EngineFault) {
 }
 
 /// Runs engine primitives as the host asks, until Finish. Returns whether
-/// the engine is tainted.
+/// the engine is tainted, by the in-process pool's rule (`run_script`): a
+/// fault other than a script that did not compile, or memory exhausted
+/// even where the script caught it. (This once counted every fault, a
+/// syntax error too: each such run, and each TypeScript script that the
+/// facade first tried as JavaScript, cost the next run a new runtime and
+/// a freshly hardened context, 6 ms on a slow VM. And a run that caught
+/// its out-of-memory error left the runtime in service.)
 fn serve_run(
     engine: &mut dyn Engine,
     pipe: &Rc<Pipe>,
@@ -309,11 +315,11 @@ fn serve_run(
     let mut tainted = false;
     let mut step = |engine: &mut dyn Engine, phase: StepPhase, r: Result<(), EngineFault>| {
         if let Err(f) = &r {
-            tainted = true;
             *panicked |= f.kind == FaultKind::Internal && f.message.starts_with(PANIC_PREFIX);
         }
         let memory_used = engine.memory_used().or_else(|| Some(budget::peak()));
         let exhausted = engine.memory_exhausted();
+        tainted |= taints(phase, r.as_ref().err(), exhausted);
         let fuel_consumed = engine.fuel_consumed();
         pipe.send(&FromWorker::Step {
             phase,
@@ -347,6 +353,13 @@ fn serve_run(
             _ => std::process::exit(2),
         }
     }
+}
+
+/// Whether one step of a run taints the engine (see [`serve_run`]).
+fn taints(phase: StepPhase, fault: Option<&EngineFault>, exhausted: bool) -> bool {
+    let faulted = fault
+        .is_some_and(|f| !(phase == StepPhase::Start && crate::event_loop::is_parse_failure(f)));
+    faulted || exhausted
 }
 
 fn settle_all(engine: &mut dyn Engine, settles: &[Settle]) -> Result<(), EngineFault> {
@@ -563,5 +576,44 @@ pub(super) mod sys {
         }
         #[cfg(not(unix))]
         std::process::abort()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_script_that_did_not_compile_leaves_the_engine_in_service() {
+        let f = |kind| EngineFault::new(kind, "E", "m");
+        // Did not compile: nothing ran.
+        assert!(!taints(
+            StepPhase::Start,
+            Some(&f(FaultKind::Syntax)),
+            false
+        ));
+        assert!(!taints(
+            StepPhase::Start,
+            Some(&f(FaultKind::StackOverflow)),
+            false
+        ));
+        assert!(!taints(StepPhase::Jobs, None, false));
+        // ... unless memory ran out, caught or not.
+        assert!(taints(StepPhase::Start, Some(&f(FaultKind::Syntax)), true));
+        assert!(taints(StepPhase::Jobs, None, true));
+        // Any other fault, or a syntax error anywhere but compiling the script.
+        for kind in FaultKind::ALL {
+            assert!(taints(StepPhase::Load, Some(&f(kind)), false), "{kind:?}");
+            assert!(taints(StepPhase::Jobs, Some(&f(kind)), false), "{kind:?}");
+        }
+        for kind in [
+            FaultKind::Interrupted,
+            FaultKind::OutOfFuel,
+            FaultKind::OutOfMemory,
+            FaultKind::Thrown,
+            FaultKind::Internal,
+        ] {
+            assert!(taints(StepPhase::Start, Some(&f(kind)), false), "{kind:?}");
+        }
     }
 }
