@@ -12,6 +12,9 @@ fn trivial(c: &mut Criterion) {
     // A script that patches a built-in, back to back: each run gets a
     // private realm, a context made for it (the price of `Realm::Private`).
     back_to_back(c, &rt, "private_realm", POLYFILL);
+    // TypeScript with the language left to the facade (`auto`): the
+    // types are found and stripped before the engine sees the script.
+    back_to_back(c, &rt, "typescript", TYPESCRIPT);
 
     // Runs spaced 2 ms apart, as between a model's turns: each run finds a
     // context hardened in advance. And 20 ms apart, which leaves engines

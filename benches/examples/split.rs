@@ -5,8 +5,9 @@
 //! tool. In process, `run_script` runs on the engine thread; with
 //! `process`, on the host thread that drives a worker process.
 //! `split [GAP_MS] [WARMUP_RUNS] [RUNS] [OPTIONS]` (defaults 2, 500, 1000),
-//! where OPTIONS is a comma-separated list of `process`, `boa` and
-//! `polyfill` (run `benches::POLYFILL`, a private realm, instead):
+//! where OPTIONS is a comma-separated list of `process`, `boa`,
+//! `polyfill` (run `benches::POLYFILL`, a private realm, instead) and
+//! `typescript` (`benches::TYPESCRIPT`, types found and stripped):
 //! `cargo build --release -p harness-benches --example split &&
 //!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`;
 //! `SPLIT_DUMP=FILE` also writes each run's wall and inside µs, in order.

@@ -19,6 +19,11 @@ pub const TRIVIAL: &str = "return 1+1";
 pub const POLYFILL: &str =
     "Array.prototype.last = function () { return this[this.length - 1]; }; return [1, 2].last()";
 
+/// A trivial script in TypeScript, as a model told to write TypeScript
+/// writes one: the facade (language `auto`, the default) finds the types
+/// and strips them before the engine runs it.
+pub const TYPESCRIPT: &str = "const xs: number[] = [1, 2]; const add = (a: number, b: number): number => a + b; return add(xs[0], xs[1])";
+
 /// A script as a model writes one (about 0.6 KiB): tool calls, JSON, `Math`,
 /// `Object.keys`, array methods; it changes no built-in.
 pub const TYPICAL: &str = r#"const files = await tools.glob({ pattern: "src/**/*.ts" });
@@ -90,10 +95,14 @@ impl Config {
 }
 
 /// The examples' script for their OPTIONS argument: [`POLYFILL`] (a
-/// private realm) with `polyfill` in the list, else [`TRIVIAL`].
+/// private realm) with `polyfill` in the list, [`TYPESCRIPT`] with
+/// `typescript`, else [`TRIVIAL`].
 pub fn script_from_options(options: &str) -> &'static str {
-    if options.split(',').any(|x| x == "polyfill") {
+    let has = |o: &str| options.split(',').any(|x| x == o);
+    if has("polyfill") {
         POLYFILL
+    } else if has("typescript") {
+        TYPESCRIPT
     } else {
         TRIVIAL
     }
