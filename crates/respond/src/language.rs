@@ -6,13 +6,18 @@
 //! the script as a syntax error, before anything of it ran, is the source
 //! parsed as TypeScript (oxc, cached by hash in a [`Preparer`]); if that
 //! parses, the stripped script runs instead, else the engine's own syntax
-//! error (line and column of the original source) stands.
+//! error (line and column of the original source) stands. The realm check
+//! ([`crate::realm`]) parses most scripts anyway (any with `=`, `(`, …);
+//! when it found that a script parses only as TypeScript, the script is
+//! stripped at once, without the doomed first run (which behind the
+//! process boundary is a round trip to the worker, and for a script that
+//! needs a private realm a whole realm).
 //! [`ScriptLanguage::TypeScript`] strips first; [`ScriptLanguage::JavaScript`]
 //! never does.
 
 use crate::detect::Language;
 use crate::prepare::Preparer;
-use crate::realm::RealmCache;
+use crate::realm::{RealmCache, Verdict};
 use async_trait::async_trait;
 use harness_core::{
     EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome, Phase,
@@ -79,15 +84,23 @@ impl TypeScriptAware {
     /// (`crate::realm`), unless the caller chose.
     fn choose_realm(&self, request: &mut ExecutionRequest) {
         if request.limits.realm.is_none() {
-            // A script over the size cap is refused before it runs: not
-            // worth parsing here.
-            let within = request.source.len() as u64 <= request.limits.max_source_bytes;
-            request.limits.realm = Some(if within {
-                self.realms.realm_for(&request.source)
-            } else {
-                harness_core::Realm::Shared
-            });
+            self.check(request);
         }
+    }
+
+    /// The realm check's verdict on the request's script (kept for the
+    /// last scripts); sets the realm it needs unless the caller chose one.
+    fn check(&self, request: &mut ExecutionRequest) -> Verdict {
+        // A script over the size cap is refused before it runs: not worth
+        // parsing here.
+        let within = request.source.len() as u64 <= request.limits.max_source_bytes;
+        let verdict = if within {
+            self.realms.verdict(&request.source)
+        } else {
+            Verdict::UNKNOWN
+        };
+        request.limits.realm.get_or_insert(verdict.realm);
+        verdict
     }
 
     /// Whether a failed run is a syntax error of the whole script, found
@@ -137,7 +150,14 @@ impl ScriptRuntimeAdapter for TypeScriptAware {
                 Err(e) => ExecutionReport::failed(&self.inner.info().name, e),
             },
             _ => {
-                self.choose_realm(&mut request);
+                if self.check(&mut request).typescript_only {
+                    // Parsed as TypeScript only: as JavaScript, the first
+                    // try would fail.
+                    if let Ok(js) = self.strip(&request.source) {
+                        request.source = js;
+                        return self.inner.execute(request).await;
+                    }
+                }
                 let retry = request.clone();
                 let report = self.inner.execute(request).await;
                 if !Self::rejected_unparsed(&report) {
@@ -181,4 +201,57 @@ fn further_error(mut report: ExecutionReport, ts: ScriptError) -> ExecutionRepor
         report.error = Some(ScriptError { metadata, ..ts });
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// QuickJS, counting the runs it is asked for.
+    struct Counting {
+        inner: harness_quickjs::QuickJs,
+        runs: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl ScriptRuntimeAdapter for Counting {
+        fn info(&self) -> EngineInfo {
+            self.inner.info()
+        }
+        async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+            self.inner.check_syntax(source).await
+        }
+        async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            self.inner.execute(request).await
+        }
+    }
+
+    async fn runs(source: &str) -> (ExecutionReport, usize) {
+        let counting = Arc::new(Counting {
+            inner: harness_quickjs::QuickJs::new(),
+            runs: AtomicUsize::new(0),
+        });
+        let engine = TypeScriptAware::new(counting.clone());
+        let report = engine.execute(ExecutionRequest::new(source)).await;
+        (report, counting.runs.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn typescript_the_realm_check_parsed_runs_once_stripped() {
+        // Parsed by the check (it has `=`): only TypeScript parses it.
+        let (r, n) = runs("const xs: number[] = [1, 2]; return xs.length").await;
+        assert_eq!((r.value, n), (Some(serde_json::json!(2)), 1));
+        // JavaScript: once, as it is.
+        let (r, n) = runs("const xs = [1, 2]; return xs.length").await;
+        assert_eq!((r.value, n), (Some(serde_json::json!(2)), 1));
+        // Neither: the engine's syntax error, from one run.
+        let (r, n) = runs("const xs = ; return xs").await;
+        assert_eq!(r.error.map(|e| e.code), Some(ErrorCode::ScriptSyntaxError));
+        assert_eq!(n, 1);
+        // Nothing the check parses (no `=`, `(`, …): JavaScript first, as ever.
+        let (r, n) = runs("return 1 as number").await;
+        assert_eq!((r.value, n), (Some(serde_json::json!(1)), 2));
+    }
 }

@@ -127,11 +127,32 @@ pub fn realm_for(source: &str) -> Realm {
 /// top-level `return` and `await`) may change a built-in. See the module
 /// docs for the rule.
 pub fn changes_builtins(source: &str) -> bool {
+    verdict(source).realm == Realm::Private
+}
+
+/// What the check learnt about a script: the realm it needs, and whether
+/// it parsed only as TypeScript (so that running it as JavaScript first
+/// would fail; `crate::language` strips it at once then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub(crate) realm: Realm,
+    pub(crate) typescript_only: bool,
+}
+
+impl Verdict {
+    /// Not parsed (nothing to flag, too deep, or no parse at all).
+    pub(crate) const UNKNOWN: Verdict = Verdict {
+        realm: Realm::Shared,
+        typescript_only: false,
+    };
+}
+
+fn verdict(source: &str) -> Verdict {
     if !may_flag(source) || nesting_depth(source) > crate::prepare::MAX_NESTING {
-        return false;
+        return Verdict::UNKNOWN;
     }
     // A parser panic (a known debug-build one: prepare.rs) is a "no".
-    std::panic::catch_unwind(|| check(source)).unwrap_or(false)
+    std::panic::catch_unwind(|| check(source)).unwrap_or(Verdict::UNKNOWN)
 }
 
 /// Whether `source` has anything the check could flag, decided without
@@ -170,7 +191,7 @@ fn may_flag(source: &str) -> bool {
 ///
 /// [`TypeScriptAware`]: crate::language::TypeScriptAware
 pub struct RealmCache {
-    verdicts: std::sync::Mutex<lru::LruCache<u64, (Box<str>, Realm)>>,
+    verdicts: std::sync::Mutex<lru::LruCache<u64, (Box<str>, Verdict)>>,
 }
 
 impl RealmCache {
@@ -184,8 +205,13 @@ impl RealmCache {
 
     /// The realm `source` needs, as [`realm_for`] says.
     pub fn realm_for(&self, source: &str) -> Realm {
+        self.verdict(source).realm
+    }
+
+    /// The check's [`Verdict`] on `source`, kept or found now.
+    pub(crate) fn verdict(&self, source: &str) -> Verdict {
         if !may_flag(source) {
-            return Realm::Shared;
+            return Verdict::UNKNOWN;
         }
         let key = {
             use std::hash::Hasher;
@@ -194,17 +220,17 @@ impl RealmCache {
             h.finish()
         };
         if let Ok(mut verdicts) = self.verdicts.lock() {
-            if let Some((kept, realm)) = verdicts.get(&key) {
+            if let Some((kept, found)) = verdicts.get(&key) {
                 if **kept == *source {
-                    return *realm;
+                    return *found;
                 }
             }
         }
-        let realm = realm_for(source);
+        let found = verdict(source);
         if let Ok(mut verdicts) = self.verdicts.lock() {
-            verdicts.put(key, (source.into(), realm));
+            verdicts.put(key, (source.into(), found));
         }
-        realm
+        found
     }
 
     /// How many verdicts are kept now.
@@ -221,8 +247,11 @@ impl std::fmt::Debug for RealmCache {
     }
 }
 
-fn check(source: &str) -> bool {
-    for source_type in [SourceType::mjs(), SourceType::ts().with_module(true)] {
+fn check(source: &str) -> Verdict {
+    for (typescript_only, source_type) in [
+        (false, SourceType::mjs()),
+        (true, SourceType::ts().with_module(true)),
+    ] {
         let allocator = Allocator::default();
         let parsed = Parser::new(&allocator, source, source_type)
             .with_options(ParseOptions {
@@ -233,9 +262,17 @@ fn check(source: &str) -> bool {
         if parsed.panicked || parsed.diagnostics.errors().next().is_some() {
             continue;
         }
-        return flags(&parsed.program);
+        let realm = if flags(&parsed.program) {
+            Realm::Private
+        } else {
+            Realm::Shared
+        };
+        return Verdict {
+            realm,
+            typescript_only,
+        };
     }
-    false
+    Verdict::UNKNOWN
 }
 
 fn flags(program: &Program<'_>) -> bool {
@@ -570,6 +607,19 @@ mod tests {
         assert_eq!(cache.realm_for("Math.x = 2"), Realm::Private);
         assert_eq!(cache.realm_for("math.x = 2"), Realm::Private);
         assert_eq!(cache.realm_for("let m = {}; m.x = 2"), Realm::Shared);
+    }
+
+    #[test]
+    fn the_verdict_says_when_only_typescript_parses() {
+        let only_ts = |src: &str| RealmCache::new(4).verdict(src).typescript_only;
+        assert!(only_ts("const n: number = 1; return n"));
+        assert!(only_ts("(Array.prototype as any).x = 1"));
+        assert!(!only_ts("const n = 1; return n"));
+        // Neither parses, or nothing was parsed: not known.
+        assert!(!only_ts("const n: = ; return n"));
+        assert!(!only_ts("return 1 as number"));
+        let v = RealmCache::new(4).verdict("(Array.prototype as any).x = 1");
+        assert_eq!(v.realm, Realm::Private);
     }
 
     #[test]
