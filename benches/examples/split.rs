@@ -10,7 +10,9 @@
 //! `typescript` (`benches::TYPESCRIPT`, types found and stripped):
 //! `cargo build --release -p harness-benches --example split &&
 //!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`;
-//! `SPLIT_DUMP=FILE` also writes each run's wall and inside µs, in order.
+//! `SPLIT_DUMP=FILE` also writes each run's wall and inside µs, in order;
+//! `SPLIT_SCRIPT='…'` times that script instead (an error path, a tool
+//! call: `tools.echo` is there).
 use harness_benches::{arg, harness, quantile, script_from_options, Config};
 
 // Its own worker processes, for `process`.
@@ -21,8 +23,10 @@ harness::main! {
         let config = Config::from_options(&options);
         let rt = harness_benches::runtime(2);
         let h = harness(config);
-        let script = script_from_options(&options);
-        let run = || rt.block_on(h.run(script));
+        // SPLIT_SCRIPT: any script instead (an error path, a tool call, …).
+        let script = std::env::var("SPLIT_SCRIPT")
+            .unwrap_or_else(|_| script_from_options(&options).to_owned());
+        let run = || rt.block_on(h.run(&script));
         for _ in 0..warmup {
             run();
         }
