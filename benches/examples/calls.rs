@@ -1,7 +1,7 @@
 //! A steady driver for profiling tool calls: `calls N CALLS [GAP_MS]
 //! [OPTIONS]` runs a script of CALLS sequential `echo` calls N times on
 //! QuickJS in process (OPTIONS as `split`'s: `process` for the process
-//! boundary, `boa` for Boa),
+//! boundary, an engine such as `boa` or `wasi`),
 //! GAP_MS apart (default 0: back to back), and prints the mean and median
 //! per run. Under callgrind the per-call instructions are
 //! (cost(CALLS=100) - cost(CALLS=10)) / 90 / N. Comparing CALLS=1 and

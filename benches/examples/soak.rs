@@ -4,9 +4,9 @@
 //! (`VmRSS`, Linux) every EVERY runs, so that a leak shows as growth from
 //! one line to the next while start-up shows only in the first. OPTIONS
 //! is a comma-separated list of `process` (the process boundary: the
-//! host's RSS; the worker's is its own), `boa`, and `polyfill` (a script
-//! that gets a private realm). Nothing is kept per run, so the figure is
-//! the harness's alone:
+//! host's RSS; the worker's is its own), an engine (`boa`, `wasi`, …),
+//! and `polyfill` (a script that gets a private realm). Nothing is kept
+//! per run, so the figure is the harness's alone:
 //! `cargo build --release -p harness-benches --example soak &&
 //!  target/release/examples/soak 300000 50000`
 use harness_benches::{arg, harness, script_from_options, Config};

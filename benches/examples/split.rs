@@ -1,12 +1,12 @@
 //! Where a trivial run's time goes, back to back or spaced: the wall time
 //! seen by the caller of `Harness::run` beside the time inside
 //! `run_script` (the report's `duration_ms`), in µs at the 10th, 25th,
-//! 50th, 75th and 90th percentiles, on QuickJS with the benches' `echo`
-//! tool. In process, `run_script` runs on the engine thread; with
+//! 50th, 75th and 90th percentiles, on QuickJS (or the engine OPTIONS
+//! names) with the benches' `echo` tool. In process, `run_script` runs on the engine thread; with
 //! `process`, on the host thread that drives a worker process.
 //! `split [GAP_MS] [WARMUP_RUNS] [RUNS] [OPTIONS]` (defaults 2, 500, 1000),
-//! where OPTIONS is a comma-separated list of `process`, `boa`,
-//! `polyfill` (run `benches::POLYFILL`, a private realm, instead) and
+//! where OPTIONS is a comma-separated list of `process`, an engine
+//! (`boa`, `wasi`, …), `polyfill` (run `benches::POLYFILL`, a private realm, instead) and
 //! `typescript` (`benches::TYPESCRIPT`, types found and stripped):
 //! `cargo build --release -p harness-benches --example split &&
 //!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`;

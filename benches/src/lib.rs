@@ -74,17 +74,17 @@ impl std::fmt::Display for Config {
 }
 
 impl Config {
-    /// The examples' OPTIONS argument, a comma-separated list: `boa` for
-    /// Boa (else QuickJS), `process` for the process boundary (else in
-    /// process); other words are left to [`script_from_options`].
+    /// The examples' OPTIONS argument, a comma-separated list: an
+    /// engine's name (`boa`, `wasi`, …; else QuickJS), `process` for the
+    /// process boundary (else in process); other words are left to
+    /// [`script_from_options`].
     pub fn from_options(options: &str) -> Config {
         let has = |o: &str| options.split(',').any(|x| x == o);
         Config {
-            engine: if has("boa") {
-                EngineKind::Boa
-            } else {
-                EngineKind::QuickJs
-            },
+            engine: options
+                .split(',')
+                .find_map(|o| o.parse::<EngineKind>().ok())
+                .unwrap_or(EngineKind::QuickJs),
             isolation: if has("process") {
                 Isolation::Process
             } else {
