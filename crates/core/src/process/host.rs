@@ -1,8 +1,8 @@
 //! The host side: [`ProcessAdapter`] runs scripts in worker processes.
 
 use super::{
-    read_frame, write_frame, FromWorker, Settle, StepPhase, ToWorker, EXIT_OUT_OF_MEMORY,
-    PROTOCOL_VERSION, WORKER_ARG,
+    read_frame, write_frame, Classified, FromWorker, Settle, StepPhase, ToWorker,
+    EXIT_OUT_OF_MEMORY, PROTOCOL_VERSION, WORKER_ARG,
 };
 use crate::adapter::{
     Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, ScriptRuntimeAdapter,
@@ -348,6 +348,9 @@ pub(crate) struct RemoteEngine {
     memory_used: Option<u64>,
     fuel_consumed: Option<u64>,
     exhausted: bool,
+    /// How the worker's engine classified the errors the script failed
+    /// with, sent with its Steps: `classify` answers from these.
+    kinds: Vec<Classified>,
     /// The worker died, broke the protocol or reported an internal fault.
     broken: bool,
 }
@@ -371,6 +374,7 @@ impl RemoteEngine {
             memory_used: None,
             fuel_consumed: None,
             exhausted: false,
+            kinds: Vec::new(),
             broken: false,
         }
     }
@@ -414,7 +418,9 @@ impl RemoteEngine {
                     memory_used,
                     exhausted,
                     fuel_consumed,
+                    kinds,
                 }) => {
+                    self.kinds.extend(kinds);
                     self.memory_used = memory_used.or(self.memory_used);
                     self.fuel_consumed = fuel_consumed.or(self.fuel_consumed);
                     self.exhausted |= exhausted;
@@ -583,7 +589,16 @@ impl Engine for RemoteEngine {
             .map(|p| Box::new(p.killer()) as Box<dyn FnOnce() + Send>)
     }
 
+    /// As the worker's engine classified it with the Step that reported
+    /// the failure, else asked (a round trip).
     fn classify(&self, name: &str, message: &str) -> FaultKind {
+        if let Some(c) = self
+            .kinds
+            .iter()
+            .find(|c| c.name == name && c.message == message)
+        {
+            return c.kind;
+        }
         let mut slot = self.proc.borrow_mut();
         let Some(proc) = slot.as_mut() else {
             return FaultKind::Thrown;

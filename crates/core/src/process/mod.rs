@@ -113,6 +113,14 @@ pub(crate) enum StepPhase {
     Jobs,
 }
 
+/// An error's name and message and the fault kind the engine gave them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Classified {
+    pub(crate) name: String,
+    pub(crate) message: String,
+    pub(crate) kind: FaultKind,
+}
+
 /// Worker to host.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
@@ -145,6 +153,12 @@ pub(crate) enum FromWorker {
         /// Fuel the engine consumed so far, for engines that count it.
         #[serde(default)]
         fuel_consumed: Option<u64>,
+        /// The engine's [`crate::engine::Engine::classify`] of each error
+        /// the script failed with in this step (the `fail` notice's name
+        /// and message pairs), so that the host need not ask
+        /// ([`ToWorker::Classify`] is one more round trip).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        kinds: Vec<Classified>,
     },
     Kind {
         kind: FaultKind,

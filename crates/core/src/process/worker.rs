@@ -1,8 +1,8 @@
 //! The worker side: [`serve`] runs an engine for the host over stdin/stdout.
 
 use super::{
-    read_frame, write_frame, FromWorker, Settle, StepPhase, ToWorker, EXIT_OUT_OF_MEMORY,
-    PROTOCOL_VERSION, WORKER_ARG,
+    read_frame, write_frame, Classified, FromWorker, Settle, StepPhase, ToWorker,
+    EXIT_OUT_OF_MEMORY, PROTOCOL_VERSION, WORKER_ARG,
 };
 use crate::adapter::GlobalEvalOutcome;
 use crate::engine::{
@@ -76,6 +76,9 @@ struct Pipe {
     output: RefCell<BufWriter<StdoutLock<'static>>>,
     /// The host's last message let this worker spin for its next answer.
     spin: std::cell::Cell<bool>,
+    /// Errors the script failed with since the last Step (name, message),
+    /// for the engine to classify before the host asks.
+    failures: RefCell<Vec<(String, String)>>,
 }
 
 impl Pipe {
@@ -135,6 +138,9 @@ struct PipeHost(Rc<Pipe>);
 impl Host for PipeHost {
     fn call(&self, op: &str, a: &str, b: &str) -> String {
         if HostOp::NOTICES.contains(&op) {
+            if op == "fail" {
+                self.0.failures.borrow_mut().extend(failure_names(a));
+            }
             // Its answer is always empty: no round trip.
             self.0.send(&FromWorker::Notice {
                 op: op.to_owned(),
@@ -163,6 +169,7 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
         input: RefCell::new(BufReader::new(io::stdin().lock())),
         output: RefCell::new(BufWriter::new(io::stdout().lock())),
         spin: std::cell::Cell::new(false),
+        failures: RefCell::new(Vec::new()),
     });
     match pipe.recv(false) {
         ToWorker::Init {
@@ -270,6 +277,7 @@ fn answer_failed_run(pipe: &Pipe, f: EngineFault) {
         memory_used: None,
         exhausted: false,
         fuel_consumed: None,
+        kinds: Vec::new(),
     });
     loop {
         match pipe.recv(false) {
@@ -283,6 +291,7 @@ fn answer_failed_run(pipe: &Pipe, f: EngineFault) {
                 memory_used: None,
                 exhausted: false,
                 fuel_consumed: None,
+                kinds: Vec::new(),
             }),
         }
     }
@@ -312,6 +321,7 @@ fn serve_run(
         cancel: &cancel,
     };
     let host: HostHandle = Rc::new(PipeHost(pipe.clone()));
+    pipe.failures.borrow_mut().clear();
     let mut tainted = false;
     let mut step = |engine: &mut dyn Engine, phase: StepPhase, r: Result<(), EngineFault>| {
         if let Err(f) = &r {
@@ -320,6 +330,20 @@ fn serve_run(
         let memory_used = engine.memory_used().or_else(|| Some(budget::peak()));
         let exhausted = engine.memory_exhausted();
         tainted |= taints(phase, r.as_ref().err(), exhausted);
+        let kinds = pipe
+            .failures
+            .take()
+            .into_iter()
+            .map(|(name, message)| {
+                let kind =
+                    guarded(|| Ok(engine.classify(&name, &message))).unwrap_or(FaultKind::Thrown);
+                Classified {
+                    name,
+                    message,
+                    kind,
+                }
+            })
+            .collect();
         let fuel_consumed = engine.fuel_consumed();
         pipe.send(&FromWorker::Step {
             phase,
@@ -327,6 +351,7 @@ fn serve_run(
             memory_used,
             exhausted,
             fuel_consumed,
+            kinds,
         });
     };
     let (phase, r) = match guarded(|| engine.load(&setup, host)) {
@@ -353,6 +378,21 @@ fn serve_run(
             _ => std::process::exit(2),
         }
     }
+}
+
+/// The name and message pairs the host may classify for a `fail` notice
+/// (`event_loop`'s `described_error`): the error's, and for a value that
+/// could not be serialised the error that stopped it.
+fn failure_names(description: &str) -> Vec<(String, String)> {
+    let Ok(d) = serde_json::from_str::<serde_json::Value>(description) else {
+        return Vec::new();
+    };
+    let s = |k: &str| d.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
+    let mut pairs = vec![(s("name").to_owned(), s("message").to_owned())];
+    if d.get("serialization").and_then(serde_json::Value::as_bool) == Some(true) {
+        pairs.push((s("error_name").to_owned(), s("error_message").to_owned()));
+    }
+    pairs
 }
 
 /// Whether one step of a run taints the engine (see [`serve_run`]).
@@ -582,6 +622,26 @@ pub(super) mod sys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_gives_the_names_the_host_classifies() {
+        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(
+            failure_names(r#"{"name":"RangeError","message":"x","stack":"s"}"#),
+            vec![pair("RangeError", "x")]
+        );
+        assert_eq!(
+            failure_names(
+                r#"{"serialization":true,"name":"SerializationError","message":"m","error_name":"InternalError","error_message":"out of memory"}"#
+            ),
+            vec![
+                pair("SerializationError", "m"),
+                pair("InternalError", "out of memory")
+            ]
+        );
+        // Not JSON: nothing to classify ahead (the host asks, as ever).
+        assert!(failure_names("not json").is_empty());
+    }
 
     #[test]
     fn only_a_script_that_did_not_compile_leaves_the_engine_in_service() {
