@@ -116,11 +116,7 @@ const MUTATING_METHODS: &[&str] = &[
 /// built-in, [`Realm::Shared`] otherwise (also when it does not parse: the
 /// engine reports that).
 pub fn realm_for(source: &str) -> Realm {
-    if changes_builtins(source) {
-        Realm::Private
-    } else {
-        Realm::Shared
-    }
+    verdict(source).realm
 }
 
 /// Whether `source` (JavaScript or TypeScript, a script body that may use
