@@ -301,8 +301,12 @@ pub(crate) fn check_source(
 
 /// One run's engine: the instance the last clean run left on this thread,
 /// or a fresh one, made ready in `load`.
-struct WasiEngine {
+struct WasiEngine<'t> {
     loaded: Result<Arc<module::Loaded>, EngineFault>,
+    /// Where the guest comes from, for its private snapshot.
+    source: &'t Source,
+    /// The thread's private snapshot, once it was found ready.
+    private: &'t mut Option<Arc<Loaded>>,
     guest: Option<Guest>,
     /// The instance the thread's last run left, if it ended clean.
     spare: Option<Guest>,
@@ -310,7 +314,16 @@ struct WasiEngine {
     fuel: Option<u64>,
 }
 
-impl WasiEngine {
+impl WasiEngine<'_> {
+    /// The private snapshot of `harness`, if it is ready (it is made on a
+    /// thread of its own the first time one is asked for).
+    fn private_snapshot(&mut self, harness: &Arc<Loaded>) -> Option<Arc<Loaded>> {
+        if self.private.is_none() {
+            *self.private = self.source.private(harness);
+        }
+        self.private.clone()
+    }
+
     /// Runs a primitive with this run's host answering the guest's host
     /// calls.
     fn primitive<P: wasmtime::WasmParams>(
@@ -325,7 +338,7 @@ impl WasiEngine {
     }
 }
 
-impl Engine for WasiEngine {
+impl Engine for WasiEngine<'_> {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         let loaded = self.loaded.clone()?;
         let limits = setup.limits;
@@ -334,18 +347,35 @@ impl Engine for WasiEngine {
             cancel: Some(setup.cancel.clone()),
         };
         self.fuel = limits.fuel;
-        let spare = self.spare.take().and_then(|mut g| {
-            g.rearm(limits.memory_bytes, limits.fuel, stop.clone())
-                .then_some(g)
-        });
-        self.guest = match spare {
-            Some(g) => Some(g),
-            None => Some(Guest::new(&loaded, limits.memory_bytes, limits.fuel, stop)?),
+        let snapshot = if limits.private_realm() {
+            self.private_snapshot(&loaded)
+        } else {
+            None
         };
+        self.guest = Some(match snapshot {
+            // A run in a private realm starts in a fresh instance of the
+            // snapshot that holds one; the spare stays for the next run,
+            // except where two live instances would not fit under a
+            // process worker's address-space cap.
+            Some(private) => {
+                if private.bounded_memory() {
+                    self.spare = None;
+                }
+                Guest::new(&private, limits.memory_bytes, limits.fuel, stop)?
+            }
+            None => match self.spare.take().and_then(|mut g| {
+                g.rearm(limits.memory_bytes, limits.fuel, stop.clone())
+                    .then_some(g)
+            }) {
+                Some(g) => g,
+                None => Guest::new(&loaded, limits.memory_bytes, limits.fuel, stop)?,
+            },
+        });
         self.host = Some(host);
         if limits.private_realm() && self.guest.as_ref().is_some_and(|g| g.private.is_some()) {
             // The guest then says at `harness_end` that the instance
-            // served its last run.
+            // served its last run. An instance of the private snapshot
+            // is in its private realm already (this only checks it).
             self.primitive(None, |g| g.private.as_ref().expect("checked above"), ())?;
         }
         let stack = limits
@@ -436,6 +466,16 @@ impl Source {
             Source::Loaded(l) => Ok(l.clone()),
         }
     }
+
+    /// The private snapshot of `harness` (this source's guest), if it is
+    /// ready; a guest the caller loaded has none (its options are not
+    /// known), and its private runs harden their realm in the instance.
+    fn private(&self, harness: &Arc<Loaded>) -> Option<Arc<Loaded>> {
+        match self {
+            Source::Options(opts) => module::private_when_ready(opts, harness),
+            Source::Loaded(_) => None,
+        }
+    }
 }
 
 /// One engine thread's state: where the guest comes from, and the
@@ -443,6 +483,8 @@ impl Source {
 struct WasiThread {
     source: Source,
     warm: Option<Guest>,
+    /// The guest's private snapshot, once found ready.
+    private: Option<Arc<Loaded>>,
 }
 
 impl WasiThread {
@@ -453,8 +495,11 @@ impl WasiThread {
 
 impl EngineThread for WasiThread {
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        let loaded = self.loaded();
         let mut engine = WasiEngine {
-            loaded: self.loaded(),
+            loaded,
+            source: &self.source,
+            private: &mut self.private,
             guest: None,
             spare: self.warm.take(),
             host: None,
@@ -464,8 +509,11 @@ impl EngineThread for WasiThread {
         // After the run has answered its caller: an instance that ended
         // clean serves the next run (the same rules as the native engine's
         // context reuse, docs/security.md "Between runs"); any other is
-        // dropped, and its pool slot goes back to the snapshot's image.
+        // dropped, and its pool slot goes back to the snapshot's image. A
+        // run in an instance of the private snapshot left the spare as it
+        // was.
         engine.host = None;
+        self.warm = engine.spare.take();
         if !tainted {
             if let Some(mut guest) = engine.guest.take() {
                 if guest.finish() {
@@ -525,6 +573,24 @@ impl WasiAdapter {
     pub fn preload(&self) -> Result<Arc<Loaded>, LoadError> {
         self.source.load()
     }
+
+    /// Makes the guest's private snapshot now, waiting for it. Without
+    /// this call, the first run that needs a private realm
+    /// (`Limits::realm`, docs/security.md "Private realms") reads the
+    /// snapshot back from the disk cache, or, where it was never compiled,
+    /// starts compiling it on a thread of its own; until it is ready, such
+    /// runs harden their realm inside the run (milliseconds instead of
+    /// about a trivial run's time). False where it cannot be made: a guest
+    /// loaded by the caller ([`WasiAdapter::with_loaded`]), no
+    /// pre-initialisation, or a guest built before private snapshots. Such
+    /// runs still work, the slow way.
+    pub fn preload_private(&self) -> Result<bool, LoadError> {
+        let loaded = self.source.load()?;
+        Ok(match &self.source {
+            Source::Options(opts) => module::load_private(opts, &loaded).is_some(),
+            Source::Loaded(_) => false,
+        })
+    }
 }
 
 impl EngineAdapter for WasiAdapter {
@@ -536,6 +602,7 @@ impl EngineAdapter for WasiAdapter {
         Box::new(WasiThread {
             source: self.source.clone(),
             warm: None,
+            private: None,
         })
     }
 }
@@ -585,7 +652,12 @@ fn prepare_process(opts: &mut ProcessOptions) {
 /// starts: a worker then reads it back in milliseconds instead of
 /// compiling it inside its start-up (and the first run's time).
 pub fn prepare_process_workers() -> Result<(), LoadError> {
-    module::load(&worker_module_options()).map(|_| ())
+    let opts = worker_module_options();
+    let loaded = module::load(&opts)?;
+    // The private snapshot too; without it, workers harden private realms
+    // inside their runs.
+    let _ = module::load_private(&opts, &loaded);
+    Ok(())
 }
 
 /// The variable that tells a worker process (started in `/` with an empty
@@ -606,17 +678,24 @@ fn worker_module_options() -> ModuleOptions {
 
 /// What a worker process serves for `--harness-worker wasi`.
 fn worker_thread() -> Box<dyn EngineThread> {
-    let thread = WasiThread {
-        source: Source::Options(worker_module_options()),
+    let opts = worker_module_options();
+    let mut thread = WasiThread {
+        source: Source::Options(opts.clone()),
         warm: None,
+        private: None,
     };
     // Load and instantiate once before the worker caps itself: runs arm
     // the worker's heap budget and forbid file writes (RLIMIT_FSIZE 0),
     // while compiling the guest needs far more heap than a script, writes
     // the cache, and the first instance writes the module's memory image
-    // into a memfd. A failure is kept and reported by each run.
+    // into a memfd. The same for the private snapshot, which a capped
+    // worker could not make. A failure is kept and reported by each run.
     if let Ok(loaded) = thread.loaded() {
         let _ = Guest::new(&loaded, 0, None, StopWhen::default());
+        thread.private = module::load_private(&opts, &loaded);
+        if let Some(private) = &thread.private {
+            let _ = Guest::new(private, 0, None, StopWhen::default());
+        }
     }
     Box::new(thread)
 }

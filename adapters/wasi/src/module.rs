@@ -100,12 +100,23 @@ impl ModuleOptions {
 /// A compiled guest, ready to instantiate.
 pub struct Loaded {
     pub(crate) engine: Engine,
+    /// The engine configuration's tag in the cache's file names.
+    tag: &'static str,
     pub(crate) pre: InstancePre<RunState>,
     /// SHA-256 of the guest file, hex.
     pub sha256: String,
     pub path: PathBuf,
     /// Whether the compiled code came from the on-disk cache.
     pub from_cache: bool,
+}
+
+impl Loaded {
+    /// Whether its memories are bounds-checked (process workers): each
+    /// live instance then reserves its memory's growth room (2 GiB) in
+    /// the process's address space, which RLIMIT_AS caps.
+    pub(crate) fn bounded_memory(&self) -> bool {
+        self.tag == BOUNDED_TAG
+    }
 }
 
 impl std::fmt::Debug for Loaded {
@@ -126,6 +137,10 @@ pub(crate) enum Entry {
     Harness,
     /// `_start`, the sandbox's program: its runtime, context and globals.
     Program,
+    /// The `harness_*` primitives for a run in a private realm
+    /// (docs/security.md, "Private realms"): the realm, hardened but for
+    /// the intrinsics. An instance of it serves one run.
+    Private,
 }
 
 impl Entry {
@@ -134,14 +149,16 @@ impl Entry {
         match self {
             Entry::Harness => "wizer_initialize",
             Entry::Program => "wizer_initialize_program",
+            Entry::Private => "wizer_initialize_private",
         }
     }
 
-    /// Tells the compiled files of the two snapshots apart.
+    /// Tells the compiled files of the snapshots apart.
     fn cache_tag(self) -> &'static str {
         match self {
             Entry::Harness => "-preinit",
             Entry::Program => "-program",
+            Entry::Private => "-private",
         }
     }
 }
@@ -187,13 +204,16 @@ pub(crate) fn engine_config(bounded_memory: bool, pooled: bool) -> (Config, &'st
         // under RLIMIT_AS.
         c.memory_reservation(0);
         c.memory_guard_size(64 << 10);
-        return (c, "bounded");
+        return (c, BOUNDED_TAG);
     }
     if pooled {
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool()));
     }
     (c, "reserved")
 }
+
+/// The cache tag of an engine with bounds-checked memories.
+const BOUNDED_TAG: &str = "bounded";
 
 /// Instances come from a pool of slots reserved up front (1,000, wasmtime's
 /// default: about 4 TiB of address space, none of it committed until used),
@@ -242,6 +262,26 @@ pub fn load_uncached(opts: &ModuleOptions) -> Result<Loaded, LoadError> {
 }
 
 fn load_uncached_as(opts: &ModuleOptions, entry: Entry) -> Result<Loaded, LoadError> {
+    compile(opts, entry, None)
+}
+
+/// Where the compiled code of the guest with `sha256` entered as `entry`
+/// is cached, for an engine configuration tagged `tag`.
+fn cache_file(opts: &ModuleOptions, entry: Entry, sha256: &str, tag: &str) -> Option<PathBuf> {
+    let init = if opts.preinit { entry.cache_tag() } else { "" };
+    opts.cache_dir.as_ref().map(|d| {
+        d.join(format!(
+            ".quickjs-{}-wasmtime{}-{tag}{init}.cwasm",
+            &sha256[..16],
+            wasmtime_version()
+        ))
+    })
+}
+
+/// Compiles (or reads back) and links the guest entered as `entry`; with
+/// `like`, on that module's wasmtime engine, and only if the guest file is
+/// still the one `like` was made from.
+fn compile(opts: &ModuleOptions, entry: Entry, like: Option<&Loaded>) -> Result<Loaded, LoadError> {
     let path = opts.path();
     let invalid = |message: String| LoadError::Invalid {
         path: path.clone(),
@@ -255,15 +295,17 @@ fn load_uncached_as(opts: &ModuleOptions, entry: Entry) -> Result<Loaded, LoadEr
         Err(e) => return Err(invalid(e.to_string())),
     };
     let sha256 = hex(&Sha256::digest(&bytes));
-    let (engine, tag) = new_engine(opts.bounded_memory).map_err(|e| invalid(e.to_string()))?;
-    let init = if opts.preinit { entry.cache_tag() } else { "" };
-    let cache_file = opts.cache_dir.as_ref().map(|d| {
-        d.join(format!(
-            ".quickjs-{}-wasmtime{}-{tag}{init}.cwasm",
-            &sha256[..16],
-            wasmtime_version()
-        ))
-    });
+    let (engine, tag) = match like {
+        Some(l) if l.sha256 != sha256 => {
+            return Err(invalid(format!(
+                "it changed since it was loaded (SHA-256 {} then)",
+                &l.sha256[..16]
+            )));
+        }
+        Some(l) => (l.engine.clone(), l.tag),
+        None => new_engine(opts.bounded_memory).map_err(|e| invalid(e.to_string()))?,
+    };
+    let cache_file = cache_file(opts, entry, &sha256, tag);
     let mut from_cache = false;
     let mut module = None;
     if let Some(file) = cache_file.as_ref().filter(|f| f.exists()) {
@@ -289,6 +331,14 @@ fn load_uncached_as(opts: &ModuleOptions, entry: Entry) -> Result<Loaded, LoadEr
                     );
                     bytes
                 }
+                // Without it the runs harden their private realm inside
+                // the instance, as before (`harness_private`).
+                (true, Entry::Private) if !exports_func(&bytes, entry.init_func()) => {
+                    return Err(invalid(format!(
+                        "no {}: rebuild it with {BUILD_SCRIPT}",
+                        entry.init_func()
+                    )));
+                }
                 (true, _) => preinitialise(&engine, &bytes, entry.init_func())
                     .map_err(|e| invalid(format!("pre-initialising: {e:#}")))?,
             };
@@ -305,11 +355,113 @@ fn load_uncached_as(opts: &ModuleOptions, entry: Entry) -> Result<Loaded, LoadEr
         .map_err(|e| invalid(e.to_string()))?;
     Ok(Loaded {
         engine,
+        tag,
         pre,
         sha256,
         path,
         from_cache,
     })
+}
+
+/// Where the private snapshot of a guest stands in this process.
+enum PrivateSlot {
+    /// A thread of its own is compiling it (or reading it back).
+    Loading,
+    Ready(Arc<Loaded>),
+    /// It could not be made (an older guest, no pre-initialisation): runs
+    /// harden their private realm inside the instance.
+    Failed,
+}
+
+type PrivateCache = Mutex<HashMap<ModuleOptions, PrivateSlot>>;
+
+fn private_modules() -> &'static PrivateCache {
+    static PRIVATE: OnceLock<PrivateCache> = OnceLock::new();
+    PRIVATE.get_or_init(Mutex::default)
+}
+
+/// The private snapshot of `harness` (the guest `opts` loads, entered as
+/// the harness), on the same wasmtime engine, so that one epoch stops
+/// instances of both. Never waits for a compile: the first call reads it
+/// back from the disk cache if it is there, or else starts compiling it on
+/// a thread of its own and answers `None`, as every call does until it is
+/// ready; a run that finds none hardens its private realm inside an
+/// instance of `harness` (slower, the same behaviour).
+pub(crate) fn private_when_ready(
+    opts: &ModuleOptions,
+    harness: &Arc<Loaded>,
+) -> Option<Arc<Loaded>> {
+    if !opts.preinit {
+        return None;
+    }
+    let mut map = private_modules().lock().unwrap_or_else(|p| p.into_inner());
+    match map.get(opts) {
+        Some(PrivateSlot::Ready(l)) => return Some(l.clone()),
+        Some(PrivateSlot::Loading | PrivateSlot::Failed) => return None,
+        None => {}
+    }
+    map.insert(opts.clone(), PrivateSlot::Loading);
+    drop(map);
+    // Compiled already (by a process before this one, or for process
+    // workers): read back now, in milliseconds, which is less than one
+    // run that hardens its realm.
+    let cached = cache_file(opts, Entry::Private, &harness.sha256, harness.tag);
+    if cached.is_some_and(|f| f.exists()) {
+        return load_private(opts, harness);
+    }
+    let (key, harness) = (opts.clone(), harness.clone());
+    let spawned = std::thread::Builder::new()
+        .name("harness-wasi-private".into())
+        .spawn(move || {
+            load_private(&key, &harness);
+        });
+    if spawned.is_err() {
+        // Runs go on hardening their realm in place; the next one tries
+        // again.
+        private_modules()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(opts);
+    }
+    None
+}
+
+/// The private snapshot of `harness`, compiled (or read back) now if it
+/// was not: for process workers, which load it before capping themselves,
+/// and for filling the disk cache before they start. `None` where it
+/// cannot be made (see [`private_when_ready`]).
+pub(crate) fn load_private(opts: &ModuleOptions, harness: &Arc<Loaded>) -> Option<Arc<Loaded>> {
+    if !opts.preinit {
+        return None;
+    }
+    if let Some(PrivateSlot::Ready(l)) = private_modules()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(opts)
+    {
+        return Some(l.clone());
+    }
+    let loaded = compile(opts, Entry::Private, Some(harness));
+    let slot = match loaded {
+        Ok(l) => PrivateSlot::Ready(Arc::new(l)),
+        Err(e) => {
+            tracing::warn!(
+                target: "harness::wasi",
+                error = %e,
+                "no private snapshot: runs in a private realm harden it inside the run"
+            );
+            PrivateSlot::Failed
+        }
+    };
+    let ready = match &slot {
+        PrivateSlot::Ready(l) => Some(l.clone()),
+        _ => None,
+    };
+    private_modules()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(opts.clone(), slot);
+    ready
 }
 
 /// Whether the module exports a function called `name`.

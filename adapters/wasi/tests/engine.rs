@@ -1,7 +1,7 @@
 //! What the wasi engine adds to the shared suite: fuel, and per-run state
 //! that pre-initialisation must not freeze. Needs `bin/quickjs.wasm`.
 
-use harness_core::{ErrorCode, ExecutionRequest, Limits, ScriptRuntimeAdapter};
+use harness_core::{ErrorCode, ExecutionRequest, Limits, Realm, ScriptRuntimeAdapter};
 use harness_wasi::Wasi;
 
 fn run(engine: &Wasi, source: &str, limits: Limits) -> harness_core::ExecutionReport {
@@ -77,4 +77,67 @@ fn runs_without_room_for_the_instance_pool() {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("1 passed"), "{text}");
+}
+
+/// A run in a private realm starts in an instance of the private snapshot
+/// once it is made: its fuel is the script's alone (hardening a realm
+/// inside the run costs tens of millions of instructions), it may change
+/// built-ins, and the next shared run, in the instance the thread kept,
+/// sees none of it. Randomness is still seeded per run.
+#[test]
+fn private_runs_start_from_their_snapshot() {
+    let engine = Wasi::new();
+    assert!(engine.adapter().preload_private().unwrap());
+    let private = Limits::default().with_realm(Some(Realm::Private));
+    let shared = run(&engine, "return [1, 2].at(-1)", Limits::default());
+    assert_eq!(shared.value, Some(serde_json::json!(2)), "{shared:?}");
+    let polyfill = "Array.prototype.last = function () { return this[this.length - 1] }; \
+                    return [[1, 2].last(), Object.isFrozen(Array.prototype), Math.random()]";
+    let a = run(&engine, polyfill, private.clone());
+    let b = run(&engine, polyfill, private);
+    let (va, vb) = (
+        a.value.clone().expect("a value"),
+        b.value.clone().expect("a value"),
+    );
+    assert_eq!(va[0], serde_json::json!(2), "{a:?}");
+    assert_eq!(va[1], serde_json::json!(false), "{a:?}");
+    assert_ne!(va[2], vb[2], "Math.random is seeded per run");
+    let script_fuel = shared.metrics.fuel_consumed.unwrap();
+    let private_fuel = a.metrics.fuel_consumed.unwrap();
+    assert!(
+        private_fuel < 10 * script_fuel,
+        "a private run paid for its realm: {private_fuel} fuel against {script_fuel}"
+    );
+    let after = run(
+        &engine,
+        "return [typeof Array.prototype.last, Object.isFrozen(Array.prototype)]",
+        Limits::default(),
+    );
+    assert_eq!(
+        after.value,
+        Some(serde_json::json!(["undefined", true])),
+        "{after:?}"
+    );
+
+    // A guest the caller loaded has no private snapshot: the same run
+    // hardens its realm inside the instance, and pays for it in fuel.
+    let loaded = harness_wasi::load_uncached(&harness_wasi::ModuleOptions::cached()).unwrap();
+    let adapter = harness_wasi::WasiAdapter::with_loaded(std::sync::Arc::new(loaded));
+    assert!(!adapter.preload_private().unwrap());
+    let slow = Wasi::with_adapter(adapter, 1);
+    let r = run(
+        &slow,
+        polyfill,
+        Limits::default().with_realm(Some(Realm::Private)),
+    );
+    assert_eq!(
+        r.value.as_ref().map(|v| v[0].clone()),
+        Some(serde_json::json!(2)),
+        "{r:?}"
+    );
+    let hardened_fuel = r.metrics.fuel_consumed.unwrap();
+    assert!(
+        hardened_fuel > 10 * script_fuel,
+        "{hardened_fuel} fuel against {script_fuel}"
+    );
 }

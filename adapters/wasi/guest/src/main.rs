@@ -220,8 +220,9 @@ fn call_host(op: &str, a: &str, b: &str) -> String {
     }
 }
 
-/// Builds the runtime and a context with the prelude's hardening done.
-fn init_state() -> Result<State, Fault> {
+/// Builds the runtime and a context with the prelude's hardening done;
+/// with `private`, a private realm (hardened but for the intrinsics).
+fn init_state(private: bool) -> Result<State, Fault> {
     let alloc = Arc::new(AllocState::default());
     let rt = Runtime::new_with_alloc(CountingAllocator::new(alloc.clone()))
         .map_err(|e| Fault::internal(e.to_string()))?;
@@ -238,7 +239,7 @@ fn init_state() -> Result<State, Fault> {
         stop
     })));
     ALLOC.with(|a| *a.borrow_mut() = Some(alloc.clone()));
-    let (ctx, install) = harden(&rt, false)?;
+    let (ctx, install) = harden(&rt, private)?;
     Ok(State {
         start: None,
         settle: None,
@@ -248,7 +249,7 @@ fn init_state() -> Result<State, Fault> {
         rt,
         alloc,
         after_gc: 0,
-        private: false,
+        private,
     })
 }
 
@@ -310,12 +311,18 @@ pub extern "C" fn harness_input(len: usize) -> *mut u8 {
 /// hardened context, so a run does not pay for it.
 #[no_mangle]
 pub extern "C" fn harness_init() -> i32 {
+    init(false)
+}
+
+/// Builds the runtime and hardens a context, a private realm with
+/// `private`, unless one was built already.
+fn init(private: bool) -> i32 {
     STATE.with(|s| {
         let mut s = s.borrow_mut();
         if s.is_some() {
             return 0;
         }
-        match init_state() {
+        match init_state(private) {
             Ok(mut state) => {
                 state.after_gc = collect_between_runs(&state.rt, &state.alloc, 0, true);
                 *s = Some(state);
@@ -332,6 +339,16 @@ pub extern "C" fn harness_init() -> i32 {
 #[no_mangle]
 pub extern "C" fn wizer_initialize() {
     let _ = harness_init();
+}
+
+/// The pre-initialisation entry point of the private snapshot: the runtime
+/// and a private realm, so that a run that needs one (docs/security.md,
+/// "Private realms") starts in it instead of hardening it inside the run.
+/// An instance of this snapshot serves that one run (`harness_end` says it
+/// is not reusable). A failure is left for `harness_load` to report.
+#[no_mangle]
+pub extern "C" fn wizer_initialize_private() {
+    let _ = init(true);
 }
 
 /// Replaces the hardened context with a private realm (hardened but for
