@@ -1074,6 +1074,53 @@ pub fn run_lent<E: Engine + ?Sized>(
     }
 }
 
+/// The prelude's description of a failed run (the JSON of its `fail`
+/// notice), read in one place for the event loop
+/// (`LoopControl::described_error`) and the process worker, which
+/// classifies ahead the pairs the host will ask about. A field that is
+/// missing or not of its type reads as empty.
+pub(crate) struct Failure(Value);
+
+impl Failure {
+    /// Not JSON reads as a description with every field empty.
+    pub(crate) fn parse(description: &str) -> Failure {
+        Failure(serde_json::from_str(description).unwrap_or(Value::Null))
+    }
+
+    fn text(&self, key: &str) -> &str {
+        self.0.get(key).and_then(Value::as_str).unwrap_or("")
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        self.0.get(key).and_then(Value::as_bool) == Some(true)
+    }
+
+    /// The thrown error's name and message.
+    fn error(&self) -> (&str, &str) {
+        (self.text("name"), self.text("message"))
+    }
+
+    /// For a return value that could not be serialised, the error that
+    /// stopped it (its name and message).
+    fn serialization_error(&self) -> Option<(&str, &str)> {
+        self.flag("serialization")
+            .then(|| (self.text("error_name"), self.text("error_message")))
+    }
+
+    /// Every name and message pair `LoopControl::described_error` may ask
+    /// the engine to classify; none where the description is not JSON.
+    pub(crate) fn classified_pairs(&self) -> Vec<(String, String)> {
+        if self.0.is_null() {
+            return Vec::new();
+        }
+        let pair = |(n, m): (&str, &str)| (n.to_owned(), m.to_owned());
+        std::iter::once(self.error())
+            .chain(self.serialization_error())
+            .map(pair)
+            .collect()
+    }
+}
+
 /// Whether a fault from [`Engine::start`] only says that the script did
 /// not compile (a syntax error, or nesting deeper than the parser's stack;
 /// script code runs inside the prelude's async wrapper, so a stack
@@ -1345,9 +1392,10 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
     }
 
     fn described_error(&self, desc: &str, limits: &Limits, memory_exhausted: bool) -> ScriptError {
-        let d: Value = serde_json::from_str(desc).unwrap_or(Value::Null);
-        let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-        let non_error = d.get("non_error").and_then(Value::as_bool) == Some(true);
+        let failure = Failure::parse(desc);
+        let d = &failure.0;
+        let s = |k: &str| failure.text(k).to_owned();
+        let non_error = failure.flag("non_error");
         if memory_exhausted {
             return self.kind_error(
                 FaultKind::OutOfMemory,
@@ -1357,8 +1405,8 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
             );
         }
         let stack = sanitize_stack(&s("stack"), WRAPPER_LINE_OFFSET);
-        if d.get("serialization").and_then(Value::as_bool) == Some(true) {
-            match self.engine.classify(&s("error_name"), &s("error_message")) {
+        if let Some((error_name, error_message)) = failure.serialization_error() {
+            match self.engine.classify(error_name, error_message) {
                 FaultKind::Thrown | FaultKind::Syntax => {
                     return ScriptError::new(
                         ErrorCode::SerializationError,
@@ -1366,12 +1414,10 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                         s("message"),
                     )
                 }
-                kind => {
-                    return self.kind_error(kind, &s("error_name"), &s("error_message"), limits)
-                }
+                kind => return self.kind_error(kind, error_name, error_message, limits),
             }
         }
-        if d.get("host").and_then(Value::as_bool) == Some(true) {
+        if failure.flag("host") {
             if let Some(code) = ErrorCode::parse(&s("code")) {
                 let mut e =
                     ScriptError::new(code, Phase::Executing, s("message")).with_stack(stack);
@@ -1382,7 +1428,8 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 return e;
             }
         }
-        let (name, message) = (s("name"), s("message"));
+        let (name, message) = failure.error();
+        let (name, message) = (name.to_owned(), message.to_owned());
         match self.engine.classify(&name, &message) {
             FaultKind::Thrown | FaultKind::Syntax => {
                 let message = if non_error {

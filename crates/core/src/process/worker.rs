@@ -381,18 +381,9 @@ fn serve_run(
 }
 
 /// The name and message pairs the host may classify for a `fail` notice
-/// (`event_loop`'s `described_error`): the error's, and for a value that
-/// could not be serialised the error that stopped it.
+/// (`event_loop::Failure` reads the description for both sides).
 fn failure_names(description: &str) -> Vec<(String, String)> {
-    let Ok(d) = serde_json::from_str::<serde_json::Value>(description) else {
-        return Vec::new();
-    };
-    let s = |k: &str| d.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
-    let mut pairs = vec![(s("name").to_owned(), s("message").to_owned())];
-    if d.get("serialization").and_then(serde_json::Value::as_bool) == Some(true) {
-        pairs.push((s("error_name").to_owned(), s("error_message").to_owned()));
-    }
-    pairs
+    crate::event_loop::Failure::parse(description).classified_pairs()
 }
 
 /// Whether one step of a run taints the engine (see [`serve_run`]).
