@@ -354,15 +354,8 @@ impl Engine for WasiEngine<'_> {
         };
         self.guest = Some(match snapshot {
             // A run in a private realm starts in a fresh instance of the
-            // snapshot that holds one; the spare stays for the next run,
-            // except where two live instances would not fit under a
-            // process worker's address-space cap.
-            Some(private) => {
-                if private.bounded_memory() {
-                    self.spare = None;
-                }
-                Guest::new(&private, limits.memory_bytes, limits.fuel, stop)?
-            }
+            // snapshot that holds one; the spare stays for the next run.
+            Some(private) => Guest::new(&private, limits.memory_bytes, limits.fuel, stop)?,
             None => match self.spare.take().and_then(|mut g| {
                 g.rearm(limits.memory_bytes, limits.fuel, stop.clone())
                     .then_some(g)

@@ -110,15 +110,6 @@ pub struct Loaded {
     pub from_cache: bool,
 }
 
-impl Loaded {
-    /// Whether its memories are bounds-checked (process workers): each
-    /// live instance then reserves its memory's growth room (2 GiB) in
-    /// the process's address space, which RLIMIT_AS caps.
-    pub(crate) fn bounded_memory(&self) -> bool {
-        self.tag == BOUNDED_TAG
-    }
-}
-
 impl std::fmt::Debug for Loaded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Loaded")
@@ -204,6 +195,14 @@ pub(crate) fn engine_config(bounded_memory: bool, pooled: bool) -> (Config, &'st
         // under RLIMIT_AS.
         c.memory_reservation(0);
         c.memory_guard_size(64 << 10);
+        // Each live instance reserves its memory's size plus this much
+        // address space to grow into without moving (wasmtime's default
+        // is 2 GiB): room for the default 96 MiB heap limit and the
+        // guest's overhead, and for several instances under a worker's
+        // RLIMIT_AS (a private run's instance beside the one kept for
+        // shared runs). A run allowed more grows past it by moving its
+        // memory, a copy.
+        c.memory_reservation_for_growth(BOUNDED_GROWTH_BYTES);
         return (c, BOUNDED_TAG);
     }
     if pooled {
@@ -214,6 +213,9 @@ pub(crate) fn engine_config(bounded_memory: bool, pooled: bool) -> (Config, &'st
 
 /// The cache tag of an engine with bounds-checked memories.
 const BOUNDED_TAG: &str = "bounded";
+
+/// Address space a bounds-checked memory reserves to grow into in place.
+const BOUNDED_GROWTH_BYTES: u64 = 256 << 20;
 
 /// Instances come from a pool of slots reserved up front (1,000, wasmtime's
 /// default: about 4 TiB of address space, none of it committed until used),
