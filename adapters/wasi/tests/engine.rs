@@ -91,8 +91,10 @@ fn private_runs_start_from_their_snapshot() {
     let private = Limits::default().with_realm(Some(Realm::Private));
     let shared = run(&engine, "return [1, 2].at(-1)", Limits::default());
     assert_eq!(shared.value, Some(serde_json::json!(2)), "{shared:?}");
-    let polyfill = "Array.prototype.last = function () { return this[this.length - 1] }; \
-                    return [[1, 2].last(), Object.isFrozen(Array.prototype), Math.random()]";
+    let polyfill = "const before = typeof Array.prototype.last; \
+                    Array.prototype.last = function () { return this[this.length - 1] }; \
+                    return [[1, 2].last(), Object.isFrozen(Array.prototype), Math.random(), before]";
+    // Each run in a fresh instance: neither sees the other's change.
     let a = run(&engine, polyfill, private.clone());
     let b = run(&engine, polyfill, private);
     let (va, vb) = (
@@ -102,6 +104,13 @@ fn private_runs_start_from_their_snapshot() {
     assert_eq!(va[0], serde_json::json!(2), "{a:?}");
     assert_eq!(va[1], serde_json::json!(false), "{a:?}");
     assert_ne!(va[2], vb[2], "Math.random is seeded per run");
+    for v in [&va, &vb] {
+        assert_eq!(
+            v[3],
+            serde_json::json!("undefined"),
+            "a private realm saw another run's change"
+        );
+    }
     let script_fuel = shared.metrics.fuel_consumed.unwrap();
     let private_fuel = a.metrics.fuel_consumed.unwrap();
     assert!(
