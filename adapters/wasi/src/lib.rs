@@ -653,6 +653,99 @@ pub fn prepare_process_workers() -> Result<(), LoadError> {
     Ok(())
 }
 
+/// One compiled snapshot of the guest, made ready by [`warm_caches`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Warmed {
+    /// What it starts: `harness` (a run of this engine), `private` (a run
+    /// in a private realm, docs/security.md) or `sandbox`
+    /// ([`Sandbox::execute`]).
+    pub snapshot: &'static str,
+    /// Who loads it: `in-process`, or `process` (process workers, whose
+    /// bounds-checked memories fit under their address-space cap).
+    pub isolation: &'static str,
+    /// False where this guest cannot make it (one built before private
+    /// snapshots, or whose pre-initialisation failed; the log says why):
+    /// those runs still work, the slow way.
+    pub ready: bool,
+    /// Read back from the disk cache (true) or compiled now.
+    pub from_cache: bool,
+    /// The compiled file; `None` where it was not made.
+    pub cache_file: Option<std::path::PathBuf>,
+    /// How long it took, in milliseconds.
+    pub millis: f64,
+}
+
+impl Warmed {
+    fn of(
+        (snapshot, isolation): (&'static str, &'static str),
+        opts: &ModuleOptions,
+        entry: module::Entry,
+        loaded: Option<&Loaded>,
+        started: std::time::Instant,
+    ) -> Warmed {
+        Warmed {
+            snapshot,
+            isolation,
+            ready: loaded.is_some(),
+            from_cache: loaded.is_some_and(|l| l.from_cache),
+            cache_file: loaded.and_then(|l| module::cache_file_of(opts, entry, l)),
+            millis: started.elapsed().as_secs_f64() * 1e3,
+        }
+    }
+}
+
+/// Compiles (or reads back) every snapshot of the default guest
+/// ([`default_wasm_path`]) a process may need, and so fills the disk cache
+/// next to it: the engine's, the private realm's and the sandbox's, in
+/// process and for process workers. Each is otherwise compiled on first
+/// use (seconds); the private one on a thread of its own that a one-shot
+/// process, such as the CLI, may not live to see finish, so that its
+/// private runs would harden their realm inside the run every time. For a
+/// deploy step or a container image: `harness warm`.
+pub fn warm_caches() -> Result<Vec<Warmed>, LoadError> {
+    use module::Entry;
+    use std::time::Instant;
+    let mut out = Vec::with_capacity(5);
+    for (isolation, opts) in [
+        ("in-process", ModuleOptions::cached()),
+        ("process", worker_module_options()),
+    ] {
+        let started = Instant::now();
+        let harness = module::load(&opts)?;
+        let what = ("harness", isolation);
+        out.push(Warmed::of(
+            what,
+            &opts,
+            Entry::Harness,
+            Some(&harness),
+            started,
+        ));
+        let started = Instant::now();
+        let private = module::load_private(&opts, &harness);
+        let what = ("private", isolation);
+        out.push(Warmed::of(
+            what,
+            &opts,
+            Entry::Private,
+            private.as_deref(),
+            started,
+        ));
+    }
+    let opts = ModuleOptions::cached();
+    let started = Instant::now();
+    let program = module::load_as(&opts, Entry::Program)?;
+    let what = ("sandbox", "in-process");
+    out.push(Warmed::of(
+        what,
+        &opts,
+        Entry::Program,
+        Some(&program),
+        started,
+    ));
+    Ok(out)
+}
+
 /// The variable that tells a worker process (started in `/` with an empty
 /// environment) where this process finds the guest: `HARNESS_QUICKJS_WASM`
 /// with [`default_wasm_path`] made absolute.

@@ -280,6 +280,16 @@ fn cache_file(opts: &ModuleOptions, entry: Entry, sha256: &str, tag: &str) -> Op
     })
 }
 
+/// Where `loaded` (the guest `opts` loads, entered as `entry`) is cached on
+/// disk; `None` without a cache directory.
+pub(crate) fn cache_file_of(
+    opts: &ModuleOptions,
+    entry: Entry,
+    loaded: &Loaded,
+) -> Option<PathBuf> {
+    cache_file(opts, entry, &loaded.sha256, loaded.tag)
+}
+
 /// Compiles (or reads back) and links the guest entered as `entry`; with
 /// `like`, on that module's wasmtime engine, and only if the guest file is
 /// still the one `like` was made from.
@@ -574,8 +584,14 @@ fn write_cached(module: &Module, file: &Path, sha256: &str) {
         let current = format!(".quickjs-{}-", &sha256[..16]);
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let stale = name.starts_with(".quickjs-") && !name.starts_with(&current);
-            if stale && name.ends_with(".cwasm") {
+            let ours = name.starts_with(".quickjs-");
+            let stale = ours && !name.starts_with(&current) && name.ends_with(".cwasm");
+            // A process that ended while it wrote (a one-shot CLI whose
+            // background compile of the private snapshot finished as it
+            // exited) leaves its `.tmpPID` behind; a write takes
+            // milliseconds, so one an hour old is abandoned.
+            let abandoned = ours && name.contains(".tmp") && older_than(&entry, 3600);
+            if stale || abandoned {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
@@ -584,6 +600,16 @@ fn write_cached(module: &Module, file: &Path, sha256: &str) {
     if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
+}
+
+/// Whether the file was last modified more than `secs` seconds ago.
+fn older_than(entry: &std::fs::DirEntry, secs: u64) -> bool {
+    entry
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age.as_secs() > secs)
 }
 
 fn wasmtime_version() -> &'static str {
@@ -836,5 +862,39 @@ mod tests {
         assert!(!exports_func(EXPORTS_F, "wizer_initialize_program"));
         assert!(!exports_func(b"\0asm\x01\0\0\0", "f"));
         assert!(!exports_func(b"not wasm at all", "f"));
+    }
+
+    /// Writing a compiled module removes what a process left behind: files
+    /// of another guest, and a write abandoned an hour ago (the process
+    /// ended while it wrote). A write in progress now is left alone.
+    #[test]
+    fn writing_the_cache_removes_stale_and_abandoned_files() {
+        use std::time::{Duration, SystemTime};
+        let dir = tempfile::tempdir().unwrap();
+        let sha = "0123456789abcdef0123456789abcdef";
+        let file = |name: &str| dir.path().join(name);
+        let keep = ".quickjs-0123456789abcdef-wasmtime48-reserved-preinit.cwasm";
+        let other_guest = ".quickjs-fedcba9876543210-wasmtime48-reserved-preinit.cwasm";
+        let abandoned = ".quickjs-0123456789abcdef-wasmtime48-reserved-private.tmp41";
+        let writing = ".quickjs-0123456789abcdef-wasmtime48-bounded-private.tmp42";
+        for name in [other_guest, abandoned, writing, "unrelated.tmp1"] {
+            std::fs::write(file(name), b"x").unwrap();
+        }
+        let hours_ago = SystemTime::now() - Duration::from_secs(2 * 3600);
+        for name in [abandoned, "unrelated.tmp1"] {
+            let f = std::fs::File::options()
+                .write(true)
+                .open(file(name))
+                .unwrap();
+            f.set_modified(hours_ago).unwrap();
+        }
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, EXPORTS_F).unwrap();
+        super::write_cached(&module, &file(keep), sha);
+        assert!(file(keep).is_file());
+        assert!(!file(other_guest).exists());
+        assert!(!file(abandoned).exists());
+        assert!(file(writing).exists());
+        assert!(file("unrelated.tmp1").exists());
     }
 }

@@ -60,6 +60,20 @@ enum Command {
     /// result lists the files the program created or modified.
     #[cfg(feature = "wasi")]
     Sandbox(SandboxArgs),
+    /// Compile the WASI guest's snapshots (the engine's, the private
+    /// realm's, the sandbox's; in process and for process workers) into
+    /// the disk cache next to the guest, so that no later process compiles
+    /// them: for a deploy step or a container image.
+    #[cfg(feature = "wasi")]
+    Warm(WarmArgs),
+}
+
+#[cfg(feature = "wasi")]
+#[derive(clap::Args, Debug)]
+struct WarmArgs {
+    /// Print what was made as a JSON array.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -851,6 +865,42 @@ async fn check(args: CheckArgs) -> ExitCode {
     }
 }
 
+/// `harness warm`: one line (or JSON object) per snapshot. A guest that is
+/// missing or broken is a usage error, as for `sandbox`; a snapshot the
+/// guest cannot make is reported, and its runs take the slow path.
+#[cfg(feature = "wasi")]
+fn warm(args: WarmArgs) -> ExitCode {
+    let made = match harness::wasi::warm_caches() {
+        Ok(m) => m,
+        Err(e) => return usage_error(e),
+    };
+    if args.json {
+        return match serde_json::to_string(&made) {
+            Ok(s) => {
+                println!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => usage_error(format!("cannot encode the result: {e}")),
+        };
+    }
+    for w in &made {
+        let how = match (w.ready, w.from_cache) {
+            (false, _) => "not made (this guest cannot; its runs take the slow path)",
+            (true, true) => "read back",
+            (true, false) => "compiled",
+        };
+        let file = w
+            .cache_file
+            .as_ref()
+            .map_or_else(String::new, |f| f.display().to_string());
+        println!(
+            "{:<8} {:<10} {how:<9} {:>9.1} ms  {file}",
+            w.snapshot, w.isolation, w.millis
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 #[cfg(feature = "wasi")]
 fn sandbox(args: SandboxArgs) -> ExitCode {
     use harness::wasi::{Sandbox, SandboxPolicy};
@@ -1197,6 +1247,8 @@ harness::main! {
                 Command::Submit(a) => fleet_cmd::submit(a).await,
                 #[cfg(feature = "wasi")]
                 Command::Sandbox(a) => sandbox(a),
+                #[cfg(feature = "wasi")]
+                Command::Warm(a) => warm(a),
             }
         })
     }

@@ -633,3 +633,90 @@ fn the_audit_log_survives_a_kill_with_whole_lines() {
     assert!(lines[0]["script_id"].as_str().unwrap().starts_with("scr_"));
     assert_eq!(lines[2]["outcome"], "ScriptRuntimeError");
 }
+
+/// `harness warm` fills the disk cache next to the guest, so that a later
+/// one-shot process reads every snapshot back instead of compiling it, and
+/// its runs in a private realm start from the private snapshot: their fuel
+/// is about a trivial run's, where hardening the realm inside the run (what
+/// a one-shot process did while its background compile never finished)
+/// costs over ten times as much.
+#[cfg(feature = "wasi")]
+#[test]
+fn warm_fills_the_cache_one_shot_runs_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = harness(&["warm"], "", dir.path());
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let o = harness(&["warm", "--json"], "", dir.path());
+    assert_eq!(o.status.code(), Some(0));
+    let made = json(&o);
+    let made = made.as_array().expect("an array");
+    let names: Vec<String> = made
+        .iter()
+        .map(|w| format!("{}/{}", w["snapshot"], w["isolation"]).replace('"', ""))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "harness/in-process",
+            "private/in-process",
+            "harness/process",
+            "private/process",
+            "sandbox/in-process"
+        ]
+    );
+    for w in made {
+        assert_eq!(w["ready"], true, "{w}");
+        assert_eq!(w["from_cache"], true, "a second process compiled it: {w}");
+        let file = dir.path().join(w["cache_file"].as_str().expect("a file"));
+        assert!(file.is_file(), "{w}");
+    }
+
+    let run = |script: &str| {
+        let o = harness(
+            &["run", "--engine", "wasi", "--json", "-"],
+            script,
+            dir.path(),
+        );
+        let r = json(&o);
+        assert_eq!(r["ok"], true, "{r}");
+        r
+    };
+    let trivial = run("return [1, 2].at(-1)");
+    let private = run(
+        "Array.prototype.last = function () { return this[this.length - 1] }; return [1, 2].last()",
+    );
+    assert_eq!(private["value"], 2, "{private}");
+    let fuel = |r: &Value| r["metrics"]["fuel_consumed"].as_u64().expect("fuel");
+    assert!(
+        fuel(&private) < 3 * fuel(&trivial),
+        "a one-shot private run hardened its realm: {} fuel against {}",
+        fuel(&private),
+        fuel(&trivial)
+    );
+}
+
+/// Without a guest, `harness warm` is a usage error that names the script
+/// that builds one.
+#[cfg(feature = "wasi")]
+#[test]
+fn warm_without_a_guest_says_how_to_build_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .arg("warm")
+        .env("HARNESS_QUICKJS_WASM", dir.path().join("none.wasm"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("does not exist") && err.contains("scripts/build-quickjs-wasm"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+}
