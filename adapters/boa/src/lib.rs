@@ -815,6 +815,8 @@ pub fn descriptor() -> EngineDescriptor {
     )
     .with_default_isolation(Isolation::Process)
     .with_thread_stack_bytes(THREAD_STACK_BYTES)
+    // Collecting a private realm's context.
+    .with_long_private_tidy_up()
 }
 
 impl EngineAdapter for BoaAdapter {

@@ -851,6 +851,8 @@ pub fn descriptor() -> EngineDescriptor {
         || Box::<QuickJsThread>::default(),
     )
     .with_aliases(&["qjs"])
+    // Collecting a private realm and making the next one ahead.
+    .with_long_private_tidy_up()
     .with_thread_stack_bytes(THREAD_STACK_BYTES)
 }
 

@@ -377,6 +377,11 @@ pub struct EngineDescriptor {
     /// Native stack of each engine thread (parsers and interpreters
     /// recurse on it).
     pub thread_stack_bytes: usize,
+    /// A run in a private realm leaves its engine thread long work after
+    /// it has answered (collecting the realm, making the next one ahead):
+    /// the next run then goes to another thread, in process and behind
+    /// the process boundary ([`EngineDescriptor::with_long_private_tidy_up`]).
+    pub long_private_tidy_up: bool,
     in_process: fn() -> Arc<dyn ScriptRuntimeAdapter>,
     worker_thread: fn() -> Box<dyn EngineThread>,
     prepare_process: Option<fn(&mut crate::process::ProcessOptions)>,
@@ -413,6 +418,7 @@ impl EngineDescriptor {
             capabilities,
             default_isolation: Isolation::InProcess,
             thread_stack_bytes: 16 << 20,
+            long_private_tidy_up: false,
             in_process,
             worker_thread,
             prepare_process: None,
@@ -434,6 +440,17 @@ impl EngineDescriptor {
     /// Native stack of each engine thread.
     pub fn with_thread_stack_bytes(mut self, bytes: usize) -> Self {
         self.thread_stack_bytes = bytes;
+        self
+    }
+
+    /// Says that a run in a private realm leaves the engine thread long
+    /// work after it answers (hundreds of µs or more: collecting the
+    /// realm, making the next one ahead), so that the pool sends the next
+    /// run to another thread and that work overlaps it. Without it, a run
+    /// sent while a thread tidies up waits for that thread, whose state
+    /// is warmest (right where tidying takes microseconds).
+    pub fn with_long_private_tidy_up(mut self) -> Self {
+        self.long_private_tidy_up = true;
         self
     }
 
@@ -568,7 +585,8 @@ impl<A: EngineAdapter> Pooled<A> {
                     d.thread_stack_bytes,
                     move || for_threads.new_thread(),
                 )
-                .with_idle(|thread| thread.idle()),
+                .with_idle(|thread| thread.idle())
+                .with_long_private_tidy_up(d.long_private_tidy_up),
             ),
             adapter,
         }

@@ -15,7 +15,11 @@
 //! boundary, a warm worker process), and it takes the run without a
 //! hand-off; handing the run to another worker made sequential runs
 //! alternate between threads (docs/performance.md, "The process boundary
-//! back to back").
+//! back to back"). Except after a run in a private realm: that worker's
+//! tidy-up collects a whole realm and makes the next one (hundreds of µs
+//! or more), so the next run goes to an idle worker (or a new one while a
+//! CPU is free) and the tidy-up overlaps it; with every CPU busy it waits
+//! for the first worker done, not for a new thread.
 
 use crate::adapter::{CancelOnDrop, ExecutionRequest};
 use crate::error::ScriptError;
@@ -47,9 +51,12 @@ struct Shared<S> {
     spinning: std::sync::atomic::AtomicBool,
     /// Jobs relay to another process ([`WorkerPool::relaying`]).
     relay: bool,
+    /// Runs in a private realm tidy up long
+    /// ([`WorkerPool::with_long_private_tidy_up`]).
+    private_tidy_long: bool,
     /// Workers that have answered their run's caller ([`Reply::send`]) and
     /// are tidying up.
-    finishing: Arc<std::sync::atomic::AtomicUsize>,
+    finishing: Arc<Finishing>,
     /// The CPUs this process may use.
     cores: usize,
     /// Work for a worker's state when it finds no job waiting
@@ -59,6 +66,27 @@ struct Shared<S> {
     /// (a moving average; 0 before the first): how long a caller may
     /// wait awake for its answer ([`answer_budget`]).
     answer_us: std::sync::atomic::AtomicU64,
+}
+
+/// Workers tidying up after answering ([`Reply::send`]), counted until
+/// they next look for work.
+#[derive(Debug, Default)]
+struct Finishing {
+    /// All of them.
+    all: std::sync::atomic::AtomicUsize,
+    /// Those whose run was in a private realm: their tidy-up collects a
+    /// whole set of intrinsics and makes the next realm (hundreds of µs
+    /// on QuickJS, milliseconds on Boa), so the next run does not queue
+    /// for them while another worker is idle (module docs).
+    long: std::sync::atomic::AtomicUsize,
+}
+
+impl Finishing {
+    fn count(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering;
+        let long = self.long.load(Ordering::Acquire);
+        (self.all.load(Ordering::Acquire).saturating_sub(long), long)
+    }
 }
 
 /// A growable pool of threads, each holding one `S`.
@@ -99,7 +127,8 @@ impl<S: 'static> WorkerPool<S> {
                 factory: Arc::new(factory),
                 spinning: std::sync::atomic::AtomicBool::new(false),
                 relay: false,
-                finishing: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+                private_tidy_long: false,
+                finishing: Arc::default(),
                 cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
                 idle: None,
                 answer_us: std::sync::atomic::AtomicU64::new(0),
@@ -131,6 +160,16 @@ impl<S: 'static> WorkerPool<S> {
         self
     }
 
+    /// For engines whose runs in a private realm leave long work after
+    /// their answer (`EngineDescriptor::with_long_private_tidy_up`): the
+    /// next run does not queue for such a worker (module docs).
+    pub(crate) fn with_long_private_tidy_up(mut self, long: bool) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.private_tidy_long = long;
+        }
+        self
+    }
+
     /// Threads started so far.
     pub(crate) fn threads(&self) -> usize {
         self.shared.state.lock().map(|s| s.threads).unwrap_or(0)
@@ -152,14 +191,11 @@ impl<S: 'static> WorkerPool<S> {
                 .state
                 .lock()
                 .map_err(|_| "worker pool poisoned".to_owned())?;
-            {
-                use std::sync::atomic::Ordering;
-                let busy = state.threads - state.idle.len();
-                let finishing = self.shared.finishing.load(Ordering::Acquire);
-                if busy < self.shared.cores && state.backlog.len() < finishing {
-                    state.backlog.push_back(job);
-                    return Ok(true);
-                }
+            let busy = state.threads - state.idle.len();
+            let (short, long) = self.shared.finishing.count();
+            if busy < self.shared.cores && state.backlog.len() < short {
+                state.backlog.push_back(job);
+                return Ok(true);
             }
             if let Some(worker) = state.idle.pop() {
                 drop(state);
@@ -172,7 +208,11 @@ impl<S: 'static> WorkerPool<S> {
                     }
                 }
             }
-            if state.threads < self.shared.max_threads {
+            // Every CPU is busy and a worker will be free after its long
+            // tidy-up: a new thread would only share a CPU with it (and
+            // hold an engine of its own), so the run waits for it.
+            let wait_for_long = busy >= self.shared.cores && state.backlog.len() < long;
+            if state.threads < self.shared.max_threads && !wait_for_long {
                 state.threads += 1;
                 drop(state);
                 return spawn(&self.shared, job)
@@ -195,21 +235,28 @@ impl<S: 'static> WorkerPool<S> {
 pub(crate) struct Reply {
     tx: tokio::sync::oneshot::Sender<ExecutionReport>,
     /// The pool's count of workers tidying up after answering.
-    finishing: Arc<std::sync::atomic::AtomicUsize>,
+    finishing: Arc<Finishing>,
+    /// The run was in a private realm: its tidy-up takes long.
+    long: bool,
 }
 
 thread_local! {
     /// This worker thread's job has answered its caller ([`Reply::send`])
     /// and is counted in `Shared::finishing` until the thread next looks
-    /// for work.
-    static ANSWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// for work: `Some(long)`, as counted.
+    static ANSWERED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
 impl Reply {
     pub(crate) fn send(self, report: ExecutionReport) {
-        if !ANSWERED.replace(true) {
-            self.finishing
-                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        use std::sync::atomic::Ordering;
+        if ANSWERED.get().is_none() {
+            // `long` first: `count` never sees more long than all.
+            if self.long {
+                self.finishing.long.fetch_add(1, Ordering::AcqRel);
+            }
+            self.finishing.all.fetch_add(1, Ordering::AcqRel);
+            ANSWERED.set(Some(self.long));
         }
         let _ = self.tx.send(report);
     }
@@ -264,9 +311,15 @@ impl<S: 'static> WorkerPool<S> {
             .spinning
             .load(std::sync::atomic::Ordering::Acquire);
         let finishing = self.shared.finishing.clone();
+        let long = self.shared.private_tidy_long && request.limits.private_realm();
         let submitted_at = std::time::Instant::now();
         let submitted = self.place(Box::new(move |s| {
-            run(s, request, &tokio, Reply { tx, finishing })
+            let reply = Reply {
+                tx,
+                finishing,
+                long,
+            };
+            run(s, request, &tokio, reply)
         }));
         let report = match submitted {
             Err(e) => ExecutionReport::failed(engine, ScriptError::internal(e)),
@@ -454,10 +507,13 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
             };
             // Done tidying up: under the lock, so that a run queued for
             // this worker while it tidied is in the backlog it drains now.
-            if ANSWERED.replace(false) {
-                shared
-                    .finishing
-                    .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            if let Some(long) = ANSWERED.take() {
+                use std::sync::atomic::Ordering;
+                // `all` first: `count` never sees more long than all.
+                shared.finishing.all.fetch_sub(1, Ordering::AcqRel);
+                if long {
+                    shared.finishing.long.fetch_sub(1, Ordering::AcqRel);
+                }
             }
             if s.closed {
                 return;
@@ -571,56 +627,67 @@ mod tests {
     #[test]
     fn the_next_run_waits_for_the_worker_tidying_up() {
         for relay in [false, true] {
-            next_run_waits_for_the_worker_tidying_up(relay);
+            next_run_waits_for_the_worker_tidying_up(relay, false);
         }
     }
 
-    fn next_run_waits_for_the_worker_tidying_up(relay: bool) {
+    /// After a run in a private realm, whose tidy-up is long, the next run
+    /// goes to another worker while a CPU is free, so that the tidy-up
+    /// overlaps it; with every CPU busy it waits for the first worker done
+    /// rather than starting a thread (and an engine) more.
+    #[test]
+    fn after_a_private_run_the_next_goes_to_another_worker() {
+        for relay in [false, true] {
+            next_run_waits_for_the_worker_tidying_up(relay, true);
+        }
+    }
+
+    fn next_run_waits_for_the_worker_tidying_up(relay: bool, private: bool) {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let pool = WorkerPool::new("t", 4, 1 << 20, || ());
+        let pool = WorkerPool::new("t", 4, 1 << 20, || ()).with_long_private_tidy_up(true);
         let pool = if relay { pool.relaying() } else { pool };
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         let (tx, rx) = mpsc::channel();
+        let realm = private.then_some(crate::limits::Realm::Private);
         let run = |tidy_ms: u64| {
             let tx = tx.clone();
-            rt.block_on(
-                pool.execute("t", ExecutionRequest::new("1"), move |_, _, _, reply| {
-                    tx.send(std::thread::current().id()).unwrap();
-                    reply.send(ExecutionReport::failed("t", ScriptError::internal("done")));
-                    // Tidying up after the answer.
-                    std::thread::sleep(std::time::Duration::from_millis(tidy_ms));
-                }),
-            )
+            let mut request = ExecutionRequest::new("1");
+            request.limits = request.limits.with_realm(realm);
+            rt.block_on(pool.execute("t", request, move |_, _, _, reply| {
+                tx.send(std::thread::current().id()).unwrap();
+                reply.send(ExecutionReport::failed("t", ScriptError::internal("done")));
+                // Tidying up after the answer.
+                std::thread::sleep(std::time::Duration::from_millis(tidy_ms));
+            }))
         };
         for _ in 0..5 {
-            run(20);
+            run(30);
         }
         let threads: Vec<_> = (0..5).map(|_| rx.recv().unwrap()).collect();
-        if cores >= 2 {
+        if cores >= 2 && !private {
             // Each run came while the last one's worker tidied up: it
             // waited for that worker instead of starting another.
             assert_eq!(pool.threads(), 1);
             assert!(threads.iter().all(|t| *t == threads[0]));
         }
+        if cores >= 2 && private {
+            // The second run did not wait for the first one's worker;
+            // later ones go to whichever worker is done first.
+            assert_ne!(
+                threads[0], threads[1],
+                "a run queued for a worker's long tidy-up: {threads:?}"
+            );
+            // A thread per CPU (at most the pool's 4), not one per run.
+            assert_eq!(pool.threads(), cores.min(4));
+        }
         // Once the last worker is done tidying, nobody counts as finishing.
         let t = std::time::Instant::now();
-        while pool
-            .shared
-            .finishing
-            .load(std::sync::atomic::Ordering::SeqCst)
-            > 0
-            && t.elapsed().as_secs() < 5
-        {
+        while pool.shared.finishing.count() != (0, 0) && t.elapsed().as_secs() < 5 {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert_eq!(
-            pool.shared
-                .finishing
-                .load(std::sync::atomic::Ordering::SeqCst),
-            0
-        );
+        assert_eq!(pool.shared.finishing.count(), (0, 0));
     }
 
     #[test]

@@ -752,6 +752,12 @@ impl ProcessAdapter {
     /// capabilities); behind the boundary every engine can be stopped and
     /// held to its memory limit.
     pub fn new(engine: EngineInfo, opts: ProcessOptions) -> Self {
+        Self::build(engine, opts, false)
+    }
+
+    /// [`ProcessAdapter::new`]; `long_private_tidy_up` as the engine's
+    /// descriptor says ([`EngineDescriptor::with_long_private_tidy_up`]).
+    fn build(engine: EngineInfo, opts: ProcessOptions, long_private_tidy_up: bool) -> Self {
         let opts = Arc::new(opts);
         let factory_opts = opts.clone();
         let started = Arc::new(AtomicU64::new(0));
@@ -782,7 +788,8 @@ impl ProcessAdapter {
                         started: factory_started.clone(),
                     },
                 )
-                .relaying(),
+                .relaying()
+                .with_long_private_tidy_up(long_private_tidy_up),
             ),
             opts,
             started,
@@ -793,7 +800,7 @@ impl ProcessAdapter {
     /// `opts` (see [`EngineDescriptor::with_process_setup`]).
     pub fn for_engine(engine: &EngineDescriptor, mut opts: ProcessOptions) -> Self {
         engine.prepare_process(&mut opts);
-        Self::new(engine.info(), opts)
+        Self::build(engine.info(), opts, engine.long_private_tidy_up)
     }
 
     /// Worker processes started so far (the first ones, replacements after
