@@ -172,6 +172,17 @@ fn runtime() -> tokio::runtime::Runtime {
 /// cap: sanitizers reserve terabytes of shadow memory, and the worker's
 /// own heap budget still enforces the memory limit.
 pub fn fuzz_harness(engine: EngineKind, isolation: Isolation, limits: Limits) -> Harness {
+    harness_with_workers(engine, isolation, limits, 2)
+}
+
+/// [`fuzz_harness`] with at most `max_workers` worker processes behind
+/// the process boundary.
+fn harness_with_workers(
+    engine: EngineKind,
+    isolation: Isolation,
+    limits: Limits,
+    max_workers: usize,
+) -> Harness {
     let mut b = Harness::builder()
         .engine(engine)
         .tools(fuzz_tools())
@@ -180,7 +191,7 @@ pub fn fuzz_harness(engine: EngineKind, isolation: Isolation, limits: Limits) ->
     if isolation == Isolation::Process {
         let mut opts = ProcessOptions::current_exe(engine.name()).expect("the running binary");
         opts.address_space_bytes = None;
-        opts.max_workers = 2;
+        opts.max_workers = max_workers;
         b = b.worker(opts);
     }
     b.build().expect("engine is built in")
@@ -588,10 +599,14 @@ impl CrossRun {
                 isolations.insert(0, Isolation::InProcess);
             }
             for isolation in isolations {
+                // One worker process: the second run of a pair always
+                // meets the worker the first left (after a private run the
+                // pool would otherwise hand the next run to another worker
+                // while the first one tidies up).
                 configs.push((
                     engine,
                     isolation,
-                    fuzz_harness(engine, isolation, limits.clone()),
+                    harness_with_workers(engine, isolation, limits.clone(), 1),
                 ));
             }
         }
@@ -644,7 +659,10 @@ impl CrossRun {
             // Let the engine thread go idle, so that the second run goes
             // to it (pools pick the most recently idle thread) and meets
             // the context the first left, where the engine reuses them.
-            std::thread::sleep(std::time::Duration::from_millis(10));
+            // A private run's tidy-up (collecting its realm, making the
+            // next) takes a few ms under the sanitiser; a run sent before
+            // it ends would go to another thread.
+            std::thread::sleep(std::time::Duration::from_millis(25));
             let after = self.rt.block_on(shared.run(second));
             leak_check(&format!("after the second run on {engine} ({isolation:?})"));
             // A harness that never ran anything (behind the process
