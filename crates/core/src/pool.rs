@@ -251,11 +251,13 @@ impl Reply {
     pub(crate) fn send(self, report: ExecutionReport) {
         use std::sync::atomic::Ordering;
         if ANSWERED.get().is_none() {
-            // `long` first: `count` never sees more long than all.
+            // `all` up first and down last, so that `long <= all` holds
+            // (a reader may still load the two at different moments:
+            // `Finishing::count` saturates).
+            self.finishing.all.fetch_add(1, Ordering::AcqRel);
             if self.long {
                 self.finishing.long.fetch_add(1, Ordering::AcqRel);
             }
-            self.finishing.all.fetch_add(1, Ordering::AcqRel);
             ANSWERED.set(Some(self.long));
         }
         let _ = self.tx.send(report);
@@ -509,11 +511,11 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
             // this worker while it tidied is in the backlog it drains now.
             if let Some(long) = ANSWERED.take() {
                 use std::sync::atomic::Ordering;
-                // `all` first: `count` never sees more long than all.
-                shared.finishing.all.fetch_sub(1, Ordering::AcqRel);
+                // `long` down first (see `Reply::send`).
                 if long {
                     shared.finishing.long.fetch_sub(1, Ordering::AcqRel);
                 }
+                shared.finishing.all.fetch_sub(1, Ordering::AcqRel);
             }
             if s.closed {
                 return;
