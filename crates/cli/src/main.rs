@@ -60,10 +60,11 @@ enum Command {
     /// result lists the files the program created or modified.
     #[cfg(feature = "wasi")]
     Sandbox(SandboxArgs),
-    /// Compile the WASI guest's snapshots (the engine's, the private
-    /// realm's, the sandbox's; in process and for process workers) into
-    /// the disk cache next to the guest, so that no later process compiles
-    /// them: for a deploy step or a container image.
+    /// Compile the WASI guest's snapshots into the disk cache next to it.
+    ///
+    /// All five: the engine's, the private realm's and the sandbox's, in
+    /// process and for process workers, so that no later process compiles
+    /// them (seconds each). For a deploy step or a container image.
     #[cfg(feature = "wasi")]
     Warm(WarmArgs),
 }
