@@ -27,9 +27,11 @@ pub mod trials;
 pub mod unsupported;
 
 use harness_core::approval::{ApprovalBridge, AutoApprove, AutoDeny, NeverAnswer};
+use harness_core::engine::EngineDescriptor;
+use harness_core::process::{ProcessAdapter, ProcessOptions};
 use harness_core::{
-    Capabilities, EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, Limits, Mode,
-    ScriptContext, ScriptLanguage, ScriptRuntimeAdapter, ToolSet,
+    Capabilities, EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, Isolation, Limits,
+    Mode, ScriptContext, ScriptLanguage, ScriptRuntimeAdapter, ToolSet,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -242,6 +244,14 @@ pub struct Case {
     pub steps: &'static [Spec],
 }
 
+impl Case {
+    /// A cross-run isolation case: a pair (or more) of runs that must
+    /// meet one engine state.
+    pub fn is_cross_run(&self) -> bool {
+        self.name.starts_with("cross_run::")
+    }
+}
+
 /// Every case, in a stable order.
 pub fn all_cases() -> Vec<Case> {
     let mut v = Vec::new();
@@ -399,9 +409,91 @@ async fn run_step_in(
     }
 }
 
+/// The adapters a suite runs on: one engine, in one isolation.
+#[derive(Clone)]
+pub struct SuiteEngines {
+    /// Runs every case (the cross-run cases too when `single` is `None`).
+    pub any: Arc<dyn ScriptRuntimeAdapter>,
+    /// The same engine with one engine thread (in process) or one worker
+    /// process ([`single_engine`]): the cross-run cases run on it, so that
+    /// both runs of a pair certainly meet the same engine state. Without
+    /// it they run on `any`, where the pause between steps and the pools'
+    /// choice of the most recently idle thread make that likely, not
+    /// certain.
+    pub single: Option<Arc<dyn ScriptRuntimeAdapter>>,
+}
+
+impl std::fmt::Debug for SuiteEngines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SuiteEngines")
+            .field("engine", &self.any.info().name)
+            .field("single", &self.single.is_some())
+            .finish()
+    }
+}
+
+impl SuiteEngines {
+    /// Every case on `any`, cross-run cases included.
+    pub fn new(any: Arc<dyn ScriptRuntimeAdapter>) -> Self {
+        SuiteEngines { any, single: None }
+    }
+
+    /// `engine` in `isolation`, with its one-thread twin for the
+    /// cross-run cases ([`single_engine`]); worker processes are started
+    /// from `opts` ([`ProcessOptions::current_exe`]).
+    pub fn for_engine(
+        engine: &EngineDescriptor,
+        isolation: Isolation,
+        opts: impl Fn(&str) -> std::io::Result<ProcessOptions>,
+    ) -> std::io::Result<Self> {
+        let any: Arc<dyn ScriptRuntimeAdapter> = match isolation {
+            Isolation::InProcess => engine.in_process(),
+            Isolation::Process => {
+                let adapter = ProcessAdapter::for_engine(engine, opts(engine.name)?);
+                adapter.prewarm(1);
+                Arc::new(adapter)
+            }
+        };
+        Ok(SuiteEngines {
+            any,
+            single: single_engine(engine, isolation, opts)?,
+        })
+    }
+
+    /// The adapter `case` runs on.
+    fn for_case(&self, case: &Case) -> &dyn ScriptRuntimeAdapter {
+        match &self.single {
+            Some(single) if case.is_cross_run() => single.as_ref(),
+            _ => self.any.as_ref(),
+        }
+    }
+}
+
+/// `engine` in `isolation` with one engine thread, or behind the process
+/// boundary one worker process (started from `opts`), so that runs one
+/// after another all meet the same engine state; `None` when the engine's
+/// descriptor cannot size its in-process pool
+/// ([`EngineDescriptor::with_in_process_threads`]).
+pub fn single_engine(
+    engine: &EngineDescriptor,
+    isolation: Isolation,
+    opts: impl FnOnce(&str) -> std::io::Result<ProcessOptions>,
+) -> std::io::Result<Option<Arc<dyn ScriptRuntimeAdapter>>> {
+    Ok(match isolation {
+        Isolation::InProcess => engine.in_process_with_threads(1),
+        Isolation::Process => {
+            let mut o = opts(engine.name)?;
+            o.max_workers = 1;
+            let adapter = ProcessAdapter::for_engine(engine, o);
+            adapter.prewarm(1);
+            Some(Arc::new(adapter))
+        }
+    })
+}
+
 /// Runs one case under the one policy for unsupported cases (see
 /// [`unsupported`]).
-async fn run_case(adapter: &dyn ScriptRuntimeAdapter, info: &EngineInfo, case: &Case) -> Status {
+async fn run_case(engines: &SuiteEngines, info: &EngineInfo, case: &Case) -> Status {
     let listed = unsupported::listed(case.name, info);
     if let Some(missing) = case.needs.missing(&info.capabilities) {
         return match listed {
@@ -416,7 +508,7 @@ async fn run_case(adapter: &dyn ScriptRuntimeAdapter, info: &EngineInfo, case: &
             },
         };
     }
-    let status = run_case_steps(adapter, case).await;
+    let status = run_case_steps(engines.for_case(case), case).await;
     match (listed, status) {
         (Some(u), Status::Passed { .. }) => Status::Failed {
             reason: format!(
@@ -442,7 +534,7 @@ const STEP_GAP: Duration = Duration::from_millis(25);
 /// channel is checked both ways.
 async fn run_case_steps(adapter: &dyn ScriptRuntimeAdapter, case: &Case) -> Status {
     let status = run_case_steps_in(adapter, case, None).await;
-    if !case.name.starts_with("cross_run::") || !matches!(status, Status::Passed { .. }) {
+    if !case.is_cross_run() || !matches!(status, Status::Passed { .. }) {
         return status;
     }
     match run_case_steps_in(adapter, case, Some(harness_core::Realm::Shared)).await {
@@ -507,23 +599,42 @@ async fn run_case_steps_in(
 }
 
 /// Runs `cases` on `adapter`; cases whose name does not contain `filter`
-/// are reported as untested.
+/// are reported as untested. The cross-run cases run on `adapter` too:
+/// [`run_suite_on`] with [`SuiteEngines::for_engine`] makes sure each of
+/// their pairs meets one engine state.
 pub async fn run_suite(
     adapter: Arc<dyn ScriptRuntimeAdapter>,
     cases: &[Case],
     filter: Option<&str>,
 ) -> SuiteReport {
+    run_suite_on(SuiteEngines::new(adapter), cases, filter).await
+}
+
+/// Runs `cases` on `engines` (the cross-run cases on their one-thread
+/// adapter, when there is one); cases whose name does not contain
+/// `filter` are reported as untested.
+pub async fn run_suite_on(
+    engines: SuiteEngines,
+    cases: &[Case],
+    filter: Option<&str>,
+) -> SuiteReport {
     // As every entry of the harness does: TypeScript is stripped before
     // the engine sees a script (free for JavaScript).
-    let adapter: Arc<dyn ScriptRuntimeAdapter> =
-        Arc::new(harness_respond::language::TypeScriptAware::new(adapter));
+    let aware = |a: Arc<dyn ScriptRuntimeAdapter>| -> Arc<dyn ScriptRuntimeAdapter> {
+        Arc::new(harness_respond::language::TypeScriptAware::new(a))
+    };
+    let engines = SuiteEngines {
+        any: aware(engines.any),
+        single: engines.single.map(aware),
+    };
+    let adapter = &engines.any;
     let info = adapter.info();
     let mut results = Vec::with_capacity(cases.len());
     for case in cases {
         let t = Instant::now();
         let status = match filter {
             Some(f) if !case.name.contains(f) => Status::Untested,
-            _ => run_case(adapter.as_ref(), &info, case).await,
+            _ => run_case(&engines, &info, case).await,
         };
         results.push(CaseResult {
             name: case.name,

@@ -7,7 +7,7 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use harness::core::process::ProcessOptions;
 use harness::{EngineKind, Isolation};
-use harness_conformance::{all_cases, format, run_suite, test262};
+use harness_conformance::{all_cases, format, run_suite_on, test262, SuiteEngines};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -94,6 +94,18 @@ fn adapter(
         })
 }
 
+/// The engine in `isolation`, with its one-thread twin for the cross-run
+/// cases.
+fn adapters(kind: EngineKind, isolation: Isolation) -> Result<SuiteEngines, ExitCode> {
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("conformance: {e}");
+        ExitCode::from(2)
+    };
+    let engine = kind.descriptor().map_err(|e| fail(&e))?;
+    SuiteEngines::for_engine(&engine, isolation, ProcessOptions::current_exe)
+        .map_err(|e| fail(&format!("cannot start a worker process: {e}")))
+}
+
 async fn suite(cli: Cli, kinds: Vec<EngineKind>) -> ExitCode {
     let cases = all_cases();
     if cli.list {
@@ -111,11 +123,11 @@ async fn suite(cli: Cli, kinds: Vec<EngineKind>) -> ExitCode {
     let mut reports = Vec::new();
     for kind in kinds {
         for &isolation in &isolations {
-            let adapter = match adapter(kind, isolation) {
+            let engines = match adapters(kind, isolation) {
                 Ok(a) => a,
                 Err(code) => return code,
             };
-            reports.push(run_suite(adapter, &cases, cli.filter.as_deref()).await);
+            reports.push(run_suite_on(engines, &cases, cli.filter.as_deref()).await);
         }
     }
     match cli.format {

@@ -17,22 +17,22 @@
 //! }
 //! ```
 
-use crate::{all_cases, run_suite, unsupported, Status};
+use crate::{all_cases, run_suite_on, unsupported, Status, SuiteEngines};
 use harness_core::engine::EngineDescriptor;
-use harness_core::process::{ProcessAdapter, ProcessOptions};
-use harness_core::ScriptRuntimeAdapter;
+use harness_core::process::ProcessOptions;
+use harness_core::{Isolation, ScriptRuntimeAdapter};
 use libtest_mimic::{Arguments, Failed, Trial};
 use std::sync::Arc;
 
 /// The engines a test binary holds to the suite.
 #[derive(Default)]
 pub struct Trials {
-    engines: Vec<Arc<dyn ScriptRuntimeAdapter>>,
+    engines: Vec<SuiteEngines>,
 }
 
 impl std::fmt::Debug for Trials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<String> = self.engines.iter().map(|e| label(e.as_ref())).collect();
+        let names: Vec<String> = self.engines.iter().map(|e| label(e.any.as_ref())).collect();
         f.debug_struct("Trials").field("engines", &names).finish()
     }
 }
@@ -51,24 +51,35 @@ impl Trials {
         Trials::default()
     }
 
-    /// Any adapter.
+    /// Any adapter. The cross-run cases run on it too, where the pause
+    /// between steps makes it likely, not certain, that both runs of a
+    /// pair meet one engine thread; [`Trials::in_process`] and
+    /// [`Trials::process`] make it certain.
     pub fn adapter(mut self, adapter: Arc<dyn ScriptRuntimeAdapter>) -> Self {
-        self.engines.push(adapter);
+        self.engines.push(SuiteEngines::new(adapter));
         self
     }
 
-    /// The engine in this process.
-    pub fn in_process(self, engine: &EngineDescriptor) -> Self {
-        self.adapter(engine.in_process())
+    /// The engine in this process (the cross-run cases on a twin with one
+    /// engine thread, when the descriptor can size its pool).
+    pub fn in_process(mut self, engine: &EngineDescriptor) -> Self {
+        // Nothing is started in process: the options are never asked for.
+        let engines =
+            SuiteEngines::for_engine(engine, Isolation::InProcess, ProcessOptions::current_exe)
+                .expect("an in-process engine");
+        self.engines.push(engines);
+        self
     }
 
     /// The engine behind the process boundary, with this test binary as
-    /// its worker (declare its `main` with [`harness_core::worker_main!`]).
-    pub fn process(self, engine: &EngineDescriptor) -> Self {
-        let opts = ProcessOptions::current_exe(engine.name).expect("the test binary's path");
-        let adapter = ProcessAdapter::for_engine(engine, opts);
-        adapter.prewarm(1);
-        self.adapter(Arc::new(adapter))
+    /// its worker (declare its `main` with [`harness_core::worker_main!`]);
+    /// the cross-run cases on a twin with one worker process.
+    pub fn process(mut self, engine: &EngineDescriptor) -> Self {
+        let engines =
+            SuiteEngines::for_engine(engine, Isolation::Process, ProcessOptions::current_exe)
+                .expect("the test binary's path");
+        self.engines.push(engines);
+        self
     }
 
     /// One trial per engine and case. A case the engine may leave
@@ -77,9 +88,9 @@ impl Trials {
     pub fn trials(&self, rt: &Arc<tokio::runtime::Runtime>) -> Vec<Trial> {
         let cases = all_cases();
         let mut trials = Vec::new();
-        for adapter in &self.engines {
-            let label = label(adapter.as_ref());
-            let info = adapter.info();
+        for engines in &self.engines {
+            let label = label(engines.any.as_ref());
+            let info = engines.any.info();
             for case in &cases {
                 let name = format!("{label}::{}", case.name);
                 let listed = unsupported::listed(case.name, &info);
@@ -91,9 +102,9 @@ impl Trials {
                     );
                     continue;
                 }
-                let (rt, adapter, case) = (rt.clone(), adapter.clone(), *case);
+                let (rt, engines, case) = (rt.clone(), engines.clone(), *case);
                 trials.push(Trial::test(name, move || {
-                    let report = rt.block_on(run_suite(adapter, &[case], None));
+                    let report = rt.block_on(run_suite_on(engines, &[case], None));
                     match &report.results[0].status {
                         // Passed, or failed where the list expects it to.
                         Status::Passed { .. } | Status::Unsupported { .. } => Ok(()),

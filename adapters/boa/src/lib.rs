@@ -813,6 +813,7 @@ pub fn descriptor() -> EngineDescriptor {
         || std::sync::Arc::new(Boa::new()),
         || Box::<BoaThread>::default(),
     )
+    .with_in_process_threads(|n| std::sync::Arc::new(Boa::with_max_workers(n)))
     .with_default_isolation(Isolation::Process)
     .with_thread_stack_bytes(THREAD_STACK_BYTES)
     // Collecting a private realm's context.

@@ -850,6 +850,7 @@ pub fn descriptor() -> EngineDescriptor {
         || std::sync::Arc::new(QuickJs::new()),
         || Box::<QuickJsThread>::default(),
     )
+    .with_in_process_threads(|n| std::sync::Arc::new(QuickJs::with_max_workers(n)))
     .with_aliases(&["qjs"])
     // Collecting a private realm and making the next one ahead.
     .with_long_private_tidy_up()

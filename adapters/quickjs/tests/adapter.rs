@@ -184,3 +184,96 @@ async fn a_run_whose_limit_runs_out_while_its_context_is_hardened_leaks_nothing(
     }
     assert!(passed > 0, "the largest limits fit a run");
 }
+
+/// The descriptor's one-thread adapter (what the cross-run suite runs its
+/// pairs on) runs one script at a time: a second run waits while the
+/// first holds the only engine thread, where the default adapter starts
+/// another thread for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_descriptors_one_thread_engine_runs_one_script_at_a_time() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let (held, marked) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let mut reg = ToolRegistry::new();
+    let (g, h) = (gate.clone(), held.clone());
+    reg.register(FnTool::new(
+        "hold",
+        "answers when the test says so",
+        json!({"type": "object"}),
+        move |_, _| {
+            let g = g.clone();
+            h.fetch_add(1, Ordering::SeqCst);
+            async move {
+                g.notified().await;
+                Ok(json!(null))
+            }
+        },
+    ))
+    .unwrap();
+    let m = marked.clone();
+    reg.register(FnTool::new(
+        "mark",
+        "counts its calls",
+        json!({"type": "object"}),
+        move |_, _| {
+            m.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(json!(null)) }
+        },
+    ))
+    .unwrap();
+    let reg = Arc::new(reg);
+    let request = |src: &str| {
+        let mut r = ExecutionRequest::new(src);
+        r.tools = ToolSet::new(reg.clone());
+        r
+    };
+    let until = |counter: &Arc<AtomicU32>, n: u32| {
+        let counter = counter.clone();
+        async move {
+            for _ in 0..1000 {
+                if counter.load(Ordering::SeqCst) >= n {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            false
+        }
+    };
+    let descriptor = harness_quickjs::descriptor();
+    let one = descriptor
+        .in_process_with_threads(1)
+        .expect("QuickJS's descriptor sizes its pool");
+    for (engine, one_at_a_time) in [(descriptor.in_process(), false), (one, true)] {
+        let before = (held.load(Ordering::SeqCst), marked.load(Ordering::SeqCst));
+        let first = tokio::spawn({
+            let (e, r) = (engine.clone(), request("await tools.hold({}); return 1"));
+            async move { e.execute(r).await }
+        });
+        assert!(
+            until(&held, before.0 + 1).await,
+            "the first run never called hold"
+        );
+        let second = tokio::spawn({
+            let (e, r) = (engine.clone(), request("await tools.mark({}); return 2"));
+            async move { e.execute(r).await }
+        });
+        if one_at_a_time {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(
+                marked.load(Ordering::SeqCst),
+                before.1,
+                "the second run started while the first held the only engine thread"
+            );
+        } else {
+            assert!(
+                until(&marked, before.1 + 1).await,
+                "the default adapter did not start the second run beside the first"
+            );
+        }
+        gate.notify_one();
+        let (a, b) = (first.await.unwrap(), second.await.unwrap());
+        assert_eq!((a.value, b.value), (Some(json!(1)), Some(json!(2))));
+        assert_eq!(marked.load(Ordering::SeqCst), before.1 + 1);
+    }
+}

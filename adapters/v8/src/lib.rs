@@ -1007,6 +1007,7 @@ pub fn descriptor() -> EngineDescriptor {
         || std::sync::Arc::new(V8::new()),
         || Box::<V8Thread>::default(),
     )
+    .with_in_process_threads(|n| std::sync::Arc::new(V8::with_max_workers(n)))
     .with_thread_stack_bytes(THREAD_STACK_BYTES)
     .with_process_setup(widen_address_space)
 }

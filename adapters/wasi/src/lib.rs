@@ -35,7 +35,9 @@ use harness_core::engine::{
     EngineThread, FaultKind, HostHandle, Pooled,
 };
 use harness_core::process::ProcessOptions;
-use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
+use harness_core::{
+    Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError, ScriptRuntimeAdapter,
+};
 use std::sync::Arc;
 use wasmtime::{Memory, Store, Trap, TypedFunc};
 
@@ -604,6 +606,16 @@ impl EngineAdapter for WasiAdapter {
 /// (`Wasi::with_adapter(WasiAdapter::with_options(…), n)` for another guest).
 pub type Wasi = Pooled<WasiAdapter>;
 
+/// The engine in this process with at most `threads` engine threads.
+/// The guest is compiled (or read back) now, once per process, rather
+/// than inside the first run; a failure (no guest) is reported by each
+/// run.
+fn in_process(threads: usize) -> Arc<dyn ScriptRuntimeAdapter> {
+    let engine = Wasi::with_max_workers(threads);
+    let _ = engine.adapter().preload();
+    Arc::new(engine)
+}
+
 /// WASI-QuickJS: fuel, an epoch deadline and a linear-memory cap, all
 /// enforced by wasmtime outside the engine; a trap ends only the instance.
 pub fn descriptor() -> EngineDescriptor {
@@ -616,16 +628,10 @@ pub fn descriptor() -> EngineDescriptor {
             .with_fuel()
             .with_hard_kill()
             .with_stack_guard(),
-        || {
-            // Compile (or read back) the guest now, once per process,
-            // rather than inside the first run. A failure (no guest) is
-            // reported by each run.
-            let engine = Wasi::new();
-            let _ = engine.adapter().preload();
-            Arc::new(engine)
-        },
+        || in_process(harness_core::engine::DEFAULT_MAX_THREADS),
         worker_thread,
     )
+    .with_in_process_threads(in_process)
     .with_aliases(&["wasi-quickjs"])
     .with_thread_stack_bytes(THREAD_STACK_BYTES)
     .with_process_setup(prepare_process)

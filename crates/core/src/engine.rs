@@ -383,6 +383,7 @@ pub struct EngineDescriptor {
     /// the process boundary ([`EngineDescriptor::with_long_private_tidy_up`]).
     pub long_private_tidy_up: bool,
     in_process: fn() -> Arc<dyn ScriptRuntimeAdapter>,
+    in_process_threads: Option<fn(usize) -> Arc<dyn ScriptRuntimeAdapter>>,
     worker_thread: fn() -> Box<dyn EngineThread>,
     prepare_process: Option<fn(&mut crate::process::ProcessOptions)>,
 }
@@ -420,6 +421,7 @@ impl EngineDescriptor {
             thread_stack_bytes: 16 << 20,
             long_private_tidy_up: false,
             in_process,
+            in_process_threads: None,
             worker_thread,
             prepare_process: None,
         }
@@ -451,6 +453,17 @@ impl EngineDescriptor {
     /// is warmest (right where tidying takes microseconds).
     pub fn with_long_private_tidy_up(mut self) -> Self {
         self.long_private_tidy_up = true;
+        self
+    }
+
+    /// How to build the in-process adapter with at most `n` engine
+    /// threads (usually `|n| Arc::new(Pooled::<MyEngine>::with_max_workers(n))`),
+    /// for [`EngineDescriptor::in_process_with_threads`].
+    pub fn with_in_process_threads(
+        mut self,
+        build: fn(usize) -> Arc<dyn ScriptRuntimeAdapter>,
+    ) -> Self {
+        self.in_process_threads = Some(build);
         self
     }
 
@@ -486,6 +499,15 @@ impl EngineDescriptor {
     /// A new in-process adapter.
     pub fn in_process(&self) -> Arc<dyn ScriptRuntimeAdapter> {
         (self.in_process)()
+    }
+
+    /// A new in-process adapter with at most `threads` engine threads
+    /// (runs in flight; more queue), or `None` when the adapter crate did
+    /// not say how ([`EngineDescriptor::with_in_process_threads`]). With
+    /// one thread, runs one after another meet the same engine state: what
+    /// the cross-run isolation suite needs to be sure it tests.
+    pub fn in_process_with_threads(&self, threads: usize) -> Option<Arc<dyn ScriptRuntimeAdapter>> {
+        self.in_process_threads.map(|build| build(threads.max(1)))
     }
 
     /// The engine state a worker process serves.

@@ -176,7 +176,8 @@ pub fn fuzz_harness(engine: EngineKind, isolation: Isolation, limits: Limits) ->
 }
 
 /// [`fuzz_harness`] with at most `max_workers` worker processes behind
-/// the process boundary.
+/// the process boundary, or engine threads in process (where the engine's
+/// descriptor can size its pool).
 fn harness_with_workers(
     engine: EngineKind,
     isolation: Isolation,
@@ -193,6 +194,12 @@ fn harness_with_workers(
         opts.address_space_bytes = None;
         opts.max_workers = max_workers;
         b = b.worker(opts);
+    } else if let Some(adapter) = engine
+        .descriptor()
+        .ok()
+        .and_then(|d| d.in_process_with_threads(max_workers))
+    {
+        b = b.adapter(adapter);
     }
     b.build().expect("engine is built in")
 }
@@ -599,10 +606,11 @@ impl CrossRun {
                 isolations.insert(0, Isolation::InProcess);
             }
             for isolation in isolations {
-                // One worker process: the second run of a pair always
-                // meets the worker the first left (after a private run the
-                // pool would otherwise hand the next run to another worker
-                // while the first one tidies up).
+                // One engine thread, or one worker process: the second
+                // run of a pair always meets the engine state the first
+                // left (after a private run the pool would otherwise hand
+                // the next run to another thread while the first one
+                // tidies up).
                 configs.push((
                     engine,
                     isolation,
@@ -656,12 +664,10 @@ impl CrossRun {
         for (engine, isolation, shared) in &self.configs {
             let _ = self.rt.block_on(shared.run(first));
             leak_check(&format!("after the first run on {engine} ({isolation:?})"));
-            // Let the engine thread go idle, so that the second run goes
-            // to it (pools pick the most recently idle thread) and meets
-            // the context the first left, where the engine reuses them.
-            // A private run's tidy-up (collecting its realm, making the
-            // next) takes a few ms under the sanitiser; a run sent before
-            // it ends would go to another thread.
+            // Let the engine thread go idle, so that the second run meets
+            // what its tidy-up left (a private run's tidy-up, collecting
+            // its realm and making the next, takes a few ms under the
+            // sanitiser), as a run some time later would.
             std::thread::sleep(std::time::Duration::from_millis(25));
             let after = self.rt.block_on(shared.run(second));
             leak_check(&format!("after the second run on {engine} ({isolation:?})"));

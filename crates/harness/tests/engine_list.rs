@@ -87,3 +87,19 @@ fn every_engine_feature_follows_the_documented_steps() {
         );
     }
 }
+
+/// Every engine built in can size its in-process pool, so that the
+/// cross-run suite runs each pair on one engine thread (conformance's
+/// `SuiteEngines::for_engine`), and the one-thread adapter is the engine.
+#[test]
+fn every_engine_builds_a_one_thread_in_process_adapter() {
+    for d in harness::engines() {
+        let one = d.in_process_with_threads(1).unwrap_or_else(|| {
+            panic!(
+                "{}: its descriptor cannot size its in-process pool (EngineDescriptor::with_in_process_threads)",
+                d.name
+            )
+        });
+        assert_eq!(one.info(), d.in_process().info(), "{}", d.name);
+    }
+}
