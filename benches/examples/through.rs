@@ -8,7 +8,7 @@
 //! 2, 2000, QuickJS in process):
 //! `cargo build --release -p harness-benches --example through &&
 //!  target/release/examples/through`
-use harness_benches::{arg, harness, quantile, Config, TRIVIAL};
+use harness_benches::{arg, harness, quantile, throughput_window, Config};
 use std::time::Instant;
 
 /// The process's user + system CPU time in seconds (all threads), from
@@ -37,23 +37,7 @@ harness::main! {
         let h = harness(Config::from_options(&options));
         let rt = harness_benches::runtime(threads);
         const RUNS: usize = 16;
-        let window = || {
-            rt.block_on(async {
-                let mut set = tokio::task::JoinSet::new();
-                for _ in 0..callers {
-                    let h = h.clone();
-                    set.spawn(async move {
-                        for _ in 0..RUNS {
-                            let r = h.run(TRIVIAL).await;
-                            assert!(r.ok, "{r:?}");
-                        }
-                    });
-                }
-                while let Some(r) = set.join_next().await {
-                    r.expect("a run task");
-                }
-            })
-        };
+        let window = || throughput_window(&rt, &h, callers, RUNS);
         for _ in 0..windows / 4 {
             window();
         }

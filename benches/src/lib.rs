@@ -108,6 +108,27 @@ pub fn script_from_options(options: &str) -> &'static str {
     }
 }
 
+/// One window of the throughput row: `callers` tasks on `rt`, each
+/// running `runs` trivial scripts on `h` one after another, so that
+/// `callers` runs are in flight the whole time; returns when all are done.
+pub fn throughput_window(rt: &tokio::runtime::Runtime, h: &Harness, callers: usize, runs: usize) {
+    rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..callers {
+            let h = h.clone();
+            set.spawn(async move {
+                for _ in 0..runs {
+                    let r = h.run(TRIVIAL).await;
+                    assert!(r.ok, "{} throughput: {r:?}", h.engine().name);
+                }
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            r.expect("a run task");
+        }
+    })
+}
+
 /// A multi-threaded tokio runtime with `worker_threads` workers, timers
 /// and I/O on, as the benches and examples drive the harness.
 pub fn runtime(worker_threads: usize) -> tokio::runtime::Runtime {

@@ -21,7 +21,8 @@
 //! then find it ready, as in production.
 
 use harness_benches::{
-    engines, harness, parallel_calls, sequential_calls, Config, POLYFILL, TRIVIAL,
+    engines, harness, parallel_calls, sequential_calls, throughput_window, Config, POLYFILL,
+    TRIVIAL,
 };
 use serde_json::Value;
 use std::path::PathBuf;
@@ -226,23 +227,7 @@ fn throughput_per_core(
     rt: &tokio::runtime::Runtime,
 ) -> Row {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let window = || {
-        rt.block_on(async {
-            let mut set = tokio::task::JoinSet::new();
-            for _ in 0..cores {
-                let h = h.clone();
-                set.spawn(async move {
-                    for _ in 0..RUNS_PER_CALLER {
-                        let r = h.run(TRIVIAL).await;
-                        assert!(r.ok, "{config} throughput: {r:?}");
-                    }
-                });
-            }
-            while let Some(r) = set.join_next().await {
-                r.expect("a run task");
-            }
-        })
-    };
+    let window = || throughput_window(rt, h, cores, RUNS_PER_CALLER);
     // cores × wall ÷ (cores × RUNS_PER_CALLER) runs.
     let samples = timed(o, window)
         .into_iter()
