@@ -62,22 +62,22 @@ impl Trials {
 
     /// The engine in this process (the cross-run cases on a twin with one
     /// engine thread, when the descriptor can size its pool).
-    pub fn in_process(mut self, engine: &EngineDescriptor) -> Self {
-        // Nothing is started in process: the options are never asked for.
-        let engines =
-            SuiteEngines::for_engine(engine, Isolation::InProcess, ProcessOptions::current_exe)
-                .expect("an in-process engine");
-        self.engines.push(engines);
-        self
+    pub fn in_process(self, engine: &EngineDescriptor) -> Self {
+        self.engine(engine, Isolation::InProcess)
     }
 
     /// The engine behind the process boundary, with this test binary as
     /// its worker (declare its `main` with [`harness_core::worker_main!`]);
     /// the cross-run cases on a twin with one worker process.
-    pub fn process(mut self, engine: &EngineDescriptor) -> Self {
-        let engines =
-            SuiteEngines::for_engine(engine, Isolation::Process, ProcessOptions::current_exe)
-                .expect("the test binary's path");
+    pub fn process(self, engine: &EngineDescriptor) -> Self {
+        self.engine(engine, Isolation::Process)
+    }
+
+    /// The engine in `isolation`, with this test binary as the worker of
+    /// its processes (never started in process).
+    fn engine(mut self, engine: &EngineDescriptor, isolation: Isolation) -> Self {
+        let engines = SuiteEngines::for_engine(engine, isolation, ProcessOptions::current_exe)
+            .expect("the test binary's path");
         self.engines.push(engines);
         self
     }
