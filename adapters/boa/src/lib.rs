@@ -365,6 +365,9 @@ struct BoaEngine {
     end_fn: Option<JsObject>,
     /// A context hardened ahead of time, used by `load` if present.
     pre: Option<Warm>,
+    /// A private realm made ahead of time, used by a private run's `load`
+    /// if present (and handed back by a shared run).
+    pre_private: Option<Warm>,
     /// A fault raised by the script itself during `start` (after it
     /// compiled), reported by the next `run_jobs` so that it is not taken
     /// for a parse failure.
@@ -415,7 +418,10 @@ impl Engine for BoaEngine {
         debug_assert_eq!(setup.prelude, PRELUDE);
         self.private = setup.limits.private_realm();
         let warm = if self.private {
-            harden_as(true)?
+            match self.pre_private.take() {
+                Some(w) => w,
+                None => harden_as(true)?,
+            }
         } else {
             match self.pre.take() {
                 Some(w) => w,
@@ -511,6 +517,11 @@ impl Engine for BoaEngine {
 #[derive(Default)]
 struct BoaThread {
     warm: Option<Warm>,
+    /// A private realm made after a private run, for the next one: a
+    /// thread that served one is likely to serve another (a host whose
+    /// scripts patch built-ins), and making it is most of such a run's
+    /// time (the prelude's parse). No script has run in it.
+    private_warm: Option<Warm>,
     /// Runs since the last collection between runs.
     since_gc: u32,
     /// The configuration of the last run that handed its context on, for
@@ -528,6 +539,7 @@ impl BoaThread {
             settle_fn: None,
             end_fn: None,
             pre: self.warm.take(),
+            pre_private: self.private_warm.take(),
             deferred: None,
             config: None,
             private: false,
@@ -591,7 +603,8 @@ impl EngineThread for BoaThread {
     /// next context hardened: after `run` has answered, off the critical
     /// path. Building a Boa context allocates a few thousand objects, and
     /// Boa's collector runs when allocation crosses its threshold: doing
-    /// both here keeps that pause out of the next run.
+    /// both here keeps that pause out of the next run. After a private
+    /// run, the next private realm is made here too.
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
         let mut engine = self.engine();
         let tainted = run(Ok(&mut engine));
@@ -609,6 +622,8 @@ impl EngineThread for BoaThread {
             None if private && !tainted => engine.pre.take(),
             r => r,
         };
+        // A shared run hands back the private realm it did not use.
+        let pre_private = engine.pre_private.take();
         // Dropping a context a panic left half-way may panic again.
         let dropped = catch_unwind(AssertUnwindSafe(move || drop(engine)));
         if reuse.is_some() {
@@ -630,6 +645,13 @@ impl EngineThread for BoaThread {
             let _ = catch_unwind(boa_gc::force_collect);
             self.warm = harden().ok();
         }
+        // After a private run (collected above), the next private realm,
+        // made now rather than inside the next private run.
+        self.private_warm = match pre_private {
+            Some(w) => Some(w),
+            None if private && dropped.is_ok() => harden_as(true).ok(),
+            None => None,
+        };
     }
 
     /// Collects garbage between runs, then runs [`warm_up`], once
@@ -645,6 +667,7 @@ impl EngineThread for BoaThread {
         };
         let mut engine = self.engine();
         let warmed = catch_unwind(AssertUnwindSafe(|| warm_up(&mut engine, &config)));
+        self.private_warm = engine.pre_private.take();
         let dropped = catch_unwind(AssertUnwindSafe(move || drop(engine)));
         self.warm = warmed.ok().flatten().filter(|_| dropped.is_ok());
         if self.warm.is_none() {
