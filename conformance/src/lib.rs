@@ -508,7 +508,18 @@ async fn run_case(engines: &SuiteEngines, info: &EngineInfo, case: &Case) -> Sta
             },
         };
     }
-    let status = run_case_steps(engines.for_case(case), case).await;
+    let mut status = run_case_steps(engines.for_case(case), case).await;
+    if let (Status::Passed { note }, true) = (&mut status, case.is_cross_run()) {
+        if engines.single.is_none() {
+            // Said, not hidden: the pair may have met two engine threads.
+            let weaker = "its runs met one engine thread only as the pool chose (no one-thread \
+                          adapter: EngineDescriptor::with_in_process_threads)";
+            *note = Some(match note.take() {
+                Some(n) => format!("{n}; {weaker}"),
+                None => weaker.to_owned(),
+            });
+        }
+    }
     match (listed, status) {
         (Some(u), Status::Passed { .. }) => Status::Failed {
             reason: format!(
