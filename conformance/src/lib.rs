@@ -446,13 +446,9 @@ impl SuiteEngines {
         isolation: Isolation,
         opts: impl Fn(&str) -> std::io::Result<ProcessOptions>,
     ) -> std::io::Result<Self> {
-        let any: Arc<dyn ScriptRuntimeAdapter> = match isolation {
+        let any = match isolation {
             Isolation::InProcess => engine.in_process(),
-            Isolation::Process => {
-                let adapter = ProcessAdapter::for_engine(engine, opts(engine.name)?);
-                adapter.prewarm(1);
-                Arc::new(adapter)
-            }
+            Isolation::Process => started(engine, opts(engine.name)?),
         };
         Ok(SuiteEngines {
             any,
@@ -484,11 +480,16 @@ pub fn single_engine(
         Isolation::Process => {
             let mut o = opts(engine.name)?;
             o.max_workers = 1;
-            let adapter = ProcessAdapter::for_engine(engine, o);
-            adapter.prewarm(1);
-            Some(Arc::new(adapter))
+            Some(started(engine, o))
         }
     })
+}
+
+/// Workers serving `engine` from `opts`, one started now.
+fn started(engine: &EngineDescriptor, opts: ProcessOptions) -> Arc<dyn ScriptRuntimeAdapter> {
+    let adapter = ProcessAdapter::for_engine(engine, opts);
+    adapter.prewarm(1);
+    Arc::new(adapter)
 }
 
 /// Runs one case under the one policy for unsupported cases (see

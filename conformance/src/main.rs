@@ -83,27 +83,26 @@ fn engines(names: &[String]) -> Result<Vec<EngineKind>, String> {
         .collect()
 }
 
+/// Says why the engine cannot be built, and the exit code for it.
+fn cannot_build(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("conformance: {e}");
+    ExitCode::from(2)
+}
+
 fn adapter(
     kind: EngineKind,
     isolation: Isolation,
 ) -> Result<std::sync::Arc<dyn harness::ScriptRuntimeAdapter>, ExitCode> {
     kind.adapter_with(isolation, ProcessOptions::current_exe)
-        .map_err(|e| {
-            eprintln!("conformance: {e}");
-            ExitCode::from(2)
-        })
+        .map_err(|e| cannot_build(&e))
 }
 
 /// The engine in `isolation`, with its one-thread twin for the cross-run
 /// cases.
 fn adapters(kind: EngineKind, isolation: Isolation) -> Result<SuiteEngines, ExitCode> {
-    let fail = |e: &dyn std::fmt::Display| {
-        eprintln!("conformance: {e}");
-        ExitCode::from(2)
-    };
-    let engine = kind.descriptor().map_err(|e| fail(&e))?;
+    let engine = kind.descriptor().map_err(|e| cannot_build(&e))?;
     SuiteEngines::for_engine(&engine, isolation, ProcessOptions::current_exe)
-        .map_err(|e| fail(&format!("cannot start a worker process: {e}")))
+        .map_err(|e| cannot_build(&format!("cannot start a worker process: {e}")))
 }
 
 async fn suite(cli: Cli, kinds: Vec<EngineKind>) -> ExitCode {
