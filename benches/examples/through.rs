@@ -8,7 +8,7 @@
 //! 2, 2000, QuickJS in process):
 //! `cargo build --release -p harness-benches --example through &&
 //!  target/release/examples/through`
-use harness_benches::{arg, harness, quantile, throughput_window, Config};
+use harness_benches::{arg, harness, quantile, throughput_window, Config, RUNS_PER_CALLER as RUNS};
 use std::time::Instant;
 
 /// The process's user + system CPU time in seconds (all threads), from
@@ -36,7 +36,6 @@ harness::main! {
         let options = std::env::args().nth(4).unwrap_or_default();
         let h = harness(Config::from_options(&options));
         let rt = harness_benches::runtime(threads);
-        const RUNS: usize = 16;
         let window = || throughput_window(&rt, &h, callers, RUNS);
         for _ in 0..windows / 4 {
             window();

@@ -108,6 +108,9 @@ pub fn script_from_options(options: &str) -> &'static str {
     }
 }
 
+/// Runs each of the throughput row's callers makes per window.
+pub const RUNS_PER_CALLER: usize = 16;
+
 /// One window of the throughput row: `callers` tasks on `rt`, each
 /// running `runs` trivial scripts on `h` one after another, so that
 /// `callers` runs are in flight the whole time; returns when all are done.

@@ -22,7 +22,7 @@
 
 use harness_benches::{
     engines, harness, parallel_calls, sequential_calls, throughput_window, Config, POLYFILL,
-    TRIVIAL,
+    RUNS_PER_CALLER, TRIVIAL,
 };
 use serde_json::Value;
 use std::path::PathBuf;
@@ -209,9 +209,6 @@ fn sandbox_execute(o: &Options) -> Row {
 
 /// The throughput row's name.
 const THROUGHPUT: &str = "throughput";
-
-/// Runs each of the throughput row's callers makes per sample.
-const RUNS_PER_CALLER: usize = 16;
 
 /// Throughput per core, as CPU time per trivial script: as many callers
 /// as there are cores, each running [`RUNS_PER_CALLER`] scripts one after
