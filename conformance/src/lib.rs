@@ -409,8 +409,10 @@ async fn run_step_in(
     }
 }
 
-/// The adapters a suite runs on: one engine, in one isolation.
+/// The adapters a suite runs on: one engine, in one isolation. Built
+/// with [`SuiteEngines::new`] or [`SuiteEngines::for_engine`].
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct SuiteEngines {
     /// Runs every case (the cross-run cases too when `single` is `None`).
     pub any: Arc<dyn ScriptRuntimeAdapter>,
