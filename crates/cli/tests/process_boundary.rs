@@ -4,7 +4,8 @@
 
 use harness::core::process::{ProcessAdapter, ProcessOptions};
 use harness::{
-    ErrorCode, ExecutionReport, ExecutionRequest, FnTool, Limits, ScriptRuntimeAdapter, ToolSet,
+    ErrorCode, ExecutionReport, ExecutionRequest, FnTool, Limits, Realm, ScriptRuntimeAdapter,
+    ToolSet,
 };
 use serde_json::json;
 use std::path::Path;
@@ -156,6 +157,55 @@ async fn a_hundred_runs_with_a_kill_every_tenth_leak_no_process_or_descriptor() 
     assert_eq!(open_fds(), fds, "file descriptors leaked");
     let (now, zombies) = children();
     assert_eq!((now, zombies), (kids, 0), "worker processes leaked");
+}
+
+/// Boa has no memory limit of its own: behind the boundary the worker's
+/// heap budget is the limit. A context the engine had to make inside the
+/// run (a fresh worker's first run, a first private run) is not the
+/// script's heap: it once counted, so a trivial run failed with
+/// ScriptMemoryError under a 2 MiB limit on a fresh worker (its ~3 MB
+/// context charged to it) and passed on a warm one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boa_memory_limit_holds_the_same_on_a_fresh_worker_as_on_a_warm_one() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    let limit: u64 = 2 << 20;
+    for realm in [Realm::Shared, Realm::Private] {
+        // A fresh worker for each realm: its first run makes the context.
+        let a = adapter("boa");
+        let mut used = Vec::new();
+        for run in ["first, on a fresh worker", "second, on a warm one"] {
+            let mut r = request("return 1 + 1", 20_000, &tools);
+            r.limits = r.limits.with_memory_bytes(limit).with_realm(Some(realm));
+            let report = a.execute(r).await;
+            assert_eq!(
+                report.value,
+                Some(json!(2)),
+                "{realm:?}, {run}: {:?}",
+                report.error
+            );
+            used.push(report.metrics.memory_used_bytes.unwrap_or(0));
+        }
+        assert!(
+            used.iter().all(|&u| u < limit),
+            "{realm:?}: a trivial run's reported heap {used:?} holds the context"
+        );
+    }
+    // And the limit still holds: a script over it fails on a warm worker.
+    let a = adapter("boa");
+    for _ in 0..2 {
+        let mut r = request(
+            "const xs = []; for (let i = 0; i < 64; i++) xs.push(new Array(1e4).fill(i)); return xs.length",
+            20_000,
+            &tools,
+        );
+        r.limits = r.limits.with_memory_bytes(limit);
+        assert_eq!(
+            code(&a.execute(r).await),
+            Some(ErrorCode::ScriptMemoryError)
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -226,7 +226,15 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
                 let mut panicked = false;
                 let lent = catch_unwind(AssertUnwindSafe(|| {
                     host.lend(&mut |engine| match engine {
-                        Ok(engine) => serve_run(engine, &pipe, &run, &mut panicked),
+                        Ok(engine) => {
+                            let tainted = serve_run(engine, &pipe, &run, &mut panicked);
+                            // The run is over: what the engine thread does
+                            // next (teardown, the next context made ahead)
+                            // is not the run's memory, and must not end the
+                            // worker after the run was answered.
+                            budget::disarm();
+                            tainted
+                        }
                         Err(f) => {
                             answer_failed_run(&pipe, f);
                             true
@@ -417,6 +425,27 @@ fn guarded<R>(f: impl FnOnce() -> Result<R, EngineFault>) -> Result<R, EngineFau
     }
 }
 
+/// Runs engine set-up that a run had to wait for (a context or realm made
+/// inside the run because none was made ahead of time) outside the run's
+/// heap budget, so that a run's memory limit holds the same on a fresh
+/// worker as on a warm one: the budget counts the script's heap, not the
+/// engine's.
+///
+/// In a worker process ([`serve`]) the budget's cap is lifted while `f`
+/// runs, and the heap `f` leaves allocated is neither counted against the
+/// run nor part of its reported peak. Anywhere else it only runs `f`.
+/// Engines whose memory limit counts their own heap (QuickJS's allocator)
+/// need it only for the worker's backstop; Boa, which has no limit of its
+/// own, needs it for the limit itself.
+///
+/// ```
+/// let answer = harness_core::process::uncharged(|| vec![0u8; 1 << 20].len());
+/// assert_eq!(answer, 1 << 20);
+/// ```
+pub fn uncharged<R>(f: impl FnOnce() -> R) -> R {
+    budget::uncharged(f)
+}
+
 /// Heap budget of a worker run, counted by [`WorkerAllocator`].
 mod budget {
     use super::*;
@@ -457,6 +486,40 @@ mod budget {
 
     pub(super) fn peak() -> u64 {
         PEAK.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Puts the cap back (and takes the set-up's growth off the count)
+    /// when [`uncharged`] ends, even by a panic.
+    struct Restore {
+        cap: isize,
+        peak: isize,
+        live: isize,
+    }
+
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let grown = LIVE.load(Ordering::SeqCst) - self.live;
+            if grown > 0 {
+                LIVE.fetch_sub(grown, Ordering::SeqCst);
+            }
+            PEAK.store(self.peak.max(LIVE.load(Ordering::SeqCst)), Ordering::SeqCst);
+            CAP.store(self.cap, Ordering::SeqCst);
+        }
+    }
+
+    /// Runs `f` outside the run's budget: no cap while it runs, and the
+    /// heap it leaves allocated is neither counted nor part of the peak.
+    /// Heap it freed (the run's own) stays freed.
+    pub(super) fn uncharged<R>(f: impl FnOnce() -> R) -> R {
+        if !ENABLED.load(Ordering::Relaxed) {
+            return f();
+        }
+        let _restore = Restore {
+            cap: CAP.swap(isize::MAX, Ordering::SeqCst),
+            peak: PEAK.load(Ordering::SeqCst),
+            live: LIVE.load(Ordering::SeqCst),
+        };
+        f()
     }
 
     /// Counts `bytes` more; over the cap the process ends at once with
