@@ -307,7 +307,8 @@ impl Default for SpawnSettings {
     }
 }
 
-/// `[workers]`: the worker processes of `isolation = "process"`.
+/// `[workers]`: the worker processes of `isolation = "process"`, and the
+/// engine threads of `isolation = "in_process"`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 #[non_exhaustive]
@@ -316,6 +317,9 @@ pub struct Workers {
     pub max_workers: usize,
     /// Runs a worker serves before it is replaced (0: never).
     pub max_runs_per_worker: u32,
+    /// Engine threads in this process (runs in flight) at most, for
+    /// `isolation = "in_process"`; more runs queue.
+    pub max_threads: usize,
 }
 
 impl Default for Workers {
@@ -323,6 +327,7 @@ impl Default for Workers {
         Workers {
             max_workers: 16,
             max_runs_per_worker: 10_000,
+            max_threads: harness_core::engine::DEFAULT_MAX_THREADS,
         }
     }
 }
@@ -717,6 +722,9 @@ impl Config {
             }
         }
         b = b.workers(s.workers.max_workers, s.workers.max_runs_per_worker);
+        if s.workers.max_threads != harness_core::engine::DEFAULT_MAX_THREADS {
+            b = b.threads(s.workers.max_threads);
+        }
         b = b.tool_settings(s.tools.clone());
         Ok(b)
     }
@@ -816,7 +824,7 @@ const HTTP_KEYS: &[&str] = &[
 ];
 const SECRET_KEYS: &[&str] = &["env", "hosts"];
 const SPAWN_KEYS: &[&str] = &["enabled", "max_per_run", "max_running", "timeout_ms"];
-const WORKER_KEYS: &[&str] = &["max_workers", "max_runs_per_worker"];
+const WORKER_KEYS: &[&str] = &["max_workers", "max_runs_per_worker", "max_threads"];
 const APPROVAL_KEYS: &[&str] = &["default"];
 const TOOL_KEYS: &[&str] = &["timeout_ms", "needs_approval", "max_output_bytes"];
 

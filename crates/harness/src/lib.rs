@@ -387,6 +387,7 @@ pub struct HarnessBuilder {
     no_retry: bool,
     worker: Option<ProcessOptions>,
     pool: Option<(usize, u32)>,
+    threads: Option<usize>,
     tool_settings: std::collections::BTreeMap<String, config::ToolSettings>,
     audit: Option<Arc<audit::AuditLog>>,
     #[cfg(feature = "http")]
@@ -520,6 +521,17 @@ impl HarnessBuilder {
         self
     }
 
+    /// The engine threads of `isolation = in_process`: at most
+    /// `max_threads` runs in flight in this process, each on a thread of
+    /// its own with its engine state; more runs queue. Default
+    /// [`harness_core::engine::DEFAULT_MAX_THREADS`] (64); threads start
+    /// when runs need them. (`[workers] max_threads` in the configuration
+    /// file; [`HarnessBuilder::workers`] is the process pool's.)
+    pub fn threads(mut self, max_threads: usize) -> Self {
+        self.threads = Some(max_threads.max(1));
+        self
+    }
+
     /// Turns `tools.http` on under `policy` (off by default: `tools.http`
     /// is `undefined`). The tool joins the registry under its reserved
     /// name and the allowlist, so `[tools.http]` settings and approvals
@@ -561,20 +573,30 @@ impl HarnessBuilder {
                     .unwrap_or_else(|| engine.default_isolation());
                 let worker = self.worker;
                 let pool = self.pool;
-                engine.adapter_with(isolation, |name| {
-                    let mut w = match worker {
-                        Some(mut w) => {
-                            w.engine = name.to_owned();
-                            w
-                        }
-                        None => ProcessOptions::current_exe(name)?,
-                    };
-                    if let Some((max, runs)) = pool {
-                        w.max_workers = max.max(1);
-                        w.max_runs_per_worker = (runs > 0).then_some(runs);
+                let threads = match (isolation, self.threads) {
+                    (Isolation::InProcess, Some(n)) => {
+                        engine.descriptor()?.in_process_with_threads(n)
                     }
-                    Ok(w)
-                })?
+                    _ => None,
+                };
+                if let Some(adapter) = threads {
+                    adapter
+                } else {
+                    engine.adapter_with(isolation, |name| {
+                        let mut w = match worker {
+                            Some(mut w) => {
+                                w.engine = name.to_owned();
+                                w
+                            }
+                            None => ProcessOptions::current_exe(name)?,
+                        };
+                        if let Some((max, runs)) = pool {
+                            w.max_workers = max.max(1);
+                            w.max_runs_per_worker = (runs > 0).then_some(runs);
+                        }
+                        Ok(w)
+                    })?
+                }
             }
         };
         let registry = self.registry.unwrap_or_default();

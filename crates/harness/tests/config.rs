@@ -110,3 +110,61 @@ async fn providers_narrow_exposure_and_overrides_respect_ceilings() {
     assert!(err.to_string().contains("nope"), "{err}");
     let _ = ErrorCode::ALL;
 }
+
+/// `[workers] max_threads` caps the runs in flight in this process: with
+/// one engine thread, a second run waits while the first holds the thread
+/// in a tool call; by default it runs beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_max_threads_caps_the_runs_in_flight_in_process() {
+    use std::sync::Arc;
+    use tokio::sync::{Notify, Semaphore};
+    for (file, second_waits) in [
+        ("[workers]\nmax_threads = 1\n", true),
+        ("[workers]\nmax_workers = 1\n", false),
+    ] {
+        let entered = Arc::new(Notify::new());
+        let release = Arc::new(Semaphore::new(0));
+        let mut r = ToolRegistry::new();
+        let (e, rel) = (entered.clone(), release.clone());
+        r.register(FnTool::new(
+            "hold",
+            "waits until the test lets go",
+            json!({"type": "object"}),
+            move |_, _| {
+                let (e, rel) = (e.clone(), rel.clone());
+                async move {
+                    e.notify_one();
+                    let _ = rel.acquire().await;
+                    Ok(json!(1))
+                }
+            },
+        ))
+        .unwrap();
+        let cfg = Config::from_toml_str(
+            &format!("isolation = \"in_process\"\n{file}"),
+            "test.toml",
+        )
+        .unwrap();
+        let h = Arc::new(cfg.builder().unwrap().tools(r).build().unwrap());
+        let first = tokio::spawn({
+            let h = h.clone();
+            async move { h.run("return await tools.hold({})").await }
+        });
+        entered.notified().await;
+        let second = tokio::spawn({
+            let h = h.clone();
+            async move { h.run("return 2").await }
+        });
+        let early = tokio::time::timeout(Duration::from_millis(500), async {
+            while !second.is_finished() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .is_ok();
+        assert_eq!(early, !second_waits, "{file}");
+        release.add_permits(1);
+        assert_eq!(first.await.unwrap().value, Some(json!(1)), "{file}");
+        assert_eq!(second.await.unwrap().value, Some(json!(2)), "{file}");
+    }
+}
