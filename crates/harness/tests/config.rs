@@ -140,11 +140,9 @@ async fn workers_max_threads_caps_the_runs_in_flight_in_process() {
             },
         ))
         .unwrap();
-        let cfg = Config::from_toml_str(
-            &format!("isolation = \"in_process\"\n{file}"),
-            "test.toml",
-        )
-        .unwrap();
+        let cfg =
+            Config::from_toml_str(&format!("isolation = \"in_process\"\n{file}"), "test.toml")
+                .unwrap();
         let h = Arc::new(cfg.builder().unwrap().tools(r).build().unwrap());
         let first = tokio::spawn({
             let h = h.clone();
