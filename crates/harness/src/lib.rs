@@ -526,7 +526,8 @@ impl HarnessBuilder {
     /// its own with its engine state; more runs queue. Default
     /// [`harness_core::engine::DEFAULT_MAX_THREADS`] (64); threads start
     /// when runs need them. (`[workers] max_threads` in the configuration
-    /// file; [`HarnessBuilder::workers`] is the process pool's.)
+    /// file; [`HarnessBuilder::workers`] is the process pool's; an adapter
+    /// given to [`HarnessBuilder::adapter`] keeps its own.)
     pub fn threads(mut self, max_threads: usize) -> Self {
         self.threads = Some(max_threads.max(1));
         self
