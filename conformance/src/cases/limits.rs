@@ -2,7 +2,7 @@
 
 use super::case;
 use crate::{ensure, expect_code, expect_value, Case, Counters, Spec};
-use harness_core::{ErrorCode, Phase};
+use harness_core::{ErrorCode, Phase, Realm};
 use serde_json::json;
 
 fn oversized() -> String {
@@ -29,6 +29,9 @@ pub const CASES: &[Case] = &[
     case!("limits::memory", "allocating past the memory limit is ScriptMemoryError, even if caught", Limits, MemoryLimit,
         [Spec::new("const a = []; while (true) a.push('x'.repeat(1000) + a.length)", |o| expect_code(o, ErrorCode::ScriptMemoryError)).limits(|l| l.memory_bytes = 32 << 20),
          Spec::new("const a = []; try { while (true) a.push('y'.repeat(1e4) + a.length) } catch (e) { return 'caught' }", |o| expect_code(o, ErrorCode::ScriptMemoryError)).limits(|l| l.memory_bytes = 32 << 20)]),
+    case!("limits::memory_small", "a 2 MiB limit leaves a trivial script room, shared realm and private: the engine's own context is not the script's heap (Boa behind the boundary once charged it on a fresh worker)", Limits, Nothing,
+        [Spec::new("return 1 + 1", |o| expect_value(o, json!(2))).limits(|l| l.memory_bytes = 2 << 20),
+         Spec::new("return 1 + 1", |o| expect_value(o, json!(2))).limits(|l| { l.memory_bytes = 2 << 20; l.realm = Some(Realm::Private) })]),
     case!("limits::memory_large", "a run allowed a larger heap than the default can use it (300 MiB of buffers under a 512 MiB limit)", Limits, Nothing,
         [Spec::new("const b = []; for (let i = 0; i < 6; i++) b.push(new Uint8Array(50 << 20)); return b.reduce((n, x) => n + x.length, 0)", |o| expect_value(o, json!(300 << 20))).limits(|l| l.memory_bytes = 512 << 20)]),
     case!("limits::stack", "deep recursion is StackOverflowError", Limits, Nothing,
