@@ -417,20 +417,15 @@ impl Engine for BoaEngine {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         debug_assert_eq!(setup.prelude, PRELUDE);
         self.private = setup.limits.private_realm();
-        // A context made now, because none was made ahead of time, is not
-        // the script's memory: behind the process boundary it stays out of
-        // the run's heap budget, so that a limit holds the same on a fresh
-        // worker as on a warm one (a trivial run on a fresh worker was
-        // charged the whole ~3 MB context, and failed under a 2 MiB limit).
         let warm = if self.private {
             match self.pre_private.take() {
                 Some(w) => w,
-                None => harness_core::process::uncharged(|| harden_as(true))?,
+                None => harden_as(true)?,
             }
         } else {
             match self.pre.take() {
                 Some(w) => w,
-                None => harness_core::process::uncharged(harden)?,
+                None => harden()?,
             }
         };
         let Warm { mut ctx, install } = warm;

@@ -399,19 +399,15 @@ impl Engine for QjsEngine<'_> {
         // arguments on failure: `js_bytecode_eval`).
         self.slot.alloc.disarm();
         self.private = setup.limits.private_realm();
-        // Behind the process boundary, outside the worker's backstop
-        // budget too (`harness_core::process::uncharged`).
         let warm = if self.private {
             match self.pre_private.take() {
                 Some(w) => w,
-                None => harness_core::process::uncharged(|| harden_as(rt, true))
-                    .map_err(|f| self.finish_fault(f))?,
+                None => harden_as(rt, true).map_err(|f| self.finish_fault(f))?,
             }
         } else {
             match self.pre.take() {
                 Some(w) => w,
-                None => harness_core::process::uncharged(|| harden(rt))
-                    .map_err(|f| self.finish_fault(f))?,
+                None => harden(rt).map_err(|f| self.finish_fault(f))?,
             }
         };
         let mut limit = usize::try_from(setup.limits.memory_bytes).unwrap_or(usize::MAX);

@@ -30,7 +30,7 @@ mod worker;
 
 pub use host::{ProcessAdapter, ProcessOptions};
 use worker::sys;
-pub use worker::{serve, serve_if_requested, uncharged, WorkerAllocator, EXIT_NO_WORKER_ALLOCATOR};
+pub use worker::{serve, serve_if_requested, WorkerAllocator, EXIT_NO_WORKER_ALLOCATOR};
 
 use crate::adapter::{GlobalEval, GlobalEvalOutcome};
 use crate::engine::{EngineFault, FaultKind};

@@ -216,12 +216,15 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
             } => {
                 pipe.spin.set(spin);
                 let extra = if enforces { BACKSTOP_SLACK_BYTES } else { 0 };
-                budget::arm(limits.memory_bytes.saturating_add(extra));
+                // Counted, without a cap, until the engine has loaded the
+                // run; `serve_run` then arms the run's budget.
+                budget::arm(u64::MAX);
                 let run = RunMsg {
                     config: &config,
                     limits: &limits,
                     timeout_ms,
                     source: &source,
+                    budget_bytes: limits.memory_bytes.saturating_add(extra),
                 };
                 let mut panicked = false;
                 let lent = catch_unwind(AssertUnwindSafe(|| {
@@ -274,6 +277,8 @@ struct RunMsg<'a> {
     limits: &'a Limits,
     timeout_ms: u64,
     source: &'a str,
+    /// The heap the script may grow, counted from the end of `load`.
+    budget_bytes: u64,
 }
 
 /// The engine could not even be created: answer the Run, then wait for
@@ -362,7 +367,14 @@ fn serve_run(
             kinds,
         });
     };
-    let (phase, r) = match guarded(|| engine.load(&setup, host)) {
+    let loaded = guarded(|| engine.load(&setup, host));
+    // The budget counts the script's heap, from here: a context the engine
+    // had to make in `load` (none was made ahead of time: a fresh
+    // worker's first run, a first private run) is the engine's, and
+    // counting it made a limit fail on a fresh worker that passed on a
+    // warm one (Boa, `return 1 + 1` under 2 MiB: its ~3 MB context).
+    budget::arm(run.budget_bytes);
+    let (phase, r) = match loaded {
         Err(f) => (StepPhase::Load, Err(f)),
         Ok(()) => match guarded(|| engine.start(run.source)) {
             Err(f) => (StepPhase::Start, Err(f)),
@@ -425,27 +437,6 @@ fn guarded<R>(f: impl FnOnce() -> Result<R, EngineFault>) -> Result<R, EngineFau
     }
 }
 
-/// Runs engine set-up that a run had to wait for (a context or realm made
-/// inside the run because none was made ahead of time) outside the run's
-/// heap budget, so that a run's memory limit holds the same on a fresh
-/// worker as on a warm one: the budget counts the script's heap, not the
-/// engine's.
-///
-/// In a worker process ([`serve`]) the budget's cap is lifted while `f`
-/// runs, and the heap `f` leaves allocated is neither counted against the
-/// run nor part of its reported peak. Anywhere else it only runs `f`.
-/// Engines whose memory limit counts their own heap (QuickJS's allocator)
-/// need it only for the worker's backstop; Boa, which has no limit of its
-/// own, needs it for the limit itself.
-///
-/// ```
-/// let answer = harness_core::process::uncharged(|| vec![0u8; 1 << 20].len());
-/// assert_eq!(answer, 1 << 20);
-/// ```
-pub fn uncharged<R>(f: impl FnOnce() -> R) -> R {
-    budget::uncharged(f)
-}
-
 /// Heap budget of a worker run, counted by [`WorkerAllocator`].
 mod budget {
     use super::*;
@@ -486,40 +477,6 @@ mod budget {
 
     pub(super) fn peak() -> u64 {
         PEAK.load(Ordering::Relaxed).max(0) as u64
-    }
-
-    /// Puts the cap back (and takes the set-up's growth off the count)
-    /// when [`uncharged`] ends, even by a panic.
-    struct Restore {
-        cap: isize,
-        peak: isize,
-        live: isize,
-    }
-
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let grown = LIVE.load(Ordering::SeqCst) - self.live;
-            if grown > 0 {
-                LIVE.fetch_sub(grown, Ordering::SeqCst);
-            }
-            PEAK.store(self.peak.max(LIVE.load(Ordering::SeqCst)), Ordering::SeqCst);
-            CAP.store(self.cap, Ordering::SeqCst);
-        }
-    }
-
-    /// Runs `f` outside the run's budget: no cap while it runs, and the
-    /// heap it leaves allocated is neither counted nor part of the peak.
-    /// Heap it freed (the run's own) stays freed.
-    pub(super) fn uncharged<R>(f: impl FnOnce() -> R) -> R {
-        if !ENABLED.load(Ordering::Relaxed) {
-            return f();
-        }
-        let _restore = Restore {
-            cap: CAP.swap(isize::MAX, Ordering::SeqCst),
-            peak: PEAK.load(Ordering::SeqCst),
-            live: LIVE.load(Ordering::SeqCst),
-        };
-        f()
     }
 
     /// Counts `bytes` more; over the cap the process ends at once with
