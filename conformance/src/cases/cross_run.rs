@@ -103,6 +103,35 @@ fn differs_from_plant(o: &Observed) -> Result<Option<String>, String> {
     )
 }
 
+/// None of the probe's eight draws is one of the first run's sixteen (a
+/// seed used again, from any offset, would repeat some of them), and no
+/// run drew a number twice (a generator reseeded at every draw would).
+fn none_drawn_before(o: &Observed) -> Result<Option<String>, String> {
+    ensure(o, o.report.ok, "the probe failed")?;
+    let first = o.earlier.first().and_then(|r| r.value.clone());
+    let drawn = first.as_ref().and_then(Value::as_array);
+    let probe = o.report.value.as_ref().and_then(Value::as_array);
+    let (Some(drawn), Some(probe)) = (drawn, probe) else {
+        return Err("expected arrays of draws".to_owned());
+    };
+    ensure(
+        o,
+        drawn.len() == 16 && probe.len() == 8,
+        "expected 16 draws, then 8",
+    )?;
+    let distinct = |xs: &[Value]| xs.iter().enumerate().all(|(i, x)| !xs[..i].contains(x));
+    ensure(
+        o,
+        distinct(drawn) && distinct(probe),
+        "a run drew the same number twice",
+    )?;
+    ensure(
+        o,
+        probe.iter().all(|x| !drawn.contains(x)),
+        "the probe drew a number the first run drew",
+    )
+}
+
 fn fresh_script_id(o: &Observed) -> Result<Option<String>, String> {
     ensure(o, o.report.ok, "the probe failed")?;
     let first = o.earlier.first().map(|r| r.script_id.clone());
@@ -255,6 +284,10 @@ pub const CASES: &[Case] = &[
     case!("cross_run::math_random_sequence", "each run draws a fresh random sequence (reseeded, not continued or repeated)", Security, Nothing,
         [Spec::new("return Array.from({ length: 8 }, () => Math.random())", planted),
          Spec::new("return Array.from({ length: 8 }, () => Math.random())", differs_from_plant)]),
+    case!("cross_run::math_random_after_a_quiet_run", "with a run that draws nothing in between, the next run's draws are fresh: none of them is one of the first run's", Security, Nothing,
+        [Spec::new("return Array.from({ length: 16 }, () => Math.random())", planted),
+         Spec::new("return 1", planted),
+         Spec::new("return Array.from({ length: 8 }, () => Math.random())", none_drawn_before)]),
     case!("cross_run::date_now", "Date.now replaced by one run is the original in the next", Security, Nothing,
         [plant!("Date.now = () => 0; Date.prototype.getTime = () => 0"),
          Spec::new("return [Date.now() > 1e12, new Date().getTime() > 1e12]", all_true)]),

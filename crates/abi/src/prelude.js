@@ -83,6 +83,7 @@
   const ownKeys = Reflect.ownKeys;
   const imul = Math.imul;
   const nativeRandom = Math.random;
+  const parseIntFn = parseInt;
   const mapSize = getOwnPropertyDescriptor(Map.prototype, 'size').get;
   const getOwnPropertyDescriptors = O.getOwnPropertyDescriptors;
   const fnBind = Function.prototype.bind;
@@ -212,13 +213,22 @@
   // (The walk and the taming of the override mistake are below, after the
   // last changes to the intrinsics.)
 
-  // Math.random is reseeded for every run (install's `config.seed`, 128
-  // bits from the host): an engine's own generator is seeded once per
+  // Math.random is reseeded for every run (the run's 128-bit seed from
+  // the host, in its config): an engine's own generator is seeded once per
   // context (quickjs-ng: from the clock, in microseconds), so a reused
   // context would continue one run's sequence into the next, and two
   // contexts made in the same microsecond would repeat it. xoshiro128**.
+  // `install` only keeps the run's seed; the first `Math.random()` of the
+  // run seeds from it (most runs never call it, and reading the seed's
+  // hex digits costs more than a trivial run's config otherwise would).
   let r0 = 0, r1 = 0, r2 = 0, r3 = 0;
+  // The installed run's seed, not yet used: 32 hex digits, or four words.
+  let pendingSeed = null;
+  function hexWord(hex, at) {
+    return parseIntFn(apply(stringSlice, hex, [at, at + 8]), 16);
+  }
   function seedRandom(seed) {
+    if (typeof seed === 'string') seed = [hexWord(seed, 0), hexWord(seed, 8), hexWord(seed, 16), hexWord(seed, 24)];
     r0 = seed[0] | 0; r1 = seed[1] | 0; r2 = seed[2] | 0; r3 = seed[3] | 0;
     if ((r0 | r1 | r2 | r3) === 0) r0 = 1;
   }
@@ -234,6 +244,11 @@
   // A method, so that, like the original, it is no constructor.
   const { random } = {
     random() {
+      if (pendingSeed !== null) {
+        const seed = pendingSeed;
+        pendingSeed = null;
+        seedRandom(seed);
+      }
       return ((next32() >>> 5) * 67108864 + (next32() >>> 6)) / 9007199254740992;
     },
   };
@@ -924,27 +939,46 @@
   }
   const controller = freeze({ start: start, settle: settle, end: end });
 
-  // The config is `{"run":{"scriptId":…,"seed":[…]},"static":{…}}`, in
-  // that order: the static part is compared as a string, without parsing.
-  const runPrefix = '{"run":';
-  const staticMark = ',"static":';
+  // The config is `{"run":"…","static":{…}}`, in that order. The run's
+  // part is one string: the 128-bit seed as 32 hex digits, then the
+  // script id (20 characters as the host makes it), so that the static
+  // part starts at a fixed offset and is compared as a string, without
+  // parsing. Any other valid config (another id's length, or the run's
+  // part as `{"scriptId":…,"seed":[…]}`) takes the JSON path.
+  const runPrefix = '{"run":"';
+  const runEnd = runPrefix.length + 52;
+  const staticMark = '","static":';
   return function install(configJson) {
     if (!freezing && globalsDefined) throw new TypeErrorCtor('a private realm serves one run');
     if (active !== null) throw new TypeErrorCtor('a run is already installed in this context');
-    let runConfig, staticJson;
-    const mark = apply(stringIndexOf, configJson, [staticMark]);
-    if (apply(stringSlice, configJson, [0, runPrefix.length]) === runPrefix && mark > 0) {
-      runConfig = jsonParse(apply(stringSlice, configJson, [runPrefix.length, mark]));
-      staticJson = apply(stringSlice, configJson, [mark + staticMark.length, configJson.length - 1]);
+    let scriptId, seed, staticJson;
+    // `configJson` comes from the host, and no script has run in this
+    // context since its intrinsics were frozen (a shared realm) or at all
+    // (a private realm, which serves one run): its `slice` is the
+    // original, called directly (`apply` with an argument array costs
+    // about three times as much).
+    if (typeof configJson === 'string'
+        && configJson.slice(runEnd, runEnd + staticMark.length) === staticMark
+        && configJson.slice(0, runPrefix.length) === runPrefix) {
+      seed = configJson.slice(runPrefix.length, runPrefix.length + 32);
+      scriptId = configJson.slice(runPrefix.length + 32, runEnd);
+      staticJson = configJson.slice(runEnd + staticMark.length, configJson.length - 1);
     } else {
       const whole = jsonParse(configJson);
-      runConfig = whole.run;
+      const run = whole.run;
+      if (typeof run === 'string') {
+        seed = apply(stringSlice, run, [0, 32]);
+        scriptId = apply(stringSlice, run, [32]);
+      } else {
+        seed = run.seed;
+        scriptId = run.scriptId;
+      }
       staticJson = jsonStringify(whole.static);
     }
-    if (isArray(runConfig.seed)) seedRandom(runConfig.seed);
+    pendingSeed = typeof seed === 'string' || isArray(seed) ? seed : null;
     // Installed from here on (making `context` reads its getters); an
     // install that throws leaves the context to be dropped, never reused.
-    active = { scriptId: runConfig.scriptId, pending: new MapCtor(), tools: undefined, context: undefined, console: sharedConsole };
+    active = { scriptId: scriptId, pending: new MapCtor(), tools: undefined, context: undefined, console: sharedConsole };
     if (shared === null || shared.json !== staticJson) shared = makeShared(staticJson);
     active.tools = shared.tools;
     active.context = shared.context;

@@ -652,7 +652,137 @@ pub struct RunOutput {
     pub engine_tainted: bool,
 }
 
+/// The prelude's config for one run: `{"run":"…","static":{…}}`.
+///
+/// The run's part is one JSON string of fixed length (52 characters):
+/// the 128-bit `Math.random` seed as 32 hex digits, then the script id, so
+/// that the prelude finds the static part at a fixed offset and reads the
+/// run's part with no JSON parse (see prelude.js, `install`). The static
+/// part (tools, context, limits) is compared by the prelude as a string
+/// and, where it is the last run's, not parsed or built again; here it is
+/// serialised again only when its inputs changed ([`StaticConfig`]).
 fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade, script_id: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(1024);
+    out.push_str(r#"{"run":""#);
+    for word in random_seed() {
+        for shift in (0..8).rev() {
+            out.push(char::from(HEX[(word >> (shift * 4)) as usize & 0xf]));
+        }
+    }
+    // An id of another length would still be read right, through the
+    // prelude's JSON path; ids from `new_script_id` are all 20 characters
+    // that JSON need not escape.
+    debug_assert_eq!(script_id.len(), SCRIPT_ID_LEN);
+    if script_id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        out.push_str(script_id);
+        out.push('"');
+    } else {
+        let quoted = serde_json::to_string(script_id).unwrap_or_else(|_| "\"\"".to_owned());
+        out.push_str(&quoted[1..]);
+    }
+    out.push_str(r#","static":"#);
+    StaticConfig::append(request, facade, &mut out);
+    out.push('}');
+    out
+}
+
+/// Characters in a script id from [`new_script_id`].
+const SCRIPT_ID_LEN: usize = 20;
+
+/// The static part of the prelude's config, serialised again only when
+/// what it is made of changed.
+///
+/// Kept per engine thread: the last inputs (visible and sited tools,
+/// whether tasks may spawn, the mode, the context and the limits) and
+/// their JSON. The JSON is a pure function of those inputs, compared in
+/// full, so a run is never shown another request's tools or context; the
+/// cache only saves serialising them again (about a tenth of a trivial
+/// run's instructions, docs/performance.md). Inputs whose JSON is larger
+/// than [`StaticConfig::KEPT_BYTES`] are not kept.
+struct StaticConfig {
+    tools: Vec<String>,
+    sited: Vec<String>,
+    spawn: bool,
+    mode: Mode,
+    context: crate::adapter::ScriptContext,
+    limits: Limits,
+    json: String,
+}
+
+thread_local! {
+    static LAST_STATIC: std::cell::RefCell<Option<StaticConfig>> = const { std::cell::RefCell::new(None) };
+}
+
+impl StaticConfig {
+    const KEPT_BYTES: usize = 16 * 1024;
+
+    fn spawn(request: &ExecutionRequest) -> bool {
+        request.tasks.is_some() && request.mode == Mode::Enabled
+    }
+
+    fn matches(&self, request: &ExecutionRequest, facade: &ToolFacade) -> bool {
+        self.spawn == Self::spawn(request)
+            && self.mode == request.mode
+            && self.tools == facade.visible_tools()
+            && self
+                .sited
+                .iter()
+                .map(String::as_str)
+                .eq(facade.sited_tools())
+            && self.limits == request.limits
+            && self.context == request.context
+    }
+
+    /// Appends the static part's JSON for `request` to `out`.
+    fn append(request: &ExecutionRequest, facade: &ToolFacade, out: &mut String) {
+        let hit = LAST_STATIC.with(|last| {
+            let Ok(last) = last.try_borrow() else {
+                return false;
+            };
+            match last.as_ref() {
+                Some(last) if last.matches(request, facade) => {
+                    out.push_str(&last.json);
+                    true
+                }
+                _ => false,
+            }
+        });
+        if hit {
+            return;
+        }
+        let json = static_json(request, facade);
+        out.push_str(&json);
+        if json.len() <= Self::KEPT_BYTES {
+            let kept = StaticConfig {
+                tools: facade.visible_tools().to_vec(),
+                sited: facade
+                    .sited_tools()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+                spawn: Self::spawn(request),
+                mode: request.mode,
+                context: request.context.clone(),
+                limits: request.limits.clone(),
+                json,
+            };
+            LAST_STATIC.with(|last| {
+                if let Ok(mut last) = last.try_borrow_mut() {
+                    *last = Some(kept);
+                }
+            });
+        }
+    }
+}
+
+/// Serialises the static part of the prelude's config. Serialised from
+/// borrowing structs: building a `json!` tree cost more than the rest of
+/// the run's set-up.
+fn static_json(request: &ExecutionRequest, facade: &ToolFacade) -> String {
     let l = &request.limits;
     let c = &request.context;
     let mode = match request.mode {
@@ -660,17 +790,6 @@ fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade, script_id: &s
         Mode::DryRun => "dry-run",
         Mode::Disabled => "disabled",
     };
-    // What differs from run to run is kept apart from the rest, which the
-    // prelude compares as a string and, where it is the last run's, does
-    // not parse or build again (see prelude.js, `install`). Serialised
-    // from borrowing structs: building a `json!` tree cost more than the
-    // rest of the run's set-up.
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Run<'a> {
-        script_id: &'a str,
-        seed: [u32; 4],
-    }
     #[derive(serde::Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Fixed<'a> {
@@ -718,14 +837,10 @@ fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade, script_id: &s
         max_console_lines: u32,
         max_progress_events: u32,
     }
-    let run = Run {
-        script_id,
-        seed: random_seed(),
-    };
     let fixed = Fixed {
         tools: facade.visible_tools(),
         sited: facade.sited_tools(),
-        spawn: request.tasks.is_some() && request.mode == Mode::Enabled,
+        spawn: StaticConfig::spawn(request),
         line_offset: WRAPPER_LINE_OFFSET,
         context: Context {
             conversation_id: &c.conversation_id,
@@ -757,17 +872,7 @@ fn prelude_config(request: &ExecutionRequest, facade: &ToolFacade, script_id: &s
             },
         },
     };
-    let (run, fixed) = (
-        serde_json::to_string(&run).unwrap_or_default(),
-        serde_json::to_string(&fixed).unwrap_or_default(),
-    );
-    let mut out = String::with_capacity(run.len() + fixed.len() + 20);
-    out.push_str(r#"{"run":"#);
-    out.push_str(&run);
-    out.push_str(r#","static":"#);
-    out.push_str(&fixed);
-    out.push('}');
-    out
+    serde_json::to_string(&fixed).unwrap_or_default()
 }
 
 /// Runs one script on `engine` and reports. `tokio` runs the tool calls.
@@ -1718,6 +1823,95 @@ mod tests {
         };
         assert_eq!(f.code, ErrorCode::ScriptCancelledError);
         assert!(s.poll_once().is_none(), "its future is gone");
+    }
+
+    /// The static part of the prelude's config is the same JSON, served
+    /// from the thread's cache or serialised again, for any sequence of
+    /// requests: one that differs in a tool, the allowlist, a context
+    /// field, a limit or the mode is never shown the last one's. The run's
+    /// part is the seed's 32 hex digits and the id, at fixed offsets.
+    #[test]
+    fn the_prelude_config_is_the_requests_own_whatever_ran_before() {
+        use crate::tool::{Allowlist, FnTool, ToolRegistry};
+        let mut registry = ToolRegistry::new();
+        for name in ["alpha", "beta"] {
+            registry
+                .register(FnTool::new(
+                    name,
+                    "t",
+                    json!({"type": "object"}),
+                    |a, _| async move { Ok(a) },
+                ))
+                .unwrap();
+        }
+        let registry = Arc::new(registry);
+        let base = || {
+            let mut r = ExecutionRequest::new("return 1");
+            r.tools.registry = registry.clone();
+            r
+        };
+        let mut only_alpha = base();
+        only_alpha.tools.allow = Allowlist::Only(["alpha".to_owned()].into());
+        let mut other_model = base();
+        other_model.context.model = Some("m2".to_owned());
+        let mut other_extra = base();
+        other_extra.context.extra = json!({"k": [1, 2]});
+        let mut other_limit = base();
+        other_limit.limits.max_tool_calls += 1;
+        let mut dry = base();
+        dry.mode = Mode::DryRun;
+        let mut unregistered = ExecutionRequest::new("return 1");
+        unregistered.context.model = Some("m2".to_owned());
+        let requests = [
+            base(),
+            base(),
+            only_alpha,
+            base(),
+            other_model,
+            other_extra,
+            base(),
+            other_limit,
+            dry,
+            dry_again(),
+            unregistered,
+            base(),
+        ];
+        fn dry_again() -> ExecutionRequest {
+            let mut r = ExecutionRequest::new("return 1");
+            r.mode = Mode::DryRun;
+            r
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = std::collections::HashSet::new();
+        for (i, request) in requests.iter().enumerate() {
+            let facade = ToolFacade::new(request, deadline, "scr_0123456789abcdef");
+            let config = prelude_config(request, &facade, "scr_0123456789abcdef");
+            let head = r#"{"run":""#;
+            let mark = r#"","static":"#;
+            assert!(config.starts_with(head), "{config}");
+            assert_eq!(
+                &config[head.len() + 52..head.len() + 52 + mark.len()],
+                mark,
+                "{config}"
+            );
+            let parsed: Value = serde_json::from_str(&config).expect("the config is JSON");
+            let run = parsed["run"].as_str().unwrap();
+            assert!(run[..32].bytes().all(|b| b.is_ascii_hexdigit()), "{run}");
+            assert_eq!(&run[32..], "scr_0123456789abcdef");
+            assert!(seen.insert(run[..32].to_owned()), "a seed repeated: {run}");
+            let fixed = &config[head.len() + 52 + mark.len()..config.len() - 1];
+            assert_eq!(fixed, static_json(request, &facade), "request {i}");
+        }
+        let tools = |i: usize| {
+            let f = ToolFacade::new(&requests[i], deadline, "scr_0123456789abcdef");
+            serde_json::from_str::<Value>(&prelude_config(&requests[i], &f, "scr_0123456789abcdef"))
+                .unwrap()["static"]["tools"]
+                .clone()
+        };
+        assert_eq!(tools(0), json!(["alpha", "beta"]));
+        assert_eq!(tools(2), json!(["alpha"]));
+        assert_eq!(tools(0), json!(["alpha", "beta"]));
+        assert_eq!(tools(10), json!([]));
     }
 
     /// Each engine's words for a write to a frozen object get the hint;
