@@ -605,6 +605,13 @@
       hostCall('done', '0');
       return;
     }
+    // A primitive JSON can hold is its own converted form (`convert`
+    // returns it as it is): no walk, no state for one.
+    const t = typeof value;
+    if (value === null || t === 'number' || t === 'string' || t === 'boolean') {
+      finishJson(value, value, noWarnings);
+      return;
+    }
     const st = { settled: new MapCtor(), promises: [], ancestors: new SetCtor(), warnings: [], bad: undefined };
     let rounds = 0;
     const attempt = function () {
@@ -644,6 +651,7 @@
     };
     attempt();
   }
+  const noWarnings = freeze([]);
   function finishJson(value, converted, warnings) {
     let json;
     try {
