@@ -1860,6 +1860,8 @@ mod tests {
         other_limit.limits.max_tool_calls += 1;
         let mut dry = base();
         dry.mode = Mode::DryRun;
+        let mut dry_again = base();
+        dry_again.mode = Mode::DryRun;
         let mut unregistered = ExecutionRequest::new("return 1");
         unregistered.context.model = Some("m2".to_owned());
         let requests = [
@@ -1872,15 +1874,10 @@ mod tests {
             base(),
             other_limit,
             dry,
-            dry_again(),
+            dry_again,
             unregistered,
             base(),
         ];
-        fn dry_again() -> ExecutionRequest {
-            let mut r = ExecutionRequest::new("return 1");
-            r.mode = Mode::DryRun;
-            r
-        }
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut seen = std::collections::HashSet::new();
         for (i, request) in requests.iter().enumerate() {
@@ -1912,6 +1909,9 @@ mod tests {
         assert_eq!(tools(2), json!(["alpha"]));
         assert_eq!(tools(0), json!(["alpha", "beta"]));
         assert_eq!(tools(10), json!([]));
+        // The cache is in use: it holds the last request's inputs.
+        let kept = LAST_STATIC.with(|l| l.borrow().as_ref().map(|c| c.tools.clone()));
+        assert_eq!(kept, Some(Vec::new()), "the unregistered request's tools");
     }
 
     /// Each engine's words for a write to a frozen object get the hint;
