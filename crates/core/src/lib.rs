@@ -26,7 +26,7 @@ pub mod tasks;
 pub mod telemetry;
 pub mod tool;
 mod tracker;
-mod watchdog;
+pub mod watchdog;
 
 pub use adapter::{
     Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, Mode, Observer,

@@ -11,6 +11,10 @@
 //! what costs. While runs are registered the thread wakes at least every
 //! [`POLL`] to notice cancellations; idle, it backs off to [`IDLE_MAX`], so
 //! a cancel is noticed within that (interrupt checks usually notice first).
+//!
+//! Public for adapters with a deadline of their own outside a run (the
+//! WASI workspace sandbox's `execute`): one registration instead of a
+//! timer thread per call.
 
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -119,7 +123,8 @@ fn run(shared: &Shared) {
 
 /// Keeps a run registered; dropping it unregisters the run.
 #[derive(Debug)]
-pub(crate) struct Watch {
+#[must_use = "dropping the guard unregisters the run at once"]
+pub struct Watch {
     id: u64,
 }
 
@@ -133,7 +138,10 @@ impl Drop for Watch {
 
 /// Calls `on_stop` once, from the watchdog thread, when `deadline` passes
 /// or `cancel` fires, unless the returned guard is dropped first.
-pub(crate) fn watch(
+///
+/// `on_stop` runs on the shared thread: it must be short and must not
+/// block (move an epoch, set a flag, halt an allocator).
+pub fn watch(
     deadline: Instant,
     cancel: CancellationToken,
     on_stop: impl FnOnce() + Send + 'static,
