@@ -9,7 +9,7 @@
 //! wake-up, so the common case (a deadline seconds away) wakes nothing:
 //! cheaper than a timer task per run, and on a small VM a thread wake-up is
 //! what costs. While runs are registered the thread wakes at least every
-//! [`POLL`] to notice cancellations; idle, it backs off to [`IDLE_MAX`], so
+//! 10 ms (`POLL`) to notice cancellations; idle, it backs off to 1 s (`IDLE_MAX`), so
 //! a cancel is noticed within that (interrupt checks usually notice first).
 //!
 //! Public for adapters with a deadline of their own outside a run (the
