@@ -47,25 +47,45 @@ struct Shared {
     wake: Condvar,
 }
 
+/// Whether the watchdog thread was started.
+static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn shared() -> &'static Arc<Shared> {
     static SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
-    SHARED.get_or_init(|| {
-        let shared = Arc::new(Shared {
+    let shared = SHARED.get_or_init(|| {
+        Arc::new(Shared {
             state: Mutex::new(State {
                 next_id: 0,
                 entries: Vec::new(),
                 wake_at: Instant::now(),
             }),
             wake: Condvar::new(),
-        });
-        let s = shared.clone();
-        // If the thread cannot start, deadlines are still enforced by the
-        // engines' interrupt checks and the event loop's own timeouts.
-        let _ = std::thread::Builder::new()
-            .name("harness-watchdog".into())
-            .spawn(move || run(&s));
-        shared
-    })
+        })
+    });
+    if !STARTED.load(std::sync::atomic::Ordering::Acquire) {
+        start(shared);
+    }
+    shared
+}
+
+/// Starts the thread, once. A start that fails (the process is out of
+/// threads) is tried again by the next registration instead of leaving
+/// the process without a watchdog for good; meanwhile deadlines are still
+/// enforced by the engines' interrupt checks and the event loop's own
+/// timeouts (the WASI sandbox, which has neither, fails to start its own
+/// thread in the same condition).
+fn start(shared: &Arc<Shared>) {
+    static STARTING: Mutex<()> = Mutex::new(());
+    let Ok(_one) = STARTING.lock() else { return };
+    if STARTED.load(std::sync::atomic::Ordering::Acquire) {
+        return;
+    }
+    let s = shared.clone();
+    let started = std::thread::Builder::new()
+        .name("harness-watchdog".into())
+        .spawn(move || run(&s))
+        .is_ok();
+    STARTED.store(started, std::sync::atomic::Ordering::Release);
 }
 
 fn run(shared: &Shared) {
