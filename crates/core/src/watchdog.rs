@@ -52,7 +52,7 @@ static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::n
 
 fn shared() -> &'static Arc<Shared> {
     static SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
-    let shared = SHARED.get_or_init(|| {
+    SHARED.get_or_init(|| {
         Arc::new(Shared {
             state: Mutex::new(State {
                 next_id: 0,
@@ -61,14 +61,11 @@ fn shared() -> &'static Arc<Shared> {
             }),
             wake: Condvar::new(),
         })
-    });
-    if !STARTED.load(std::sync::atomic::Ordering::Acquire) {
-        start(shared);
-    }
-    shared
+    })
 }
 
-/// Starts the thread, once. A start that fails (the process is out of
+/// Starts the thread, once ([`watch`] asks before it registers; a guard
+/// dropped does not start it). A start that fails (the process is out of
 /// threads) is tried again by the next registration instead of leaving
 /// the process without a watchdog for good; meanwhile deadlines are still
 /// enforced by the engines' interrupt checks and the event loop's own
@@ -167,6 +164,9 @@ pub fn watch(
     on_stop: impl FnOnce() + Send + 'static,
 ) -> Watch {
     let shared = shared();
+    if !STARTED.load(std::sync::atomic::Ordering::Acquire) {
+        start(shared);
+    }
     let Ok(mut s) = shared.state.lock() else {
         return Watch { id: u64::MAX };
     };
