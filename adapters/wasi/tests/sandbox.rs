@@ -140,6 +140,67 @@ fn nothing_outside_app_can_be_reached() {
     assert_eq!(r.stdout, "ran\n");
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");
     assert!(!Path::new("/etc/escape.txt").exists());
+
+    // Nor reads them: a `.metadata.json` linked to a host file is replaced,
+    // and none of that file's fields reach the new one (which the next
+    // program could read).
+    let host_json = root.path().join("host.json");
+    let planted = r#"{"created_at":"host secret","runs":41}"#;
+    std::fs::write(&host_json, planted).unwrap();
+    let meta_path = sb.workspace_path().join(".metadata.json");
+    std::fs::remove_file(&meta_path).unwrap();
+    std::os::unix::fs::symlink(&host_json, &meta_path).unwrap();
+    run(&sb, "console.log('ran')");
+    assert_eq!(std::fs::read_to_string(&host_json).unwrap(), planted);
+    assert!(!std::fs::symlink_metadata(&meta_path)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    assert_eq!(meta["runs"], 1, "{meta}");
+    assert_ne!(meta["created_at"], "host secret");
+
+    // A second name for a workspace file is not written through either:
+    // the program's file keeps its bytes.
+    let notes = sb.workspace_path().join("notes.txt");
+    std::fs::write(&notes, "mine").unwrap();
+    for name in ["user_code.js", ".metadata.json"] {
+        let link = sb.workspace_path().join(name);
+        std::fs::remove_file(&link).unwrap();
+        std::fs::hard_link(&notes, &link).unwrap();
+    }
+    let r = run(&sb, "console.log('ran again')");
+    assert_eq!(r.stdout, "ran again\n");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(sb.workspace_path().join("user_code.js")).unwrap(),
+        "console.log('ran again')"
+    );
+}
+
+/// The program file and `.metadata.json` are rewritten in place from the
+/// second run on: a shorter program leaves nothing of a longer one, and
+/// the metadata counts every run.
+#[test]
+fn later_runs_rewrite_the_program_and_the_metadata_whole() {
+    let root = tempfile::tempdir().unwrap();
+    let sb = sandbox(root.path(), "s", SandboxPolicy::default());
+    let long = format!("console.log('{}')", "x".repeat(5000));
+    assert!(run(&sb, &long).success);
+    for (i, code) in ["console.log(1)", "console.log(22)", ""].iter().enumerate() {
+        let r = run(&sb, code);
+        assert!(r.success, "{r:?}");
+        assert_eq!(
+            std::fs::read_to_string(sb.workspace_path().join("user_code.js")).unwrap(),
+            *code
+        );
+        let meta: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(sb.workspace_path().join(".metadata.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(meta["runs"], i + 2);
+    }
 }
 
 #[test]
