@@ -340,12 +340,12 @@ struct GuestRun {
     memory_used_bytes: u64,
 }
 
-/// Stack of the thread a sandboxed guest runs on.
+/// Stack of the threads sandboxed guests run on.
 const RUN_THREAD_STACK: usize = 16 << 20;
 
-/// Runs `_start` with `/app` preopened, on a thread of its own (wasmtime's
-/// synchronous WASI must not run inside an async runtime), and a timer that
-/// moves the epoch at the deadline.
+/// Runs `_start` with `/app` preopened, on a runner thread (wasmtime's
+/// synchronous WASI must not run inside an async runtime), under the
+/// process watchdog's deadline.
 fn run_guest(
     loaded: &Arc<module::Loaded>,
     dir: &Path,
@@ -383,32 +383,38 @@ fn run_guest(
         move || engine.increment_epoch(),
     );
 
-    let worker = std::thread::Builder::new()
-        .name("harness-sandbox".into())
-        .stack_size(RUN_THREAD_STACK)
-        .spawn(move || {
-            let mut store = new_store(&loaded.engine, wasi, memory, fuel, stop);
-            let result = loaded.pre.instantiate(&mut store).and_then(|instance| {
-                let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
-                start.call(&mut store, ())
-            });
-            let data = store.data();
-            let (exit_code, termination) = match result {
-                Ok(()) => (0, Termination::Exited),
-                Err(e) => classify_exit(&e, data.limiter.refused),
-            };
-            (
-                exit_code,
-                termination,
-                fuel_used(&store, fuel),
-                data.limiter.peak as u64,
-            )
-        })
-        .map_err(|e| SandboxError::Internal(e.to_string()))?;
-    let joined = worker.join();
+    let (reply, answer) = std::sync::mpsc::sync_channel(1);
+    let job = Box::new(move || {
+        let mut store = new_store(&loaded.engine, wasi, memory, fuel, stop);
+        let result = loaded.pre.instantiate(&mut store).and_then(|instance| {
+            let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+            start.call(&mut store, ())
+        });
+        let data = store.data();
+        let (exit_code, termination) = match result {
+            Ok(()) => (0, Termination::Exited),
+            Err(e) => classify_exit(&e, data.limiter.refused),
+        };
+        let _ = reply.send((
+            exit_code,
+            termination,
+            fuel_used(&store, fuel),
+            data.limiter.peak as u64,
+        ));
+        // The instance goes back to wasmtime's pool after the answer, off
+        // the caller's path. A panic there must not end the runner, which
+        // the caller has already put back for the next run.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(store)));
+    });
+    let runner = runners::start(job).map_err(|e| SandboxError::Internal(e.to_string()))?;
+    let answered = answer.recv();
     drop(watch);
     let (exit_code, termination, fuel_consumed, memory_used_bytes) =
-        joined.map_err(|_| SandboxError::Internal("the sandbox thread panicked".into()))?;
+        answered.map_err(|_| SandboxError::Internal("the sandbox thread panicked".into()))?;
+    // A thread that overflowed its stack keeps those pages; let it go.
+    if termination != Termination::StackOverflow {
+        runner.release();
+    }
     let (stdout, stdout_truncated) = stdout.take();
     let (stderr, stderr_truncated) = stderr.take();
     Ok(GuestRun {
@@ -436,6 +442,102 @@ fn classify_exit(e: &wasmtime::Error, memory_refused: bool) -> (i32, Termination
         _ => Termination::Trap,
     };
     (1, t)
+}
+
+/// The threads sandboxed programs run on, kept between runs: spawning one
+/// per run (a 16 MiB stack, wasmtime's signal stack) and joining it cost
+/// about 50 µs of each `execute` on a small VM. At most [`runners::KEEP`]
+/// wait idle, each for at most [`runners::IDLE_FOR`]; a run never waits
+/// for another: with none idle, a new thread starts.
+mod runners {
+    use super::RUN_THREAD_STACK;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+    use std::sync::{Mutex, MutexGuard, PoisonError};
+    use std::time::Duration;
+
+    /// One run's work: it sends its own answer.
+    pub(super) type Job = Box<dyn FnOnce() + Send>;
+
+    /// Most threads kept waiting for the next run.
+    pub(super) const KEEP: usize = 4;
+    /// How long an idle thread waits before it ends.
+    pub(super) const IDLE_FOR: Duration = Duration::from_secs(30);
+
+    /// A runner thread, taken for one run, or idle.
+    pub(super) struct Runner {
+        id: u64,
+        jobs: Sender<Job>,
+    }
+
+    static IDLE: Mutex<Vec<Runner>> = Mutex::new(Vec::new());
+    static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+    fn idle() -> MutexGuard<'static, Vec<Runner>> {
+        IDLE.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands `job` to the runner that last went idle, or to a new thread.
+    pub(super) fn start(mut job: Job) -> std::io::Result<Runner> {
+        loop {
+            let Some(runner) = idle().pop() else { break };
+            match runner.jobs.send(job) {
+                Ok(()) => return Ok(runner),
+                // It ended (a panic in its last run) since it went idle.
+                Err(mpsc::SendError(back)) => job = back,
+            }
+        }
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let (jobs, inbox) = mpsc::channel();
+        // The receiver is alive: it moves into the thread below.
+        let _ = jobs.send(job);
+        std::thread::Builder::new()
+            .name("harness-sandbox".into())
+            .stack_size(RUN_THREAD_STACK)
+            .spawn(move || serve(id, inbox))?;
+        Ok(Runner { id, jobs })
+    }
+
+    impl Runner {
+        /// Makes the runner available to the next run (it may still be
+        /// dropping this run's instance; that run's job then waits for
+        /// it). Past [`KEEP`] idle, the thread ends after its job.
+        pub(super) fn release(self) {
+            let mut idle = idle();
+            if idle.len() < KEEP {
+                idle.push(self);
+            }
+        }
+    }
+
+    /// A runner thread: runs jobs until no one can send it more, or it
+    /// has waited idle for [`IDLE_FOR`], or a job panicked.
+    fn serve(id: u64, inbox: Receiver<Job>) {
+        loop {
+            let job = match inbox.recv_timeout(IDLE_FOR) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {
+                    let mut idle = idle();
+                    match idle.iter().position(|r| r.id == id) {
+                        // Still idle: no one can hand it a job from now on.
+                        Some(at) => {
+                            idle.remove(at);
+                            return;
+                        }
+                        // Taken meanwhile: its job is on the way.
+                        None => continue,
+                    }
+                }
+            };
+            // A job that panics has not answered, so its caller keeps
+            // the runner from the idle list; the thread ends.
+            if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// Captured output, capped: what passes the cap is dropped and flagged,
@@ -577,7 +679,7 @@ fn write_metadata(dir: &Path, session_id: &str, result: &SandboxResult) -> std::
     let mut plain = open_plain(&path, true);
     let old: serde_json::Value = plain
         .as_mut()
-        .and_then(|file| {
+        .and_then(|(file, _)| {
             let mut bytes = Vec::new();
             file.read_to_end(&mut bytes).ok()?;
             serde_json::from_slice(&bytes).ok()
@@ -609,8 +711,8 @@ fn write_metadata(dir: &Path, session_id: &str, result: &SandboxResult) -> std::
         },
     });
     let text = serde_json::to_string_pretty(&meta).map_err(std::io::Error::other)?;
-    if let Some(file) = plain {
-        return rewrite(&file, text.as_bytes());
+    if let Some((file, len)) = plain {
+        return rewrite(&file, len, text.as_bytes());
     }
     let tmp = dir.join(".metadata.json.tmp");
     replace(&tmp, text.as_bytes())?;
@@ -623,7 +725,7 @@ fn write_metadata(dir: &Path, session_id: &str, result: &SandboxResult) -> std::
 /// anything else (say `user_code.js` -> a host file) is replaced.
 fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     match open_plain(path, false) {
-        Some(file) => rewrite(&file, bytes),
+        Some((file, len)) => rewrite(&file, len, bytes),
         None => replace(path, bytes),
     }
 }
@@ -631,9 +733,9 @@ fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// `path` opened for writing (and reading) if it is a plain file: a
 /// regular file with no other name, reached without following a symlink
 /// (`O_NOFOLLOW`) and without blocking on a FIFO (`O_NONBLOCK`). `None`
-/// for anything else, missing included.
+/// for anything else, missing included. With its length.
 #[cfg(unix)]
-fn open_plain(path: &Path, read: bool) -> Option<std::fs::File> {
+fn open_plain(path: &Path, read: bool) -> Option<(std::fs::File, u64)> {
     use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
     let file = std::fs::OpenOptions::new()
         .read(read)
@@ -642,21 +744,27 @@ fn open_plain(path: &Path, read: bool) -> Option<std::fs::File> {
         .open(path)
         .ok()?;
     let meta = file.metadata().ok()?;
-    (meta.file_type().is_file() && meta.nlink() == 1).then_some(file)
+    (meta.file_type().is_file() && meta.nlink() == 1).then_some((file, meta.len()))
 }
 
 /// Elsewhere every file is replaced.
 #[cfg(not(unix))]
-fn open_plain(_path: &Path, _read: bool) -> Option<std::fs::File> {
+fn open_plain(_path: &Path, _read: bool) -> Option<(std::fs::File, u64)> {
     None
 }
 
-/// Makes `bytes` the whole content of `file`.
-fn rewrite(file: &std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+/// Makes `bytes` the whole content of `file`, which is `len` bytes long.
+/// It is cut only when it was longer: a truncation costs ext4 a journal
+/// update even to the same length.
+fn rewrite(file: &std::fs::File, len: u64, bytes: &[u8]) -> std::io::Result<()> {
     let mut file = file;
     file.seek(std::io::SeekFrom::Start(0))?;
     file.write_all(bytes)?;
-    file.set_len(bytes.len() as u64)
+    let written = bytes.len() as u64;
+    if written < len {
+        file.set_len(written)?;
+    }
+    Ok(())
 }
 
 /// Writes a new file at `path`, replacing whatever was there without

@@ -408,3 +408,29 @@ fn bad_sessions_and_missing_binaries_are_clear_errors() {
     assert!(err.contains("scripts/build-quickjs-wasm"), "{err}");
     assert!(!sb.validate_code("1"));
 }
+
+/// Runs share a few runner threads: many at once, from many callers, each
+/// get their own program's answer, and a run that overflowed its stack
+/// (whose thread is let go) does not disturb the next.
+#[test]
+fn concurrent_runs_each_get_their_own_answer() {
+    let root = tempfile::tempdir().unwrap();
+    std::thread::scope(|scope| {
+        for caller in 0..6 {
+            let root = root.path();
+            scope.spawn(move || {
+                let sb = sandbox(root, &format!("caller-{caller}"), SandboxPolicy::default());
+                for i in 0..8 {
+                    if caller == 0 && i == 3 {
+                        let r = run(&sb, "function f() { return f() + 1 } f()");
+                        assert_eq!(r.metadata.termination, Termination::StackOverflow);
+                        continue;
+                    }
+                    let r = run(&sb, &format!("console.log({caller} * 100 + {i})"));
+                    assert!(r.success, "{r:?}");
+                    assert_eq!(r.stdout, format!("{}\n", caller * 100 + i));
+                }
+            });
+        }
+    });
+}
