@@ -231,6 +231,45 @@ async fn workers_are_replaced_after_max_runs_per_worker() {
     assert_eq!(children().1, 0, "a recycled worker was not reaped");
 }
 
+/// A worker keeps the last run's config and limits, and the host sends
+/// only what changed: every run on the one worker still sees its own
+/// request's tools, context and limits, however they alternate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_run_on_a_kept_worker_sees_its_own_tools_context_and_limits() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let with_sleep = tools(dir.path());
+    let without = ToolSet::new(Arc::new(
+        harness::builtin::registry(dir.path()).expect("root"),
+    ));
+    let a = adapter("quickjs");
+    let script = "return [context.sandbox.timeoutMs, context.extra, \
+                  Object.keys(tools).includes('sleep'), Object.keys(tools).includes('readFile')]";
+    for (i, (timeout, extra, sleep)) in [
+        (5_000, 1, true),
+        (5_000, 1, true),
+        (6_000, 1, true),
+        (6_000, 2, true),
+        (6_000, 2, false),
+        (6_000, 2, false),
+        (5_000, 1, true),
+        (5_000, 1, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut r = request(script, timeout, if sleep { &with_sleep } else { &without });
+        r.context.extra = json!({ "n": extra });
+        let report = a.execute(r).await;
+        assert_eq!(
+            report.value,
+            Some(json!([timeout, { "n": extra }, sleep, true])),
+            "run {i}: {report:?}"
+        );
+    }
+    assert_eq!(a.workers_started(), 1, "the runs did not share a worker");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_dies_on_its_own_is_an_internal_error_and_is_replaced() {
     let _serial = SERIAL.lock().await;

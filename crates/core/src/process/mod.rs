@@ -41,7 +41,43 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
+
+/// Where a prelude config differs from one run to the next when nothing
+/// else changed: the seed and script id after `{"run":"` (see
+/// `event_loop::prelude_config`). A `Run` may carry only these bytes.
+pub(crate) const CONFIG_DELTA: std::ops::Range<usize> = 8..60;
+
+/// `next` as a delta on `last` (the bytes at [`CONFIG_DELTA`]), when
+/// everything else in the two is the same; `None` otherwise. Exact for
+/// any two strings: [`apply_config_delta`] on `last` gives back `next`.
+pub(crate) fn config_delta<'a>(last: &str, next: &'a str) -> Option<&'a str> {
+    let (a, b) = (last.as_bytes(), next.as_bytes());
+    let r = CONFIG_DELTA;
+    (a.len() == b.len()
+        && b.len() > r.end
+        && next.is_char_boundary(r.start)
+        && next.is_char_boundary(r.end)
+        && a[..r.start] == b[..r.start]
+        && a[r.end..] == b[r.end..])
+        .then(|| &next[r])
+}
+
+/// The config a delta stands for: `last` with the bytes at
+/// [`CONFIG_DELTA`] replaced. `None` when the delta cannot apply (no
+/// earlier config, or one of another shape): a broken protocol.
+pub(crate) fn apply_config_delta(last: &mut String, delta: &str) -> Option<()> {
+    let r = CONFIG_DELTA;
+    if delta.len() != r.len()
+        || last.len() <= r.end
+        || !last.is_char_boundary(r.start)
+        || !last.is_char_boundary(r.end)
+    {
+        return None;
+    }
+    last.replace_range(r, delta);
+    Some(())
+}
 
 /// The argument that turns a binary into a worker: `PROGRAM --harness-worker ENGINE`.
 pub const WORKER_ARG: &str = "--harness-worker";
@@ -62,8 +98,14 @@ pub(crate) enum ToWorker {
     /// Execute: load a fresh context with `config`, start `source` (already
     /// wrapped), run jobs; answered with one [`FromWorker::Step`].
     Run {
+        /// The prelude's config, whole; or, with `config_delta`, only the
+        /// bytes at [`CONFIG_DELTA`] (the run's seed and id), the rest
+        /// being the same as in this worker's last `Run`.
         config: String,
-        limits: Limits,
+        #[serde(default)]
+        config_delta: bool,
+        /// `None`: the same as in this worker's last `Run`.
+        limits: Option<Limits>,
         timeout_ms: u64,
         source: String,
         /// The worker may spin for the host's next answer ([`may_spin`]);
@@ -265,6 +307,30 @@ mod tests {
         let runs: Vec<_> = (0..cores).map(|_| remote_run()).collect();
         assert!(!may_spin());
         drop(runs);
+    }
+
+    #[test]
+    fn a_config_delta_gives_back_the_whole_config_or_nothing() {
+        let seed = |s: &str| format!(r#"{{"run":"{s}","static":{{"tools":["echo"]}}}}"#);
+        let (a, b) = (seed(&"a".repeat(52)), seed(&"b".repeat(52)));
+        let delta = config_delta(&a, &b).expect("only the run part differs");
+        assert_eq!(delta, "b".repeat(52));
+        let mut kept = a.clone();
+        apply_config_delta(&mut kept, delta).expect("applies");
+        assert_eq!(kept, b);
+        // Anything else differing, or another length: the whole config.
+        let other_tools = b.replace("echo", "ecko");
+        assert_eq!(config_delta(&a, &other_tools), None);
+        assert_eq!(config_delta(&a, &format!("{b} ")), None);
+        assert_eq!(config_delta("", &a), None);
+        assert_eq!(config_delta(&a[..40], &b[..40]), None);
+        // A multi-byte character across the edge is never split.
+        let wide = format!(r#"{{"run":"{}é","static":{{}}}}"#, "a".repeat(51));
+        let wide2 = format!(r#"{{"run":"{}é","static":{{}}}}"#, "b".repeat(51));
+        assert_eq!(config_delta(&wide, &wide2), None);
+        // A delta with nothing to apply to, or of the wrong size, is refused.
+        assert_eq!(apply_config_delta(&mut String::new(), delta), None);
+        assert_eq!(apply_config_delta(&mut a.clone(), "short"), None);
     }
 
     #[test]

@@ -196,6 +196,9 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
     // Just after a run the next one may follow at once: the worker spins
     // for it as the pool's idle threads do, rather than be woken.
     let mut after_run = false;
+    // The last run's config and limits, which the next `Run` may leave out.
+    let mut last_config = String::new();
+    let mut last_limits: Option<Limits> = None;
     loop {
         let mut idle_panicked = false;
         let msg = pipe.recv_command(after_run, || {
@@ -209,19 +212,36 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
         match msg {
             ToWorker::Run {
                 config,
+                config_delta,
                 limits,
                 timeout_ms,
                 source,
                 spin,
             } => {
+                // What this run leaves out is what the last one was sent
+                // (the host keeps the same; `Proc::run_message`).
+                if config_delta {
+                    if super::apply_config_delta(&mut last_config, &config).is_none() {
+                        return 2;
+                    }
+                } else {
+                    last_config = config;
+                }
+                if limits.is_some() {
+                    last_limits = limits;
+                }
+                let Some(limits) = last_limits.as_ref() else {
+                    return 2;
+                };
+                let config = &last_config;
                 pipe.spin.set(spin);
                 let extra = if enforces { BACKSTOP_SLACK_BYTES } else { 0 };
                 // Counted, without a cap, until the engine has loaded the
                 // run; `serve_run` then arms the run's budget.
                 budget::arm(u64::MAX);
                 let run = RunMsg {
-                    config: &config,
-                    limits: &limits,
+                    config,
+                    limits,
                     timeout_ms,
                     source: &source,
                     budget_bytes: limits.memory_bytes.saturating_add(extra),
