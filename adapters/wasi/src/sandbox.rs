@@ -484,7 +484,8 @@ mod runners {
             let Some(runner) = idle().pop() else { break };
             match runner.jobs.send(job) {
                 Ok(()) => return Ok(runner),
-                // It ended (a panic in its last run) since it went idle.
+                // Not expected (a runner leaves the list before it ends),
+                // but then the job goes to another.
                 Err(mpsc::SendError(back)) => job = back,
             }
         }
