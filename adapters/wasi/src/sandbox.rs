@@ -232,6 +232,9 @@ impl Sandbox {
             path: dir.clone(),
             source,
         };
+        // One run at a time per session, across threads and processes:
+        // runs share `user_code.js` and `.metadata.json`.
+        let _session = lock_session(&dir).map_err(io)?;
         tracing::info!(
             target: "harness::sandbox",
             event = "start",
@@ -663,6 +666,34 @@ fn diff(
         .cloned()
         .collect();
     (created, modified, deleted)
+}
+
+/// An exclusive `flock` on the session directory itself (nothing a
+/// program can replace or hold: the guest has no `flock`), waited for,
+/// released when the returned handle is dropped.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn lock_session(dir: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd as _;
+    let handle = std::fs::File::open(dir)?;
+    loop {
+        // SAFETY: `flock` takes a descriptor and a flag and touches no
+        // memory; the descriptor is `handle`'s, open for this call.
+        if unsafe { libc::flock(handle.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(handle);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Elsewhere runs of one session are not serialised.
+#[cfg(not(unix))]
+fn lock_session(dir: &Path) -> std::io::Result<()> {
+    let _ = dir;
+    Ok(())
 }
 
 /// The session's `.metadata.json`: when it was created and last updated,

@@ -434,3 +434,29 @@ fn concurrent_runs_each_get_their_own_answer() {
         }
     });
 }
+
+/// Runs of one session from many callers at once take turns: each runs its
+/// own program (they share `user_code.js`), and the metadata counts them
+/// all (they share `.metadata.json`).
+#[test]
+fn runs_of_one_session_take_turns() {
+    let root = tempfile::tempdir().unwrap();
+    std::thread::scope(|scope| {
+        for caller in 0..4 {
+            let root = root.path();
+            scope.spawn(move || {
+                let sb = sandbox(root, "shared", SandboxPolicy::default());
+                for i in 0..6 {
+                    let n = caller * 100 + i;
+                    let r = run(&sb, &format!("console.log({n})"));
+                    assert!(r.success, "{r:?}");
+                    assert_eq!(r.stdout, format!("{n}\n"));
+                }
+            });
+        }
+    });
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.path().join("shared/.metadata.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["runs"], 24, "{meta}");
+}
