@@ -425,7 +425,11 @@ impl RemoteEngine {
     }
 
     /// Sends `msg` and answers host operations until the worker's Step.
-    fn exchange(&mut self, msg: ToWorker) -> Result<StepPhase, (StepPhase, EngineFault)> {
+    /// `msg` is made for the worker that will receive it.
+    fn exchange(
+        &mut self,
+        msg: impl FnOnce(&mut Proc) -> ToWorker,
+    ) -> Result<StepPhase, (StepPhase, EngineFault)> {
         let host = self.host.clone();
         let mut slot = self.proc.borrow_mut();
         let Some(proc) = slot.as_mut() else {
@@ -435,6 +439,7 @@ impl RemoteEngine {
                 EngineFault::new(FaultKind::Internal, "Error", "no worker"),
             ));
         };
+        let msg = msg(proc);
         let mut result = proc.send(&msg).and_then(|()| proc.recv_in_run());
         loop {
             match result {
@@ -560,21 +565,13 @@ impl Engine for RemoteEngine {
             return Err(EngineFault::new(FaultKind::Internal, "Error", "not loaded"));
         };
         self.host = Some(run.host);
-        let msg = match self.proc.get_mut() {
-            Some(proc) => proc.run_message(
+        let msg = |proc: &mut Proc| {
+            proc.run_message(
                 run.config,
                 run.limits,
                 run.timeout_ms,
                 wrapped_source.to_owned(),
-            ),
-            None => ToWorker::Run {
-                config: run.config,
-                config_delta: false,
-                limits: Some(run.limits),
-                timeout_ms: run.timeout_ms,
-                source: wrapped_source.to_owned(),
-                spin: super::may_spin(),
-            },
+            )
         };
         match self.exchange(msg) {
             Ok(_) => {
@@ -607,7 +604,7 @@ impl Engine for RemoteEngine {
             return Ok(());
         }
         let settles = std::mem::take(&mut self.settles);
-        self.exchange(ToWorker::Drain {
+        self.exchange(|_| ToWorker::Drain {
             settles,
             spin: super::may_spin(),
         })
