@@ -409,28 +409,43 @@ fn bad_sessions_and_missing_binaries_are_clear_errors() {
     assert!(!sb.validate_code("1"));
 }
 
+/// Calls `caller(0)` … `caller(callers - 1)` at once, on threads of their
+/// own.
+fn at_once(callers: usize, caller: impl Fn(usize) + Sync) {
+    std::thread::scope(|scope| {
+        for c in 0..callers {
+            let caller = &caller;
+            scope.spawn(move || caller(c));
+        }
+    });
+}
+
+/// Runs a program that prints `n`, and checks that this run printed it.
+fn prints_its_own(sb: &Sandbox, n: usize) {
+    let r = run(sb, &format!("console.log({n})"));
+    assert!(r.success, "{r:?}");
+    assert_eq!(r.stdout, format!("{n}\n"));
+}
+
 /// Runs share a few runner threads: many at once, from many callers, each
 /// get their own program's answer, and a run that overflowed its stack
 /// (whose thread is let go) does not disturb the next.
 #[test]
 fn concurrent_runs_each_get_their_own_answer() {
     let root = tempfile::tempdir().unwrap();
-    std::thread::scope(|scope| {
-        for caller in 0..6 {
-            let root = root.path();
-            scope.spawn(move || {
-                let sb = sandbox(root, &format!("caller-{caller}"), SandboxPolicy::default());
-                for i in 0..8 {
-                    if caller == 0 && i == 3 {
-                        let r = run(&sb, "function f() { return f() + 1 } f()");
-                        assert_eq!(r.metadata.termination, Termination::StackOverflow);
-                        continue;
-                    }
-                    let r = run(&sb, &format!("console.log({caller} * 100 + {i})"));
-                    assert!(r.success, "{r:?}");
-                    assert_eq!(r.stdout, format!("{}\n", caller * 100 + i));
-                }
-            });
+    at_once(6, |caller| {
+        let sb = sandbox(
+            root.path(),
+            &format!("caller-{caller}"),
+            SandboxPolicy::default(),
+        );
+        for i in 0..8 {
+            if caller == 0 && i == 3 {
+                let r = run(&sb, "function f() { return f() + 1 } f()");
+                assert_eq!(r.metadata.termination, Termination::StackOverflow);
+                continue;
+            }
+            prints_its_own(&sb, caller * 100 + i);
         }
     });
 }
@@ -441,18 +456,10 @@ fn concurrent_runs_each_get_their_own_answer() {
 #[test]
 fn runs_of_one_session_take_turns() {
     let root = tempfile::tempdir().unwrap();
-    std::thread::scope(|scope| {
-        for caller in 0..4 {
-            let root = root.path();
-            scope.spawn(move || {
-                let sb = sandbox(root, "shared", SandboxPolicy::default());
-                for i in 0..6 {
-                    let n = caller * 100 + i;
-                    let r = run(&sb, &format!("console.log({n})"));
-                    assert!(r.success, "{r:?}");
-                    assert_eq!(r.stdout, format!("{n}\n"));
-                }
-            });
+    at_once(4, |caller| {
+        let sb = sandbox(root.path(), "shared", SandboxPolicy::default());
+        for i in 0..6 {
+            prints_its_own(&sb, caller * 100 + i);
         }
     });
     let meta: serde_json::Value =
