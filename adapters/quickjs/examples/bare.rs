@@ -34,6 +34,22 @@ fn run_once(rt: &Runtime, ctx: &Context, source: &str) {
     while rt.execute_pending_job().expect("a job runs") {}
 }
 
+/// Times `n` calls of `one`, each after a pause of `gap`, after a tenth
+/// as many untimed ones to warm up; sorted.
+fn timed(n: usize, gap: Duration, mut one: impl FnMut()) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        std::thread::sleep(gap);
+        let t0 = Instant::now();
+        one();
+        if i >= n / 10 {
+            times.push(t0.elapsed());
+        }
+    }
+    times.sort();
+    times
+}
+
 fn percentile(sorted: &[Duration], p: usize) -> f64 {
     sorted[(sorted.len() - 1) * p / 100].as_secs_f64() * 1e6
 }
@@ -48,8 +64,7 @@ fn main() {
     let (n, gap) = (arg(1, 2000) as usize, Duration::from_millis(arg(2, 0)));
     let handoff = std::env::args().nth(3).as_deref() == Some("handoff");
     for (name, source) in FORMS {
-        let mut times = Vec::with_capacity(n);
-        if handoff {
+        let times = if handoff {
             let (to_engine, jobs) = mpsc::channel::<()>();
             let (to_caller, answers) = mpsc::channel::<()>();
             let engine = std::thread::spawn(move || {
@@ -60,31 +75,18 @@ fn main() {
                     to_caller.send(()).expect("the caller waits");
                 }
             });
-            for i in 0..n + n / 10 {
-                std::thread::sleep(gap);
-                let t0 = Instant::now();
+            let times = timed(n, gap, || {
                 to_engine.send(()).expect("the engine waits");
                 answers.recv().expect("an answer");
-                // The first tenth warms up.
-                if i >= n / 10 {
-                    times.push(t0.elapsed());
-                }
-            }
+            });
             drop(to_engine);
             engine.join().expect("the engine thread ends");
+            times
         } else {
             let rt = Runtime::new().expect("a runtime");
             let ctx = Context::full(&rt).expect("a context");
-            for i in 0..n + n / 10 {
-                std::thread::sleep(gap);
-                let t0 = Instant::now();
-                run_once(&rt, &ctx, source);
-                if i >= n / 10 {
-                    times.push(t0.elapsed());
-                }
-            }
-        }
-        times.sort();
+            timed(n, gap, || run_once(&rt, &ctx, source))
+        };
         println!(
             "{name:5} gap {} ms{}: median {:.1} µs, p90 {:.1} µs over {n} runs",
             gap.as_millis(),
