@@ -270,6 +270,34 @@ async fn each_run_on_a_kept_worker_sees_its_own_tools_context_and_limits() {
     assert_eq!(a.workers_started(), 1, "the runs did not share a worker");
 }
 
+/// A run the host refuses before it reaches the worker (a source over the
+/// limit) leaves the worker as it was: the next run on it starts at once,
+/// and nobody waits for a worker that was never asked anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_refused_before_the_worker_leaves_the_worker_in_service() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    let a = adapter("quickjs");
+    assert_eq!(
+        a.execute(request("return 1", 5_000, &tools)).await.value,
+        Some(json!(1))
+    );
+    let mut big = request("return 2", 5_000, &tools);
+    big.limits = big.limits.with_max_source_bytes(4);
+    let t = std::time::Instant::now();
+    let refused = a.execute(big).await;
+    assert_eq!(code(&refused), Some(ErrorCode::ScriptTooLargeError));
+    let r = a.execute(request("return 3", 5_000, &tools)).await;
+    assert_eq!(r.value, Some(json!(3)), "{r:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "the refused run held the worker for {:?}",
+        t.elapsed()
+    );
+    assert_eq!(a.workers_started(), 1, "the worker was replaced");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_dies_on_its_own_is_an_internal_error_and_is_replaced() {
     let _serial = SERIAL.lock().await;

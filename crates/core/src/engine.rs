@@ -161,6 +161,12 @@ pub trait Engine {
     /// fault kind, for errors the engine raises itself (interrupts, out of
     /// memory, stack overflow). Returns `Thrown` for ordinary errors.
     fn classify(&self, name: &str, message: &str) -> FaultKind;
+    /// The run needs nothing more from this engine: called once by
+    /// [`crate::event_loop::run_script`] after its last use of the engine,
+    /// before it builds the report. An engine whose tidying up can go on
+    /// beside the rest of the run (a worker process) may start it here.
+    /// The default does nothing.
+    fn finished(&mut self) {}
 }
 
 /// `$262` for test262's harness files, evaluated as global code before a

@@ -964,6 +964,7 @@ pub fn run_script<E: Engine + ?Sized>(
     let engine_tainted =
         memory_exhausted || matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
     let (value, error) = ctl.conclude(end, &limits, memory_exhausted, &request.source);
+    ctl.engine.finished();
     let (value, error) = final_error(value, error, memory_exhausted, &orphans, &limits);
 
     // The engine may keep the host state alive (its native function holds

@@ -48,6 +48,10 @@ struct Fake {
     cancel: Option<CancellationToken>,
     exhausted: bool,
     config: Value,
+    /// How often the loop said it was finished with the engine.
+    finished: u32,
+    /// The loop used the engine after it said it was finished.
+    used_after_finished: std::cell::Cell<bool>,
 }
 
 impl Fake {
@@ -61,6 +65,13 @@ impl Fake {
     fn then_on_settle(mut self, steps: Vec<Step>) -> Self {
         self.on_settle.push(steps);
         self
+    }
+
+    /// Notes a use of the engine (after `finished`, a bug in the loop).
+    fn used(&self) {
+        if self.finished > 0 {
+            self.used_after_finished.set(true);
+        }
     }
 
     fn host(&self, op: &str, a: &str, b: &str) -> String {
@@ -114,6 +125,7 @@ impl Fake {
 
 impl Engine for Fake {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
+        self.used();
         self.config = serde_json::from_str(setup.config_json).expect("config is JSON");
         self.deadline = Some(setup.deadline);
         self.cancel = Some(setup.cancel.clone());
@@ -123,15 +135,18 @@ impl Engine for Fake {
 
     fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
         assert!(wrapped_source.starts_with("(async function () {\n"));
+        self.used();
         let steps = std::mem::take(&mut self.on_start);
         self.perform(steps)
     }
 
     fn run_jobs(&mut self) -> Result<(), EngineFault> {
+        self.used();
         Ok(())
     }
 
     fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
+        self.used();
         self.settled.push((id, ok, payload.to_owned()));
         if self.on_settle.is_empty() {
             return Ok(());
@@ -141,18 +156,25 @@ impl Engine for Fake {
     }
 
     fn memory_used(&mut self) -> Option<u64> {
+        self.used();
         Some(4096)
     }
 
     fn memory_exhausted(&mut self) -> bool {
+        self.used();
         self.exhausted
     }
 
     fn classify(&self, name: &str, message: &str) -> FaultKind {
+        self.used();
         match (name, message) {
             ("InternalError", "interrupted") => FaultKind::Interrupted,
             _ => FaultKind::Thrown,
         }
+    }
+
+    fn finished(&mut self) {
+        self.finished += 1;
     }
 }
 
@@ -397,4 +419,43 @@ fn an_unknown_tool_fails_its_call_with_the_reason() {
     assert!(!ok);
     let failure: Value = serde_json::from_str(payload).unwrap();
     assert_eq!(failure["code"], json!("ToolNotFoundError"));
+}
+
+/// `Engine::finished` lets a worker process tidy up while the host builds
+/// the report: it must come once, after the loop's last use of the engine
+/// (a classify, a memory figure), however the run ends.
+#[test]
+fn the_loop_says_once_that_it_is_finished_with_the_engine_after_its_last_use() {
+    let ends: Vec<(Fake, Option<ErrorCode>)> = vec![
+        (Fake::script(vec![Step::Done(Some(json!(1)))]), None),
+        (
+            Fake::script(vec![Step::Call("echo", json!({}))])
+                .then_on_settle(vec![Step::Done(None)]),
+            None,
+        ),
+        (
+            Fake::script(vec![Step::Fail(
+                json!({"name": "InternalError", "message": "interrupted"}),
+            )]),
+            Some(ErrorCode::ScriptTimeoutError),
+        ),
+        (
+            Fake::script(vec![Step::Fault(FaultKind::OutOfMemory)]),
+            Some(ErrorCode::ScriptMemoryError),
+        ),
+        (Fake::script(vec![]), Some(ErrorCode::ScriptRuntimeError)),
+    ];
+    for (mut fake, expected) in ends {
+        let out = run(&mut fake);
+        assert_eq!(code(&out), expected, "{:?}", out.report.error);
+        assert_eq!(fake.finished, 1, "{:?}", out.report.error);
+        assert!(!fake.used_after_finished.get(), "{:?}", out.report.error);
+    }
+    let mut request = ExecutionRequest::new("for (;;) {}");
+    request.limits.timeout_ms = 30;
+    let mut fake = Fake::script(vec![Step::Spin]);
+    let out = run_with(&mut fake, request);
+    assert_eq!(code(&out), Some(ErrorCode::ScriptTimeoutError));
+    assert_eq!(fake.finished, 1);
+    assert!(!fake.used_after_finished.get());
 }

@@ -398,6 +398,13 @@ pub(crate) struct RemoteEngine {
     kinds: Vec<Classified>,
     /// The worker died, broke the protocol or reported an internal fault.
     broken: bool,
+    /// The worker was sent this run's `Run` (a run the host refused before
+    /// it reached the engine, a source over the limit, leaves the worker
+    /// idle, with nothing to finish).
+    run_sent: bool,
+    /// Finish went to the worker when the run stopped needing it
+    /// ([`Engine::finished`]); `into_reusable` then only waits for Ready.
+    finish_sent: bool,
 }
 
 impl std::fmt::Debug for RemoteEngine {
@@ -421,6 +428,8 @@ impl RemoteEngine {
             exhausted: false,
             kinds: Vec::new(),
             broken: false,
+            run_sent: false,
+            finish_sent: false,
         }
     }
 
@@ -526,12 +535,18 @@ impl RemoteEngine {
         if self.broken || proc.killed.load(Ordering::SeqCst) {
             return None;
         }
+        if !self.run_sent {
+            // Idle as it was: a Finish now would get no Ready.
+            return Some(proc);
+        }
         let _watch = crate::watchdog::watch(
             Instant::now() + limit,
             CancellationToken::new(),
             proc.killer(),
         );
-        proc.send(&ToWorker::Finish).ok()?;
+        if !self.finish_sent {
+            proc.send(&ToWorker::Finish).ok()?;
+        }
         // Tidying up usually takes the worker microseconds.
         match proc.recv_in_run() {
             Ok(FromWorker::Ready) => Some(proc),
@@ -565,6 +580,7 @@ impl Engine for RemoteEngine {
             return Err(EngineFault::new(FaultKind::Internal, "Error", "not loaded"));
         };
         self.host = Some(run.host);
+        self.run_sent = true;
         let msg = |proc: &mut Proc| {
             proc.run_message(
                 run.config,
@@ -631,6 +647,24 @@ impl Engine for RemoteEngine {
 
     fn memory_exhausted(&mut self) -> bool {
         self.exhausted
+    }
+
+    /// Sends Finish now, not after the report: the worker tidies up and
+    /// prepares its next context while the host builds the report and
+    /// answers, and its Ready is usually waiting by the time the host looks
+    /// for it (`into_reusable`), rather than last on the way to the next
+    /// run back to back.
+    fn finished(&mut self) {
+        let mut slot = self.proc.borrow_mut();
+        let Some(proc) = slot.as_mut() else { return };
+        if self.broken || !self.run_sent || self.finish_sent || proc.killed.load(Ordering::SeqCst) {
+            return;
+        }
+        match proc.send(&ToWorker::Finish) {
+            Ok(()) => self.finish_sent = true,
+            // The worker is gone: `into_reusable` replaces it.
+            Err(_) => self.broken = true,
+        }
     }
 
     /// Kills the worker: the hard stop at the deadline or on cancel.
