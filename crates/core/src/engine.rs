@@ -163,9 +163,10 @@ pub trait Engine {
     fn classify(&self, name: &str, message: &str) -> FaultKind;
     /// The run needs nothing more from this engine: called once by
     /// [`crate::event_loop::run_script`] after its last use of the engine,
-    /// before it builds the report. An engine whose tidying up can go on
-    /// beside the rest of the run (a worker process) may start it here.
-    /// The default does nothing.
+    /// before it builds the report (and not at all for a run refused
+    /// before it reached the engine, a source over the limit). An engine
+    /// whose tidying up can go on beside the rest of the run (a worker
+    /// process) may start it here. The default does nothing.
     fn finished(&mut self) {}
 }
 
