@@ -402,8 +402,8 @@ pub(crate) struct RemoteEngine {
     /// it reached the engine, a source over the limit, leaves the worker
     /// idle, with nothing to finish).
     run_sent: bool,
-    /// Finish went to the worker when the run stopped needing it
-    /// ([`Engine::finished`]); `into_reusable` then only waits for Ready.
+    /// Finish went to the worker ([`Engine::finished`], when the run
+    /// stopped needing it, or from `into_reusable` at the latest).
     finish_sent: bool,
 }
 
@@ -531,12 +531,14 @@ impl RemoteEngine {
     /// docs): the wait is microseconds as a rule, and at most `limit`,
     /// after which the worker is killed and replaced.
     fn into_reusable(mut self, limit: Duration) -> Option<Proc> {
+        // Finish, if the run did not send it already (`Engine::finished`).
+        self.finished();
         let mut proc = self.proc.get_mut().take()?;
         if self.broken || proc.killed.load(Ordering::SeqCst) {
             return None;
         }
         if !self.run_sent {
-            // Idle as it was: a Finish now would get no Ready.
+            // Idle as it was: it was sent no Finish, and owes no Ready.
             return Some(proc);
         }
         let _watch = crate::watchdog::watch(
@@ -544,9 +546,6 @@ impl RemoteEngine {
             CancellationToken::new(),
             proc.killer(),
         );
-        if !self.finish_sent {
-            proc.send(&ToWorker::Finish).ok()?;
-        }
         // Tidying up usually takes the worker microseconds.
         match proc.recv_in_run() {
             Ok(FromWorker::Ready) => Some(proc),
