@@ -49,8 +49,6 @@ struct Shared<S> {
     factory: Factory<S>,
     /// Whether a worker is spinning for its next job (at most one is).
     spinning: std::sync::atomic::AtomicBool,
-    /// Jobs relay to another process ([`WorkerPool::relaying`]).
-    relay: bool,
     /// Runs in a private realm tidy up long
     /// ([`WorkerPool::with_long_private_tidy_up`]).
     private_tidy_long: bool,
@@ -126,7 +124,6 @@ impl<S: 'static> WorkerPool<S> {
                 name: name.to_owned(),
                 factory: Arc::new(factory),
                 spinning: std::sync::atomic::AtomicBool::new(false),
-                relay: false,
                 private_tidy_long: false,
                 finishing: Arc::default(),
                 cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -143,19 +140,6 @@ impl<S: 'static> WorkerPool<S> {
     pub(crate) fn with_idle(mut self, idle: fn(&mut S)) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.idle = Some(idle);
-        }
-        self
-    }
-
-    /// For workers that relay each run to another process and spin on
-    /// its answers (the process boundary): there, a run's worker thread
-    /// and its process already keep two CPUs awake, and a third party
-    /// spinning beside them took the CPU the process needed (measured in
-    /// docs/performance.md, "The process boundary back to back"). So the
-    /// caller of a run waits parked, never spinning ([`answer_soon`]).
-    pub(crate) fn relaying(mut self) -> Self {
-        if let Some(shared) = Arc::get_mut(&mut self.shared) {
-            shared.relay = true;
         }
         self
     }
@@ -307,7 +291,11 @@ impl<S: 'static> WorkerPool<S> {
         // one, takes this one at once, on a CPU that is awake: then the
         // answer of a short run comes back within microseconds, and
         // waiting for it awake (`answer_soon`) spares this thread a
-        // wake-up (not in a relay pool, see `relaying`).
+        // wake-up. Behind the process boundary too: there the caller
+        // shares a CPU with the host thread as a rule (the worker process
+        // has the other), and yielding between polls hands it over sooner
+        // than parking (docs/performance.md, "The caller waits awake
+        // behind the process boundary too").
         let hot = self
             .shared
             .spinning
@@ -326,7 +314,7 @@ impl<S: 'static> WorkerPool<S> {
         let report = match submitted {
             Err(e) => ExecutionReport::failed(engine, ScriptError::internal(e)),
             Ok(behind) => {
-                let awake = !self.shared.relay && (hot || behind);
+                let awake = hot || behind;
                 let soon = if awake {
                     answer_soon(&mut rx, answer_budget(&self.shared.answer_us))
                 } else {
@@ -628,9 +616,7 @@ mod tests {
 
     #[test]
     fn the_next_run_waits_for_the_worker_tidying_up() {
-        for relay in [false, true] {
-            next_run_waits_for_the_worker_tidying_up(relay, false);
-        }
+        next_run_waits_for_the_worker_tidying_up(false);
     }
 
     /// After a run in a private realm, whose tidy-up is long, the next run
@@ -639,15 +625,12 @@ mod tests {
     /// rather than starting a thread (and an engine) more.
     #[test]
     fn after_a_private_run_the_next_goes_to_another_worker() {
-        for relay in [false, true] {
-            next_run_waits_for_the_worker_tidying_up(relay, true);
-        }
+        next_run_waits_for_the_worker_tidying_up(true);
     }
 
-    fn next_run_waits_for_the_worker_tidying_up(relay: bool, private: bool) {
+    fn next_run_waits_for_the_worker_tidying_up(private: bool) {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let pool = WorkerPool::new("t", 4, 1 << 20, || ()).with_long_private_tidy_up(true);
-        let pool = if relay { pool.relaying() } else { pool };
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();

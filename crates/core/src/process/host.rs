@@ -872,7 +872,6 @@ impl ProcessAdapter {
                         started: factory_started.clone(),
                     },
                 )
-                .relaying()
                 .with_long_private_tidy_up(long_private_tidy_up),
             ),
             opts,
