@@ -380,3 +380,69 @@ async fn a_binary_that_is_not_a_worker_is_a_clear_error_not_a_hang() {
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(children().1, 0, "zombies");
 }
+
+/// The pids of this process's children.
+fn child_pids() -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if rest.split_whitespace().nth(1) == Some(me.as_str()) {
+            pids.extend(head.split_whitespace().next().map(str::to_owned));
+        }
+    }
+    pids
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_too_large_for_the_shared_rings_take_the_pipe_in_order() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    for rings in [true, false] {
+        let mut opts = ProcessOptions::new("quickjs", env!("CARGO_BIN_EXE_harness"));
+        opts.max_workers = 1;
+        opts.rings = rings;
+        let a = ProcessAdapter::new(harness::EngineKind::QuickJs.info().unwrap(), opts);
+        let before = child_pids();
+        // A source over the rings' 64 KiB (the Run goes on the pipe), a
+        // console line and a value over it (so do those notices), and
+        // small frames (tool calls) before and after each.
+        let padding = format!("/* {} */", "p".repeat(100_000));
+        let source = format!(
+            "{padding}
+             const a = await tools.sleep({{ms: 1}});
+             console.log('x'.repeat(90000));
+             const b = await tools.sleep({{ms: 2}});
+             return {{a, b, big: 'y'.repeat(100000)}};"
+        );
+        for _ in 0..3 {
+            let mut big = request(&source, 10_000, &tools);
+            big.limits = big
+                .limits
+                .with_max_source_bytes(1 << 20)
+                .with_max_console_line_bytes(1 << 20)
+                .with_max_return_bytes(1 << 20);
+            let r = a.execute(big).await;
+            assert_eq!(r.error, None, "rings {rings}: {r:?}");
+            let v = r.value.expect("a value");
+            assert_eq!((v["a"].clone(), v["b"].clone()), (json!(1), json!(2)));
+            assert_eq!(v["big"].as_str().map(str::len), Some(100_000));
+            assert_eq!(r.console.len(), 1, "rings {rings}");
+            let small = a.execute(request("return 1 + 1", 5_000, &tools)).await;
+            assert_eq!(small.value, Some(json!(2)), "rings {rings}: {small:?}");
+        }
+        // The worker maps its rings only when they are on.
+        let worker: Vec<_> = child_pids()
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .collect();
+        assert_eq!(worker.len(), 1, "one worker: {worker:?}");
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", worker[0])).unwrap();
+        assert_eq!(maps.contains("harness-rings"), rings, "rings {rings}");
+    }
+}

@@ -1,8 +1,8 @@
 //! The host side: [`ProcessAdapter`] runs scripts in worker processes.
 
 use super::{
-    read_frame, write_frame, Classified, FromWorker, Settle, StepPhase, ToWorker,
-    EXIT_OUT_OF_MEMORY, PROTOCOL_VERSION, WORKER_ARG,
+    Classified, FromWorker, Link, Settle, StepPhase, ToWorker, EXIT_OUT_OF_MEMORY,
+    PROTOCOL_VERSION, WORKER_ARG,
 };
 use crate::adapter::{
     Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, ScriptRuntimeAdapter,
@@ -17,7 +17,7 @@ use crate::report::ExecutionReport;
 use async_trait::async_trait;
 use std::cell::RefCell;
 use std::ffi::OsString;
-use std::io::{self, BufReader, BufWriter};
+use std::io;
 use std::path::PathBuf;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +56,14 @@ pub struct ProcessOptions {
     /// (Boa 0.22 leaks some strings) at the cost of one worker start every
     /// so many runs.
     pub max_runs_per_worker: Option<u32>,
+    /// On Linux, frames between the host and a worker go through a pair
+    /// of rings in memory the two share (one sealed memfd per worker),
+    /// with the pipes kept for waking a reader that sleeps, frames too
+    /// large for a ring, and noticing a worker's death: a trivial run
+    /// sends five frames, each about 2.5 µs cheaper this way. Default:
+    /// on, unless `HARNESS_PROCESS_RINGS=0` is set; off, or anywhere
+    /// else, frames take the pipes.
+    pub rings: bool,
 }
 
 impl ProcessOptions {
@@ -71,6 +79,7 @@ impl ProcessOptions {
             inherit_stderr: false,
             max_runs_per_worker: Some(10_000),
             env: Vec::new(),
+            rings: std::env::var_os("HARNESS_PROCESS_RINGS").is_none_or(|v| v != "0"),
         }
     }
 
@@ -88,8 +97,7 @@ impl ProcessOptions {
 /// One worker process. Dropping it kills and reaps the process.
 struct Proc {
     child: Arc<Mutex<Child>>,
-    input: BufWriter<ChildStdin>,
-    output: BufReader<ChildStdout>,
+    link: Link<ChildStdout, ChildStdin>,
     stderr: Option<ChildStderr>,
     /// Set by the host just before it kills the worker.
     killed: Arc<AtomicBool>,
@@ -133,6 +141,24 @@ impl Proc {
         // (whose open pipes would otherwise keep the host waiting).
         #[cfg(unix)]
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // This worker's rings, at its descriptor 3 and no other process's.
+        #[cfg(target_os = "linux")]
+        let region = opts
+            .rings
+            .then(super::ring::Region::create)
+            .and_then(Result::ok)
+            .map(|(region, fd)| {
+                use std::os::fd::AsRawFd;
+                use std::os::unix::process::CommandExt;
+                let raw = fd.as_raw_fd();
+                // SAFETY: the closure only calls dup2/fcntl, which are
+                // async-signal-safe, between fork and exec.
+                #[allow(unsafe_code)]
+                unsafe {
+                    cmd.pre_exec(move || super::ring::give_to_child(raw));
+                }
+                (region, fd)
+            });
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("could not start the worker process `{}`: {e}", what()))?;
@@ -142,10 +168,20 @@ impl Proc {
             let _ = child.wait();
             return Err("the worker process has no pipes".to_owned());
         };
+        #[cfg(target_os = "linux")]
+        // The host's copy of the descriptor is not needed after the spawn.
+        let region = region.map(|(region, _fd)| region);
+        #[cfg(unix)]
+        let stdout_fd = std::os::fd::AsRawFd::as_raw_fd(&stdout);
         let mut proc = Proc {
             child: Arc::new(Mutex::new(child)),
-            input: BufWriter::new(stdin),
-            output: BufReader::new(stdout),
+            link: Link::new(
+                stdout,
+                stdin,
+                #[cfg(unix)]
+                stdout_fd,
+                None,
+            ),
             stderr,
             killed: Arc::new(AtomicBool::new(false)),
             runs: 0,
@@ -161,12 +197,27 @@ impl Proc {
         let hello = proc
             .send(&ToWorker::Init {
                 address_space_bytes: opts.address_space_bytes,
+                #[cfg(target_os = "linux")]
+                rings: region.is_some(),
+                #[cfg(not(target_os = "linux"))]
+                rings: false,
             })
             .and_then(|()| proc.recv());
         match hello {
             Ok(FromWorker::Hello {
-                protocol, engine, ..
-            }) if protocol == PROTOCOL_VERSION && engine == opts.engine => Ok(proc),
+                protocol,
+                engine,
+                rings,
+                ..
+            }) if protocol == PROTOCOL_VERSION && engine == opts.engine => {
+                #[cfg(target_os = "linux")]
+                if let (true, Some(region)) = (rings, region) {
+                    proc.link.use_rings(super::ring::Rings::host(region));
+                }
+                #[cfg(not(target_os = "linux"))]
+                let _ = rings;
+                Ok(proc)
+            }
             Ok(FromWorker::Hello {
                 protocol, engine, ..
             }) => Err(format!(
@@ -200,7 +251,7 @@ impl Proc {
     }
 
     fn send(&mut self, msg: &ToWorker) -> io::Result<()> {
-        write_frame(&mut self.input, msg)
+        self.link.send(msg)
     }
 
     /// A `Run` for this worker: the config as a delta on the last one it
@@ -243,19 +294,14 @@ impl Proc {
     }
 
     fn recv(&mut self) -> io::Result<FromWorker> {
-        read_frame(&mut self.output)
+        self.link.recv(false)
     }
 
     /// The worker's next message within a run's exchange (or its `Ready`
     /// after `Finish`), where it usually answers in microseconds: spin for
     /// it first while the machine has CPUs to spare ([`super::may_spin`]).
     fn recv_in_run(&mut self) -> io::Result<FromWorker> {
-        #[cfg(unix)]
-        if self.output.buffer().is_empty() && super::may_spin() {
-            use std::os::fd::AsRawFd;
-            super::spin_until_readable(self.output.get_ref().as_raw_fd());
-        }
-        read_frame(&mut self.output)
+        self.link.recv(super::may_spin())
     }
 
     /// Kills the worker (from any thread).

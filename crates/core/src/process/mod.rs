@@ -12,7 +12,9 @@
 //! has every tool call, console line and approval made so far.
 //!
 //! Frames are a 4-byte little-endian length and a JSON message, over the
-//! worker's stdin (host to worker) and stdout (worker to host). One
+//! worker's stdin (host to worker) and stdout (worker to host) for the
+//! handshake, then on Linux through shared rings beside those pipes
+//! (`ring`'s module docs; [`ProcessOptions::rings`]). One
 //! exchange per run, in the issue's terms: *execute* is `ToWorker::Run`,
 //! a *tool call* is a `FromWorker::HostOp` with op `call`, *tool results*
 //! travel in `ToWorker::Drain`, *done* is the host op `done` or `fail`
@@ -26,6 +28,8 @@
 //! ScriptMemoryError.
 
 mod host;
+#[cfg(target_os = "linux")]
+mod ring;
 mod worker;
 
 pub use host::{ProcessAdapter, ProcessOptions};
@@ -41,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Where a prelude config differs from one run to the next when nothing
 /// else changed: the seed and script id after `{"run":"` (see
@@ -94,7 +98,13 @@ pub const MAX_FRAME_BYTES: usize = 64 << 20;
 #[serde(tag = "t", rename_all = "snake_case")]
 pub(crate) enum ToWorker {
     /// First frame: caps the worker applies to itself before anything runs.
-    Init { address_space_bytes: Option<u64> },
+    Init {
+        address_space_bytes: Option<u64>,
+        /// The host passed shared rings at descriptor 3: after the
+        /// handshake, frames go through them (`ring`'s module docs).
+        #[serde(default)]
+        rings: bool,
+    },
     /// Execute: load a fresh context with `config`, start `source` (already
     /// wrapped), run jobs; answered with one [`FromWorker::Step`].
     Run {
@@ -171,6 +181,10 @@ pub(crate) enum FromWorker {
         protocol: u32,
         engine: String,
         version: String,
+        /// The worker mapped the rings it was given: frames after this
+        /// one go through them.
+        #[serde(default)]
+        rings: bool,
     },
     /// The script called `host(op, a, b)`; the worker waits for a Reply.
     HostOp {
@@ -267,13 +281,7 @@ pub(crate) fn readable(fd: std::os::fd::RawFd) -> bool {
 
 /// Writes one frame and flushes.
 pub(crate) fn write_frame<W: Write, T: Serialize>(w: &mut W, msg: &T) -> io::Result<()> {
-    let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
-    if body.len() > MAX_FRAME_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame of {} bytes is over the limit", body.len()),
-        ));
-    }
+    let body = frame_body(msg)?;
     w.write_all(&(body.len() as u32).to_le_bytes())?;
     w.write_all(&body)?;
     w.flush()
@@ -292,7 +300,227 @@ pub(crate) fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> io::Result<
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body)?;
-    serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    parse_body(&body)
+}
+
+/// One side's end of a worker's channel: the pipes, and on Linux the
+/// shared rings beside them once both sides have them (`ring`'s module
+/// docs).
+pub(crate) struct Link<R: Read, W: Write> {
+    input: io::BufReader<R>,
+    output: io::BufWriter<W>,
+    #[cfg(unix)]
+    input_fd: std::os::fd::RawFd,
+    #[cfg(target_os = "linux")]
+    rings: Option<ring::Rings>,
+    /// The worker's: with its ring full, it waits for the host to read
+    /// (while its parent, this pid, lives); the host's side never waits.
+    patient_of: Option<u32>,
+    body: Vec<u8>,
+}
+
+impl<R: Read, W: Write> std::fmt::Debug for Link<R, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").finish_non_exhaustive()
+    }
+}
+
+impl<R: Read, W: Write> Link<R, W> {
+    /// Pipes only, until [`Link::use_rings`].
+    pub(crate) fn new(
+        input: R,
+        output: W,
+        #[cfg(unix)] input_fd: std::os::fd::RawFd,
+        patient_of: Option<u32>,
+    ) -> Self {
+        Link {
+            input: io::BufReader::new(input),
+            output: io::BufWriter::new(output),
+            #[cfg(unix)]
+            input_fd,
+            #[cfg(target_os = "linux")]
+            rings: None,
+            patient_of,
+            body: Vec::new(),
+        }
+    }
+
+    /// From now on, frames go through `rings`.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn use_rings(&mut self, rings: ring::Rings) {
+        self.rings = Some(rings);
+    }
+
+    /// Sends one frame.
+    pub(crate) fn send<T: Serialize>(&mut self, msg: &T) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        if self.rings.is_some() {
+            return self.send_by_ring(msg);
+        }
+        write_frame(&mut self.output, msg)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn send_by_ring<T: Serialize>(&mut self, msg: &T) -> io::Result<()> {
+        let body = frame_body(msg)?;
+        loop {
+            let rings = self.rings.as_mut().expect("rings in use");
+            let (pushed, doorbell) = rings.push(&body)?;
+            if doorbell {
+                self.output.write_all(&0u32.to_le_bytes())?;
+            }
+            match pushed {
+                ring::Pushed::Ring => {}
+                ring::Pushed::Marker => {
+                    self.output.write_all(&(body.len() as u32).to_le_bytes())?;
+                    self.output.write_all(&body)?;
+                }
+                ring::Pushed::Full => {
+                    self.wait_for_room()?;
+                    continue;
+                }
+            }
+            if doorbell || pushed == ring::Pushed::Marker {
+                self.output.flush()?;
+            }
+            return Ok(());
+        }
+    }
+
+    /// The worker's ring is full: wait for the host to read (spinning
+    /// first, then in short sleeps), for as long as the host lives.
+    #[cfg(target_os = "linux")]
+    fn wait_for_room(&self) -> io::Result<()> {
+        let (Some(parent), Some(rings)) = (self.patient_of, self.rings.as_ref()) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the worker does not read its ring",
+            ));
+        };
+        loop {
+            if crate::spin::until(PIPE_SPIN, || rings.has_room()) {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            if std::os::unix::process::parent_id() != parent {
+                return Err(io::ErrorKind::BrokenPipe.into());
+            }
+        }
+    }
+
+    /// Whether a frame is there to read now (or the pipe is closed).
+    pub(crate) fn has_input(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        if let Some(rings) = &self.rings {
+            return rings.ready();
+        }
+        if !self.input.buffer().is_empty() {
+            return true;
+        }
+        #[cfg(unix)]
+        return readable(self.input_fd);
+        #[cfg(not(unix))]
+        false
+    }
+
+    /// The next frame; `spin`: poll for it first, for up to
+    /// [`PIPE_SPIN`], yielding between polls ([`may_spin`]).
+    pub(crate) fn recv<T: DeserializeOwned>(&mut self, spin: bool) -> io::Result<T> {
+        #[cfg(target_os = "linux")]
+        if self.rings.is_some() {
+            return self.recv_by_ring(spin);
+        }
+        #[cfg(unix)]
+        if spin && self.input.buffer().is_empty() {
+            spin_until_readable(self.input_fd);
+        }
+        read_frame(&mut self.input)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn recv_by_ring<T: DeserializeOwned>(&mut self, spin: bool) -> io::Result<T> {
+        let mut spun = !spin;
+        loop {
+            let rings = self.rings.as_mut().expect("rings in use");
+            match rings.pop(&mut self.body)? {
+                ring::Popped::Frame => return parse_body(&self.body),
+                ring::Popped::OnPipe => return self.frame_from_pipe(),
+                ring::Popped::Empty => {}
+            }
+            if !spun {
+                spun = true;
+                crate::spin::until(PIPE_SPIN, || rings.ready());
+                continue;
+            }
+            if !rings.sleep() {
+                continue;
+            }
+            // Blocks until a doorbell, a frame sent after a marker, or
+            // the end of the pipe.
+            let item = read_item(&mut self.input);
+            let rings = self.rings.as_mut().expect("rings in use");
+            rings.awake();
+            if let Some(frame) = item? {
+                // Sent on the pipe after its marker, which is in the ring
+                // by now.
+                return match rings.pop(&mut self.body)? {
+                    ring::Popped::OnPipe => parse_body(&frame),
+                    _ => Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a frame on the pipe without its marker",
+                    )),
+                };
+            }
+        }
+    }
+
+    /// The frame a marker announced: the next one on the pipe, after any
+    /// doorbells.
+    #[cfg(target_os = "linux")]
+    fn frame_from_pipe<T: DeserializeOwned>(&mut self) -> io::Result<T> {
+        loop {
+            if let Some(frame) = read_item(&mut self.input)? {
+                return parse_body(&frame);
+            }
+        }
+    }
+}
+
+/// A frame's body: the message as JSON, within [`MAX_FRAME_BYTES`].
+fn frame_body<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
+    let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
+    if body.len() > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {} bytes is over the limit", body.len()),
+        ));
+    }
+    Ok(body)
+}
+
+fn parse_body<T: DeserializeOwned>(body: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// One item from a pipe beside rings: a frame's body, or `None` for a
+/// doorbell (an empty frame).
+#[cfg(target_os = "linux")]
+fn read_item<R: Read>(r: &mut R) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 {
+        return Ok(None);
+    }
+    if len > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes announced; the limit is {MAX_FRAME_BYTES}"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    Ok(Some(body))
 }
 
 #[cfg(test)]
@@ -364,5 +592,102 @@ mod tests {
         junk.extend_from_slice(b"hello");
         let e = read_frame::<_, ToWorker>(&mut &junk[..]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod link_tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// A pipe's reading and writing ends.
+    #[allow(unsafe_code)]
+    fn pipe() -> (std::fs::File, std::fs::File) {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors, which the Files then own.
+        unsafe {
+            assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        }
+    }
+
+    /// Two ends joined by real pipes and one region, as host and worker.
+    fn joined() -> (
+        Link<std::fs::File, std::fs::File>,
+        Link<std::fs::File, std::fs::File>,
+    ) {
+        let (a_in, b_out) = pipe();
+        let (b_in, a_out) = pipe();
+        let (region, fd) = ring::Region::create().unwrap();
+        let other = ring::Region::map(fd.as_raw_fd()).unwrap();
+        let a_fd = a_in.as_raw_fd();
+        let b_fd = b_in.as_raw_fd();
+        let mut a = Link::new(a_in, a_out, a_fd, None);
+        let mut b = Link::new(b_in, b_out, b_fd, Some(std::os::unix::process::parent_id()));
+        a.use_rings(ring::Rings::host(region));
+        b.use_rings(ring::Rings::worker(other));
+        (a, b)
+    }
+
+    fn reply(value: String) -> ToWorker {
+        ToWorker::Reply { value, spin: false }
+    }
+
+    fn value(m: ToWorker) -> String {
+        match m {
+            ToWorker::Reply { value, .. } => value,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn small_and_large_frames_keep_their_order_and_a_sleeper_wakes() {
+        let (mut host, mut worker) = joined();
+        let sizes = [10, 200_000, 5, ring::CAPACITY, 1, 3_000_000, 7];
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..sizes.len() {
+                // Never spinning: every frame is waited for asleep.
+                got.push(value(worker.recv(false).unwrap()).len());
+            }
+            got
+        });
+        for n in sizes {
+            // Let the reader fall asleep now and then.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            host.send(&reply("x".repeat(n))).unwrap();
+        }
+        assert_eq!(reader.join().unwrap(), sizes.to_vec());
+    }
+
+    #[test]
+    fn a_writer_whose_ring_is_full_waits_for_the_reader() {
+        let (mut host, mut worker) = joined();
+        // 3,000 frames of 100 bytes: several rings' worth, unread at first.
+        let writer = std::thread::spawn(move || {
+            for i in 0..3000 {
+                worker.send(&reply(format!("{i:0>90}"))).unwrap();
+            }
+            worker
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        for i in 0..3000 {
+            assert_eq!(value(host.recv(true).unwrap()), format!("{i:0>90}"));
+        }
+        let _worker = writer.join().unwrap();
+    }
+
+    #[test]
+    fn the_end_of_the_pipe_ends_a_wait() {
+        let (mut host, worker) = joined();
+        let t = std::thread::spawn(move || host.recv::<ToWorker>(false));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        drop(worker);
+        let e = t.join().unwrap().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 }

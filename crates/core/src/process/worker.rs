@@ -1,8 +1,8 @@
 //! The worker side: [`serve`] runs an engine for the host over stdin/stdout.
 
 use super::{
-    read_frame, write_frame, Classified, FromWorker, Settle, StepPhase, ToWorker,
-    EXIT_OUT_OF_MEMORY, PROTOCOL_VERSION, WORKER_ARG,
+    Classified, FromWorker, Link, Settle, StepPhase, ToWorker, EXIT_OUT_OF_MEMORY,
+    PROTOCOL_VERSION, WORKER_ARG,
 };
 use crate::adapter::GlobalEvalOutcome;
 use crate::engine::{
@@ -13,7 +13,7 @@ use crate::error::ScriptError;
 use crate::limits::Limits;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
-use std::io::{self, BufReader, BufWriter, StdinLock, StdoutLock};
+use std::io::{self, StdinLock, StdoutLock};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
@@ -72,8 +72,7 @@ pub fn serve(find: impl FnOnce() -> Option<EngineDescriptor> + Send + 'static) -
 }
 
 struct Pipe {
-    input: RefCell<BufReader<StdinLock<'static>>>,
-    output: RefCell<BufWriter<StdoutLock<'static>>>,
+    link: RefCell<Link<StdinLock<'static>, StdoutLock<'static>>>,
     /// The host's last message let this worker spin for its next answer.
     spin: std::cell::Cell<bool>,
     /// Errors the script failed with since the last Step (name, message),
@@ -83,7 +82,7 @@ struct Pipe {
 
 impl Pipe {
     fn send(&self, msg: &FromWorker) {
-        if write_frame(&mut *self.output.borrow_mut(), msg).is_err() {
+        if self.link.borrow_mut().send(msg).is_err() {
             // The host is gone: nothing left to do.
             std::process::exit(0);
         }
@@ -95,13 +94,8 @@ impl Pipe {
     /// first if the host's last message allowed ([`super::may_spin`]);
     /// never while idle otherwise, when a spin only burns CPU.
     fn recv(&self, soon: bool) -> ToWorker {
-        let mut input = self.input.borrow_mut();
-        #[cfg(unix)]
-        if soon && self.spin.get() && input.buffer().is_empty() {
-            use std::os::fd::AsRawFd;
-            let _ = super::spin_until_readable(input.get_ref().as_raw_fd());
-        }
-        match read_frame(&mut *input) {
+        let spin = soon && self.spin.get();
+        match self.link.borrow_mut().recv(spin) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => std::process::exit(0),
             Err(_) => std::process::exit(2),
@@ -112,23 +106,17 @@ impl Pipe {
     /// nothing has come when it would block (after its spin, if any), it
     /// calls `idle` first, once.
     fn recv_command(&self, soon: bool, idle: impl FnOnce()) -> ToWorker {
-        #[cfg(unix)]
-        {
-            use std::os::fd::AsRawFd;
-            let input = self.input.borrow();
-            if input.buffer().is_empty() {
-                let fd = input.get_ref().as_raw_fd();
-                drop(input);
-                let spun = soon && self.spin.get() && super::spin_until_readable(fd);
-                if !spun && !super::readable(fd) {
-                    idle();
-                }
-                return self.recv(false);
-            }
+        if self.link.borrow().has_input() {
+            return self.recv(false);
         }
-        #[cfg(not(unix))]
-        let _ = idle;
-        self.recv(soon)
+        if soon && self.spin.get() {
+            let link = self.link.borrow();
+            crate::spin::until(super::PIPE_SPIN, || link.has_input());
+        }
+        if !self.link.borrow().has_input() {
+            idle();
+        }
+        self.recv(false)
     }
 }
 
@@ -165,18 +153,35 @@ impl Host for PipeHost {
 }
 
 fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i32 {
+    #[cfg(unix)]
+    let stdin_fd = std::os::fd::AsRawFd::as_raw_fd(&io::stdin());
     let pipe = Rc::new(Pipe {
-        input: RefCell::new(BufReader::new(io::stdin().lock())),
-        output: RefCell::new(BufWriter::new(io::stdout().lock())),
+        link: RefCell::new(Link::new(
+            io::stdin().lock(),
+            io::stdout().lock(),
+            #[cfg(unix)]
+            stdin_fd,
+            #[cfg(unix)]
+            Some(std::os::unix::process::parent_id()),
+            #[cfg(not(unix))]
+            None,
+        )),
         spin: std::cell::Cell::new(false),
         failures: RefCell::new(Vec::new()),
     });
-    match pipe.recv(false) {
+    let rings = match pipe.recv(false) {
         ToWorker::Init {
             address_space_bytes,
-        } => sys::cap_self(address_space_bytes),
+            rings,
+        } => {
+            // Mapped before the caps: the descriptor, then closed, is one
+            // of the few the worker may hold.
+            let rings = rings.then(sys::map_rings).flatten();
+            sys::cap_self(address_space_bytes);
+            rings
+        }
         _ => return 2,
-    }
+    };
     budget::enable();
     if !budget::counting() {
         eprintln!(
@@ -191,7 +196,12 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
         protocol: PROTOCOL_VERSION,
         engine: engine.name.to_owned(),
         version: engine.version.clone(),
+        rings: rings.is_some(),
     });
+    #[cfg(target_os = "linux")]
+    if let Some(rings) = rings {
+        pipe.link.borrow_mut().use_rings(rings);
+    }
     let enforces = engine.enforces_memory();
     // Just after a run the next one may follow at once: the worker spins
     // for it as the pool's idle threads do, rather than be woken.
@@ -572,6 +582,28 @@ unsafe impl GlobalAlloc for WorkerAllocator {
 /// The few system calls of the process boundary.
 #[allow(unsafe_code)]
 pub(super) mod sys {
+    /// The shared rings the host passed at descriptor 3, mapped; the
+    /// descriptor is closed either way. `None` if they cannot be mapped:
+    /// the pipes carry everything then.
+    #[cfg(target_os = "linux")]
+    pub(super) fn map_rings() -> Option<super::super::ring::Rings> {
+        use super::super::ring::{Region, Rings, WORKER_FD};
+        let region = Region::map(WORKER_FD).ok();
+        // SAFETY: closing the descriptor the host gave this process; the
+        // mapping stays.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::close(WORKER_FD)
+        };
+        region.map(Rings::worker)
+    }
+
+    /// No rings off Linux.
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn map_rings() -> Option<std::convert::Infallible> {
+        None
+    }
+
     /// Caps this process before any script runs: address space, no core
     /// files, no file writes, a handful of descriptors.
     #[cfg(unix)]

@@ -1,0 +1,459 @@
+//! Shared-memory rings beside a worker's pipes (Linux).
+//!
+//! A frame crossing a pipe costs a `write` on one side and a `poll` and a
+//! `read` on the other: about 2.8 µs on the development VM, against about
+//! 0.3 µs through shared memory, and a trivial run sends five frames
+//! (docs/performance.md, "Frames through shared memory"). So the host
+//! makes one sealed memfd per worker, holding two single-producer rings
+//! (host to worker, worker to host), and the worker maps it. Frames are
+//! the pipe's: a 4-byte little-endian length and the JSON message.
+//!
+//! The pipes stay, for three things the rings do not do:
+//! - **Waking a reader that sleeps.** A reader spins on the ring while it
+//!   may ([`super::may_spin`]); then it says it sleeps (a flag in the
+//!   ring), looks once more, and blocks reading its pipe. A writer that
+//!   finds the flag set after publishing writes a *doorbell*, an empty
+//!   frame, to the pipe. Both sides fence between their store and their
+//!   load, so at least one of them sees the other's: no wake-up is lost. A
+//!   doorbell that comes after the reader found the frame itself is read
+//!   and skipped later.
+//! - **Frames that do not fit.** A frame larger than the free space goes
+//!   on the pipe, after a *marker* in the ring that says so: the reader
+//!   takes it from the pipe when it reaches the marker, so the order of
+//!   frames holds across both.
+//! - **Death.** A worker that dies closes its pipe: the host's blocking
+//!   read ends, as before.
+//!
+//! The worker is not trusted. Each side keeps its own copy of its ring
+//! positions and only publishes them; what it reads of the other side's
+//! (a position, a length, the bytes) is checked against the ring's size
+//! and copied out before it is parsed, so a worker that scribbles on the
+//! rings makes the host see a broken protocol (and kill it), never read
+//! outside the mapping. The memfd is sealed against shrinking, so the
+//! worker cannot make the host's mapping fault either. Each worker gets a
+//! region of its own, passed as descriptor 3 to that worker only.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
+
+/// Bytes of frames each ring holds.
+pub(crate) const CAPACITY: usize = 64 << 10;
+/// Positions and the sleep flag, each on a cache line of its own.
+const HEADER: usize = 256;
+const HEAD: usize = 0;
+const TAIL: usize = 64;
+const SLEEPING: usize = 128;
+const RING: usize = HEADER + CAPACITY;
+/// The whole region: the host's ring, then the worker's.
+const REGION: usize = 2 * RING;
+/// A length that says "the next frame is on the pipe".
+const MARKER: u32 = u32::MAX;
+/// The descriptor the worker finds its region at.
+pub(crate) const WORKER_FD: RawFd = 3;
+
+fn broken(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("the shared ring is broken: {what}"),
+    )
+}
+
+/// One mapping of a region, unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct Region {
+    base: *mut u8,
+}
+
+// SAFETY: the mapping is process-wide memory, and every access to it goes
+// through atomics (`Rings`); the pointer itself is only read.
+#[allow(unsafe_code)]
+unsafe impl Send for Region {}
+
+impl Region {
+    /// The host's: a new sealed memfd, mapped, and its descriptor (for
+    /// [`give_to_child`]).
+    #[allow(unsafe_code)]
+    pub(crate) fn create() -> io::Result<(Region, OwnedFd)> {
+        // SAFETY: a constant NUL-terminated name and flags; the result is
+        // checked.
+        let fd = unsafe {
+            libc::memfd_create(
+                c"harness-rings".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain calls on a descriptor we own; results checked.
+        unsafe {
+            if libc::ftruncate(fd.as_raw_fd(), REGION as libc::off_t) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The worker cannot shrink it under the host's mapping (a
+            // SIGBUS in the host), nor change the seals.
+            let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+            if libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let region = Region::map(fd.as_raw_fd())?;
+        Ok((region, fd))
+    }
+
+    /// Maps the region open at `fd` (the worker's, at [`WORKER_FD`]).
+    #[allow(unsafe_code)]
+    pub(crate) fn map(fd: RawFd) -> io::Result<Region> {
+        // SAFETY: a shared mapping of REGION bytes of `fd`; the result is
+        // checked. A file shorter than that fails here (the host's is
+        // sealed at this size).
+        let base = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if (st.st_size as u64) < REGION as u64 {
+                return Err(broken("the region is too small"));
+            }
+            libc::mmap(
+                std::ptr::null_mut(),
+                REGION,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Region { base: base.cast() })
+    }
+
+    /// The 32-bit word at `offset` of ring `ring`'s header.
+    #[allow(unsafe_code)]
+    fn word(&self, ring: usize, offset: usize) -> &AtomicU32 {
+        debug_assert!(ring < 2 && offset + 4 <= HEADER && offset % 4 == 0);
+        // SAFETY: in bounds of the mapping (which lives as long as
+        // `self`), aligned (the mapping is page-aligned), and only ever
+        // accessed atomically.
+        unsafe { &*self.base.add(ring * RING + offset).cast::<AtomicU32>() }
+    }
+
+    /// Ring `ring`'s frame bytes.
+    #[allow(unsafe_code)]
+    fn data(&self, ring: usize) -> &[AtomicU8] {
+        // SAFETY: as `word`: in bounds, and only accessed atomically.
+        unsafe { std::slice::from_raw_parts(self.base.add(ring * RING + HEADER).cast(), CAPACITY) }
+    }
+}
+
+impl Drop for Region {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.base.cast(), REGION) };
+    }
+}
+
+/// Puts the host's region at [`WORKER_FD`] in a child, between fork and
+/// exec (`CommandExt::pre_exec`): only async-signal-safe calls.
+#[allow(unsafe_code)]
+pub(crate) fn give_to_child(fd: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 and fcntl on descriptors; results checked.
+    let r = unsafe {
+        if fd == WORKER_FD {
+            // Already there: only keep it across exec.
+            libc::fcntl(fd, libc::F_SETFD, 0)
+        } else {
+            // The copy does not have close-on-exec.
+            libc::dup2(fd, WORKER_FD)
+        }
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Where [`Rings::push`] put a frame.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// In the ring.
+    Ring,
+    /// Only a marker fitted: the frame goes on the pipe now.
+    Marker,
+    /// Not even a marker fitted: the reader has not caught up.
+    Full,
+}
+
+/// What [`Rings::pop`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Popped {
+    Empty,
+    /// A frame, now in the caller's buffer.
+    Frame,
+    /// The next frame is on the pipe.
+    OnPipe,
+}
+
+/// One side's view of a region: the ring it writes and the ring it reads,
+/// with its own copies of its positions (never read back from the
+/// region, where the other side could change them).
+#[derive(Debug)]
+pub(crate) struct Rings {
+    region: Region,
+    out: usize,
+    inp: usize,
+    head: u32,
+    tail: u32,
+}
+
+impl Rings {
+    /// The host's side of a region it created (both rings are empty).
+    pub(crate) fn host(region: Region) -> Rings {
+        Rings {
+            region,
+            out: 0,
+            inp: 1,
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    /// The worker's side.
+    pub(crate) fn worker(region: Region) -> Rings {
+        Rings {
+            region,
+            out: 1,
+            inp: 0,
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    /// Writes `frame` (length and body) into the outgoing ring, or a
+    /// marker when only that fits, and publishes it. Says where it went,
+    /// and whether the reader sleeps and needs a doorbell.
+    pub(crate) fn push(&mut self, body: &[u8]) -> io::Result<(Pushed, bool)> {
+        let tail = self.region.word(self.out, TAIL).load(Ordering::Acquire);
+        let used = self.head.wrapping_sub(tail) as usize;
+        if used > CAPACITY {
+            return Err(broken("the reader's position is out of range"));
+        }
+        let free = CAPACITY - used;
+        let pushed = if body.len() + 4 <= free {
+            self.put(&(body.len() as u32).to_le_bytes());
+            self.put(body);
+            Pushed::Ring
+        } else if free >= 4 {
+            self.put(&MARKER.to_le_bytes());
+            Pushed::Marker
+        } else {
+            return Ok((Pushed::Full, false));
+        };
+        self.region
+            .word(self.out, HEAD)
+            .store(self.head, Ordering::Release);
+        // Publish, then look for a sleeper (see the module docs).
+        fence(Ordering::SeqCst);
+        let sleeping = self.region.word(self.out, SLEEPING);
+        let doorbell =
+            sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0;
+        Ok((pushed, doorbell))
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        let data = self.region.data(self.out);
+        let at = self.head as usize % CAPACITY;
+        for (i, b) in bytes.iter().enumerate() {
+            data[(at + i) % CAPACITY].store(*b, Ordering::Relaxed);
+        }
+        self.head = self.head.wrapping_add(bytes.len() as u32);
+    }
+
+    /// Whether the incoming ring has something (a frame or a marker).
+    pub(crate) fn ready(&self) -> bool {
+        self.region.word(self.inp, HEAD).load(Ordering::Acquire) != self.tail
+    }
+
+    /// Takes the next frame's body into `body`, or the marker.
+    pub(crate) fn pop(&mut self, body: &mut Vec<u8>) -> io::Result<Popped> {
+        let head = self.region.word(self.inp, HEAD).load(Ordering::Acquire);
+        let avail = head.wrapping_sub(self.tail) as usize;
+        if avail == 0 {
+            return Ok(Popped::Empty);
+        }
+        if !(4..=CAPACITY).contains(&avail) {
+            return Err(broken("the writer's position is out of range"));
+        }
+        let data = self.region.data(self.inp);
+        let at = self.tail as usize % CAPACITY;
+        let byte = |i: usize| data[(at + i) % CAPACITY].load(Ordering::Relaxed);
+        let len = u32::from_le_bytes([byte(0), byte(1), byte(2), byte(3)]);
+        let popped = if len == MARKER {
+            self.tail = self.tail.wrapping_add(4);
+            Popped::OnPipe
+        } else {
+            let len = len as usize;
+            if len + 4 > avail {
+                return Err(broken("a frame runs past what was written"));
+            }
+            body.clear();
+            body.extend((4..4 + len).map(byte));
+            self.tail = self.tail.wrapping_add(4 + len as u32);
+            Popped::Frame
+        };
+        self.region
+            .word(self.inp, TAIL)
+            .store(self.tail, Ordering::Release);
+        Ok(popped)
+    }
+
+    /// About to block on the pipe: says so, then looks once more. True:
+    /// still nothing, block (a writer will ring); false: something came,
+    /// take it.
+    pub(crate) fn sleep(&self) -> bool {
+        let sleeping = self.region.word(self.inp, SLEEPING);
+        sleeping.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.region.word(self.inp, HEAD).load(Ordering::SeqCst) != self.tail {
+            sleeping.store(0, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Awake again (after a read from the pipe).
+    pub(crate) fn awake(&self) {
+        self.region
+            .word(self.inp, SLEEPING)
+            .store(0, Ordering::SeqCst);
+    }
+
+    /// Whether the outgoing ring has room for a marker again.
+    pub(crate) fn has_room(&self) -> bool {
+        let tail = self.region.word(self.out, TAIL).load(Ordering::Acquire);
+        let used = self.head.wrapping_sub(tail) as usize;
+        used > CAPACITY || CAPACITY - used >= 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host's and a worker's view of one region, as two processes have.
+    fn pair() -> (Rings, Rings) {
+        let (region, fd) = Region::create().unwrap();
+        let other = Region::map(fd.as_raw_fd()).unwrap();
+        (Rings::host(region), Rings::worker(other))
+    }
+
+    #[test]
+    fn frames_come_out_in_order_across_the_wrap() {
+        let (mut host, mut worker) = pair();
+        let mut body = Vec::new();
+        // Over five times round the ring, in sizes that do not divide it.
+        for i in 0..4000u32 {
+            let frame = vec![(i % 251) as u8; (i as usize * 37) % 300 + 1];
+            assert_eq!(host.push(&frame).unwrap().0, Pushed::Ring);
+            assert_eq!(worker.pop(&mut body).unwrap(), Popped::Frame);
+            assert_eq!(body, frame);
+        }
+        assert_eq!(worker.pop(&mut body).unwrap(), Popped::Empty);
+        // And the other way.
+        worker.push(b"ready").unwrap();
+        assert_eq!(host.pop(&mut body).unwrap(), Popped::Frame);
+        assert_eq!(body, b"ready");
+    }
+
+    #[test]
+    fn a_frame_that_does_not_fit_leaves_a_marker_and_a_full_ring_says_so() {
+        let (mut host, mut worker) = pair();
+        let mut body = Vec::new();
+        let big = vec![1u8; CAPACITY];
+        assert_eq!(host.push(&big).unwrap().0, Pushed::Marker);
+        assert_eq!(worker.pop(&mut body).unwrap(), Popped::OnPipe);
+        // Fill it to the last 3 bytes: not even a marker fits.
+        let fill = vec![2u8; CAPACITY - 4 - 3];
+        assert_eq!(host.push(&fill).unwrap().0, Pushed::Ring);
+        assert!(!host.has_room());
+        assert_eq!(host.push(b"x").unwrap().0, Pushed::Full);
+        assert_eq!(worker.pop(&mut body).unwrap(), Popped::Frame);
+        assert!(host.has_room());
+        assert_eq!(host.push(b"x").unwrap().0, Pushed::Ring);
+    }
+
+    #[test]
+    fn a_sleeping_reader_gets_one_doorbell() {
+        let (mut host, worker) = pair();
+        assert!(worker.sleep(), "nothing to read yet");
+        assert_eq!(host.push(b"a").unwrap(), (Pushed::Ring, true));
+        assert_eq!(host.push(b"b").unwrap(), (Pushed::Ring, false));
+        worker.awake();
+        // Something is there: the reader does not sleep.
+        assert!(!worker.sleep());
+        assert_eq!(host.push(b"c").unwrap(), (Pushed::Ring, false));
+    }
+
+    #[test]
+    fn positions_and_lengths_written_by_the_other_side_are_checked() {
+        let (mut host, worker) = pair();
+        let mut body = Vec::new();
+        let region = &worker.region;
+        // The worker claims more than the ring holds.
+        region
+            .word(1, HEAD)
+            .store(CAPACITY as u32 + 1, Ordering::Release);
+        assert_eq!(
+            host.pop(&mut body).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        // A frame longer than what was published.
+        region.data(1)[0].store(200, Ordering::Relaxed);
+        for i in 1..4 {
+            region.data(1)[i].store(0, Ordering::Relaxed);
+        }
+        region.word(1, HEAD).store(10, Ordering::Release);
+        assert_eq!(
+            host.pop(&mut body).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        // Fewer bytes than a length.
+        region.word(1, HEAD).store(2, Ordering::Release);
+        assert!(host.pop(&mut body).is_err());
+        // It says it read past what the host wrote.
+        region.word(0, TAIL).store(12345, Ordering::Release);
+        assert_eq!(
+            host.push(b"x").unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+    }
+
+    #[test]
+    fn a_region_too_small_is_refused() {
+        // SAFETY: a memfd of one page, checked, closed on drop.
+        #[allow(unsafe_code)]
+        let fd = unsafe {
+            let fd = libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC);
+            assert!(fd >= 0);
+            assert_eq!(libc::ftruncate(fd, 4096), 0);
+            OwnedFd::from_raw_fd(fd)
+        };
+        assert!(Region::map(fd.as_raw_fd()).is_err());
+    }
+
+    #[test]
+    fn the_region_cannot_be_shrunk_under_the_host() {
+        let (_region, fd) = Region::create().unwrap();
+        // SAFETY: ftruncate on a descriptor we own.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::ftruncate(fd.as_raw_fd(), 0) };
+        assert_ne!(r, 0, "the seal must refuse");
+    }
+}
