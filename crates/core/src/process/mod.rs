@@ -289,6 +289,11 @@ pub(crate) fn write_frame<W: Write, T: Serialize>(w: &mut W, msg: &T) -> io::Res
 
 /// Reads one frame. End of stream before a frame is `UnexpectedEof`.
 pub(crate) fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> io::Result<T> {
+    parse_body(&read_body(r)?)
+}
+
+/// Reads one frame's body, unparsed (empty for an empty frame).
+fn read_body<R: Read>(r: &mut R) -> io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -300,7 +305,7 @@ pub(crate) fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> io::Result<
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body)?;
-    parse_body(&body)
+    Ok(body)
 }
 
 /// One side's end of a worker's channel: the pipes, and on Linux the
@@ -315,6 +320,7 @@ pub(crate) struct Link<R: Read, W: Write> {
     rings: Option<ring::Rings>,
     /// The worker's: with its ring full, it waits for the host to read
     /// (while its parent, this pid, lives); the host's side never waits.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     patient_of: Option<u32>,
     body: Vec<u8>,
 }
@@ -506,21 +512,8 @@ fn parse_body<T: DeserializeOwned>(body: &[u8]) -> io::Result<T> {
 /// doorbell (an empty frame).
 #[cfg(target_os = "linux")]
 fn read_item<R: Read>(r: &mut R) -> io::Result<Option<Vec<u8>>> {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len)?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len == 0 {
-        return Ok(None);
-    }
-    if len > MAX_FRAME_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes announced; the limit is {MAX_FRAME_BYTES}"),
-        ));
-    }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
-    Ok(Some(body))
+    let body = read_body(r)?;
+    Ok((!body.is_empty()).then_some(body))
 }
 
 #[cfg(test)]
