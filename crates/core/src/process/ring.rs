@@ -435,6 +435,69 @@ mod tests {
         );
     }
 
+    /// Whatever the worker writes into the region, the host's reads and
+    /// writes end in a frame within what was published, an empty ring or
+    /// an error: never a panic, never a read outside the ring.
+    #[test]
+    fn the_host_survives_any_bytes_in_the_region() {
+        let (mut host, worker) = pair();
+        let region = &worker.region;
+        // xorshift: reproducible, no dependency.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut body = Vec::new();
+        for round in 0..20_000 {
+            // Positions anywhere, near the edges, or near the host's own.
+            let pick = |r: u64, near: u32| match r % 4 {
+                0 => r as u32,
+                1 => near.wrapping_add((r >> 8) as u32 % 16),
+                2 => near.wrapping_sub((r >> 8) as u32 % 16),
+                _ => near
+                    .wrapping_add(CAPACITY as u32)
+                    .wrapping_sub((r >> 8) as u32 % 8),
+            };
+            region
+                .word(1, HEAD)
+                .store(pick(next(), host.tail), Ordering::Release);
+            region
+                .word(0, TAIL)
+                .store(pick(next(), host.head), Ordering::Release);
+            region
+                .word(0, SLEEPING)
+                .store(next() as u32 % 3, Ordering::Release);
+            for _ in 0..8 {
+                let at = next() as usize % CAPACITY;
+                region.data(1)[at].store(next() as u8, Ordering::Relaxed);
+            }
+            // A length at the host's read position, now and then plausible.
+            let len = match next() % 3 {
+                0 => next() as u32,
+                1 => next() as u32 % 64,
+                _ => MARKER,
+            };
+            let at = host.tail as usize % CAPACITY;
+            for (i, b) in len.to_le_bytes().into_iter().enumerate() {
+                region.data(1)[(at + i) % CAPACITY].store(b, Ordering::Relaxed);
+            }
+            let published = region
+                .word(1, HEAD)
+                .load(Ordering::Acquire)
+                .wrapping_sub(host.tail);
+            if let Ok(Popped::Frame) = host.pop(&mut body) {
+                assert!(body.len() + 4 <= published as usize, "round {round}");
+            }
+            let _ = host.push(&vec![7u8; next() as usize % 300]);
+            let _ = host.has_room();
+            let _ = host.ready();
+            let _ = host.sleep();
+        }
+    }
+
     #[test]
     fn a_region_too_small_is_refused() {
         // SAFETY: a memfd of one page, checked, closed on drop.
