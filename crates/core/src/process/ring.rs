@@ -17,8 +17,9 @@
 //!   load, so at least one of them sees the other's: no wake-up is lost. A
 //!   doorbell that comes after the reader found the frame itself is read
 //!   and skipped later.
-//! - **Frames that do not fit.** A frame larger than the free space goes
-//!   on the pipe, after a *marker* in the ring that says so: the reader
+//! - **Frames that do not fit.** A frame larger than the free space, or
+//!   than 16 KiB ([`INLINE_MAX`]), goes on the pipe, after a *marker* in
+//!   the ring that says so: the reader
 //!   takes it from the pipe when it reaches the marker, so the order of
 //!   frames holds across both.
 //! - **Death.** A worker that dies closes its pipe: the host's blocking
@@ -47,6 +48,11 @@ const SLEEPING: usize = 128;
 const RING: usize = HEADER + CAPACITY;
 /// The whole region: the host's ring, then the worker's.
 const REGION: usize = 2 * RING;
+/// Larger frames go on the pipe (after a marker): the ring copies a byte
+/// at a time (atomically, as memory the other side may write), the pipe
+/// with `memcpy`, and a frame this large is rare and costs far more to
+/// parse than to send.
+const INLINE_MAX: usize = 16 << 10;
 /// A length that says "the next frame is on the pipe".
 const MARKER: u32 = u32::MAX;
 /// The descriptor the worker finds its region at.
@@ -246,7 +252,7 @@ impl Rings {
             return Err(broken("the reader's position is out of range"));
         }
         let free = CAPACITY - used;
-        let pushed = if body.len() + 4 <= free {
+        let pushed = if body.len() <= INLINE_MAX && body.len() + 4 <= free {
             self.put(&(body.len() as u32).to_le_bytes());
             self.put(body);
             Pushed::Ring
@@ -376,16 +382,31 @@ mod tests {
     fn a_frame_that_does_not_fit_leaves_a_marker_and_a_full_ring_says_so() {
         let (mut host, mut worker) = pair();
         let mut body = Vec::new();
-        let big = vec![1u8; CAPACITY];
-        assert_eq!(host.push(&big).unwrap().0, Pushed::Marker);
+        // Over the inline limit: a marker even in an empty ring.
+        assert_eq!(
+            host.push(&vec![1u8; INLINE_MAX + 1]).unwrap().0,
+            Pushed::Marker
+        );
         assert_eq!(worker.pop(&mut body).unwrap(), Popped::OnPipe);
         // Fill it to the last 3 bytes: not even a marker fits.
-        let fill = vec![2u8; CAPACITY - 4 - 3];
-        assert_eq!(host.push(&fill).unwrap().0, Pushed::Ring);
+        let frame = vec![2u8; 8 << 10];
+        let frames = CAPACITY / (frame.len() + 4);
+        for _ in 0..frames {
+            assert_eq!(host.push(&frame).unwrap().0, Pushed::Ring);
+        }
+        let rest = CAPACITY - frames * (frame.len() + 4);
+        assert_eq!(host.push(&vec![3u8; rest - 4 - 3]).unwrap().0, Pushed::Ring);
         assert!(!host.has_room());
         assert_eq!(host.push(b"x").unwrap().0, Pushed::Full);
         assert_eq!(worker.pop(&mut body).unwrap(), Popped::Frame);
+        assert_eq!(body, frame);
         assert!(host.has_room());
+        // Room for a small frame again, not for one 4 bytes larger than
+        // what was freed.
+        assert_eq!(
+            host.push(&vec![4u8; frame.len() + 4]).unwrap().0,
+            Pushed::Marker
+        );
         assert_eq!(host.push(b"x").unwrap().0, Pushed::Ring);
     }
 
