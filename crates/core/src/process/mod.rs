@@ -256,15 +256,6 @@ pub(crate) fn may_spin() -> bool {
     crate::spin::allowed(&REMOTE_RUNS)
 }
 
-/// Waits until `fd` is readable, but at most [`PIPE_SPIN`], polling it
-/// without blocking and yielding the CPU to anything runnable between
-/// polls; the caller then reads (blocking if the spin ran out). Says
-/// whether there is something to read.
-#[cfg(unix)]
-pub(crate) fn spin_until_readable(fd: std::os::fd::RawFd) -> bool {
-    crate::spin::until(PIPE_SPIN, || readable(fd))
-}
-
 /// Whether `fd` has something to read now (or is closed), without waiting.
 #[cfg(unix)]
 #[allow(unsafe_code)]
@@ -429,34 +420,39 @@ impl<R: Read, W: Write> Link<R, W> {
         false
     }
 
-    /// The next frame; `spin`: poll for it first, for up to
-    /// [`PIPE_SPIN`], yielding between polls ([`may_spin`]).
+    /// Waits until a frame is there ([`Link::has_input`]), but at most
+    /// [`PIPE_SPIN`], polling without blocking and yielding the CPU to
+    /// anything runnable between polls; the caller then reads (blocking
+    /// if the spin ran out). Says whether a frame is there.
+    pub(crate) fn spin_for_input(&self) -> bool {
+        if cfg!(unix) {
+            crate::spin::until(PIPE_SPIN, || self.has_input())
+        } else {
+            self.has_input()
+        }
+    }
+
+    /// The next frame; `spin`: poll for it first ([`Link::spin_for_input`],
+    /// [`may_spin`]).
     pub(crate) fn recv<T: DeserializeOwned>(&mut self, spin: bool) -> io::Result<T> {
+        if spin {
+            self.spin_for_input();
+        }
         #[cfg(target_os = "linux")]
         if self.rings.is_some() {
-            return self.recv_by_ring(spin);
-        }
-        #[cfg(unix)]
-        if spin && self.input.buffer().is_empty() {
-            spin_until_readable(self.input_fd);
+            return self.recv_by_ring();
         }
         read_frame(&mut self.input)
     }
 
     #[cfg(target_os = "linux")]
-    fn recv_by_ring<T: DeserializeOwned>(&mut self, spin: bool) -> io::Result<T> {
-        let mut spun = !spin;
+    fn recv_by_ring<T: DeserializeOwned>(&mut self) -> io::Result<T> {
         loop {
             let rings = self.rings.as_mut().expect("rings in use");
             match rings.pop(&mut self.body)? {
                 ring::Popped::Frame => return parse_body(&self.body),
                 ring::Popped::OnPipe => return self.frame_from_pipe(),
                 ring::Popped::Empty => {}
-            }
-            if !spun {
-                spun = true;
-                crate::spin::until(PIPE_SPIN, || rings.ready());
-                continue;
             }
             if !rings.sleep() {
                 continue;

@@ -106,14 +106,11 @@ impl Pipe {
     /// nothing has come when it would block (after its spin, if any), it
     /// calls `idle` first, once.
     fn recv_command(&self, soon: bool, idle: impl FnOnce()) -> ToWorker {
-        if self.link.borrow().has_input() {
-            return self.recv(false);
-        }
-        if soon && self.spin.get() {
+        let ready = {
             let link = self.link.borrow();
-            crate::spin::until(super::PIPE_SPIN, || link.has_input());
-        }
-        if !self.link.borrow().has_input() {
+            link.has_input() || (soon && self.spin.get() && link.spin_for_input())
+        };
+        if !ready {
             idle();
         }
         self.recv(false)
