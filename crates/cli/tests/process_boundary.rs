@@ -444,5 +444,25 @@ async fn frames_too_large_for_the_shared_rings_take_the_pipe_in_order() {
         assert_eq!(worker.len(), 1, "one worker: {worker:?}");
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", worker[0])).unwrap();
         assert_eq!(maps.contains("harness-rings"), rings, "rings {rings}");
+        // The region's descriptor came with `Init` on a socket (rings) or
+        // not at all, and was closed once mapped: the worker holds its
+        // stdin, stdout and stderr, and nothing of the host's.
+        let fd_dir = format!("/proc/{}/fd", worker[0]);
+        let mut fds: Vec<(String, String)> = std::fs::read_dir(&fd_dir)
+            .unwrap()
+            .flatten()
+            .map(|e| {
+                let target = std::fs::read_link(e.path()).unwrap_or_default();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    target.to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        fds.sort();
+        let names: Vec<&str> = fds.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["0", "1", "2"], "rings {rings}: {fds:?}");
+        let stdin_kind = if rings { "socket:" } else { "pipe:" };
+        assert!(fds[0].1.starts_with(stdin_kind), "rings {rings}: {fds:?}");
     }
 }

@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
-use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -97,7 +97,9 @@ impl ProcessOptions {
 /// One worker process. Dropping it kills and reaps the process.
 struct Proc {
     child: Arc<Mutex<Child>>,
-    link: Link<ChildStdout, ChildStdin>,
+    /// Frames from the worker's stdout; frames to its stdin (a pipe, or
+    /// with rings a Unix socket).
+    link: Link<ChildStdout, ToWorkerPipe>,
     stderr: Option<ChildStderr>,
     /// Set by the host just before it kills the worker.
     killed: Arc<AtomicBool>,
@@ -108,6 +110,13 @@ struct Proc {
     sent_config: String,
     sent_limits: Option<Limits>,
 }
+
+/// The host's end of a worker's stdin: a pipe, or with rings a Unix
+/// socket (`ring`'s module docs).
+#[cfg(unix)]
+type ToWorkerPipe = std::fs::File;
+#[cfg(not(unix))]
+type ToWorkerPipe = std::process::ChildStdin;
 
 impl Proc {
     fn spawn(opts: &ProcessOptions) -> Result<Proc, String> {
@@ -120,6 +129,29 @@ impl Proc {
             }
             format!("{w} {WORKER_ARG} {}", opts.engine)
         };
+        // This worker's rings, and the socket that will be its stdin and
+        // carry their descriptor to it alone (`ring`'s module docs).
+        #[cfg(target_os = "linux")]
+        let rings = opts
+            .rings
+            .then(|| {
+                Some((
+                    super::ring::Region::create().ok()?,
+                    super::ring::socket_pair().ok()?,
+                ))
+            })
+            .flatten();
+        #[cfg(target_os = "linux")]
+        let (stdin, rings, host_end) = match rings {
+            Some(((region, region_fd), (host_end, worker_end))) => (
+                Stdio::from(worker_end),
+                Some((region, region_fd)),
+                Some(host_end),
+            ),
+            None => (Stdio::piped(), None, None),
+        };
+        #[cfg(not(target_os = "linux"))]
+        let stdin = Stdio::piped();
         let mut cmd = Command::new(&opts.program);
         cmd.args(&opts.args)
             .arg(WORKER_ARG)
@@ -128,7 +160,7 @@ impl Proc {
             .env_clear()
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .current_dir("/")
-            .stdin(Stdio::piped())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             // Piped and read only after the worker died: its last words say
             // whether it overflowed its stack.
@@ -138,46 +170,38 @@ impl Proc {
                 Stdio::piped()
             });
         // Its own process group, so that a kill reaches anything it started
-        // (whose open pipes would otherwise keep the host waiting).
+        // (whose open pipes would otherwise keep the host waiting). No
+        // `pre_exec`: std then starts the worker with `posix_spawn`, not a
+        // fork of this process.
         #[cfg(unix)]
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        // This worker's rings, at its descriptor 3 and no other process's.
-        #[cfg(target_os = "linux")]
-        let region = opts
-            .rings
-            .then(super::ring::Region::create)
-            .and_then(Result::ok)
-            .map(|(region, fd)| {
-                use std::os::fd::AsRawFd;
-                use std::os::unix::process::CommandExt;
-                let raw = fd.as_raw_fd();
-                // SAFETY: the closure only calls dup2/fcntl, which are
-                // async-signal-safe, between fork and exec.
-                #[allow(unsafe_code)]
-                unsafe {
-                    cmd.pre_exec(move || super::ring::give_to_child(raw));
-                }
-                (region, fd)
-            });
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("could not start the worker process `{}`: {e}", what()))?;
+        // The worker's end of the socket, held by `cmd`, is closed here.
+        drop(cmd);
         let stderr = child.stderr.take();
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        #[cfg(unix)]
+        let input = child
+            .stdin
+            .take()
+            .map(|p| ToWorkerPipe::from(std::os::fd::OwnedFd::from(p)));
+        #[cfg(not(unix))]
+        let input = child.stdin.take();
+        #[cfg(target_os = "linux")]
+        let input = host_end.map(ToWorkerPipe::from).or(input);
+        let (Some(input), Some(stdout)) = (input, child.stdout.take()) else {
             let _ = child.kill();
             let _ = child.wait();
             return Err("the worker process has no pipes".to_owned());
         };
-        #[cfg(target_os = "linux")]
-        // The host's copy of the descriptor is not needed after the spawn.
-        let region = region.map(|(region, _fd)| region);
         #[cfg(unix)]
         let stdout_fd = std::os::fd::AsRawFd::as_raw_fd(&stdout);
         let mut proc = Proc {
             child: Arc::new(Mutex::new(child)),
             link: Link::new(
                 stdout,
-                stdin,
+                input,
                 #[cfg(unix)]
                 stdout_fd,
                 None,
@@ -194,15 +218,23 @@ impl Proc {
             CancellationToken::new(),
             proc.killer(),
         );
-        let hello = proc
-            .send(&ToWorker::Init {
-                address_space_bytes: opts.address_space_bytes,
-                #[cfg(target_os = "linux")]
-                rings: region.is_some(),
-                #[cfg(not(target_os = "linux"))]
-                rings: false,
-            })
-            .and_then(|()| proc.recv());
+        let init = |rings| ToWorker::Init {
+            address_space_bytes: opts.address_space_bytes,
+            rings,
+        };
+        #[cfg(target_os = "linux")]
+        let (sent, region) = match rings {
+            // The host's copy of the descriptor is closed once it is sent.
+            Some((region, fd)) => (
+                proc.link
+                    .send_with_descriptor(&init(true), std::os::fd::AsRawFd::as_raw_fd(&fd)),
+                Some(region),
+            ),
+            None => (proc.send(&init(false)), None),
+        };
+        #[cfg(not(target_os = "linux"))]
+        let sent = proc.send(&init(false));
+        let hello = sent.and_then(|()| proc.recv());
         match hello {
             Ok(FromWorker::Hello {
                 protocol,

@@ -100,8 +100,9 @@ pub(crate) enum ToWorker {
     /// First frame: caps the worker applies to itself before anything runs.
     Init {
         address_space_bytes: Option<u64>,
-        /// The host passed shared rings at descriptor 3: after the
-        /// handshake, frames go through them (`ring`'s module docs).
+        /// The host passed shared rings, their descriptor attached to this
+        /// frame: after the handshake, frames go through them (`ring`'s
+        /// module docs).
         #[serde(default)]
         rings: bool,
     },
@@ -403,6 +404,27 @@ impl<R: Read, W: Write> Link<R, W> {
                 return Err(io::ErrorKind::BrokenPipe.into());
             }
         }
+    }
+
+    /// Sends one frame on the pipe (a Unix socket here) with the
+    /// descriptor `fd` attached: the host's `Init`, handing the worker its
+    /// region (`ring::send_with_descriptor`).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn send_with_descriptor<T: Serialize>(
+        &mut self,
+        msg: &T,
+        fd: std::os::fd::RawFd,
+    ) -> io::Result<()>
+    where
+        W: std::os::fd::AsRawFd,
+    {
+        let body = frame_body(msg)?;
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        self.output.flush()?;
+        let sent = ring::send_with_descriptor(self.output.get_ref().as_raw_fd(), &frame, fd)?;
+        self.output.write_all(&frame[sent..])?;
+        self.output.flush()
     }
 
     /// Whether a frame is there to read now (or the pipe is closed).

@@ -32,7 +32,13 @@
 //! rings makes the host see a broken protocol (and kill it), never read
 //! outside the mapping. The memfd is sealed against shrinking, so the
 //! worker cannot make the host's mapping fault either. Each worker gets a
-//! region of its own, passed as descriptor 3 to that worker only.
+//! region of its own. With rings, the worker's stdin is a Unix socket
+//! rather than a pipe, and the host's first frame on it (`Init`) carries
+//! the region's descriptor (`SCM_RIGHTS`, [`send_with_descriptor`]), so no
+//! other process can be handed it, and the worker is started with
+//! `posix_spawn` rather than a fork of the host (which, in a host with a
+//! large heap, copies its page tables and makes its next writes fault:
+//! docs/performance.md).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -55,8 +61,6 @@ const REGION: usize = 2 * RING;
 const INLINE_MAX: usize = 16 << 10;
 /// A length that says "the next frame is on the pipe".
 const MARKER: u32 = u32::MAX;
-/// The descriptor the worker finds its region at.
-pub(crate) const WORKER_FD: RawFd = 3;
 
 fn broken(what: &str) -> io::Error {
     io::Error::new(
@@ -78,7 +82,7 @@ unsafe impl Send for Region {}
 
 impl Region {
     /// The host's: a new sealed memfd, mapped, and its descriptor (for
-    /// [`give_to_child`]).
+    /// [`send_with_descriptor`]).
     #[allow(unsafe_code)]
     pub(crate) fn create() -> io::Result<(Region, OwnedFd)> {
         // SAFETY: a constant NUL-terminated name and flags; the result is
@@ -110,7 +114,8 @@ impl Region {
         Ok((region, fd))
     }
 
-    /// Maps the region open at `fd` (the worker's, at [`WORKER_FD`]).
+    /// Maps the region open at `fd` (the worker's, from
+    /// [`recv_with_descriptor`]).
     #[allow(unsafe_code)]
     pub(crate) fn map(fd: RawFd) -> io::Result<Region> {
         // SAFETY: a shared mapping of REGION bytes of `fd`; the result is
@@ -165,24 +170,128 @@ impl Drop for Region {
     }
 }
 
-/// Puts the host's region at [`WORKER_FD`] in a child, between fork and
-/// exec (`CommandExt::pre_exec`): only async-signal-safe calls.
+/// A connected pair of Unix stream sockets, both close-on-exec: the
+/// host's end, and the end that becomes a worker's stdin (`posix_spawn`
+/// puts it at descriptor 0, which alone survives the exec).
 #[allow(unsafe_code)]
-pub(crate) fn give_to_child(fd: RawFd) -> io::Result<()> {
-    // SAFETY: dup2 and fcntl on descriptors; results checked.
+pub(crate) fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors; the result is checked.
     let r = unsafe {
-        if fd == WORKER_FD {
-            // Already there: only keep it across exec.
-            libc::fcntl(fd, libc::F_SETFD, 0)
-        } else {
-            // The copy does not have close-on-exec.
-            libc::dup2(fd, WORKER_FD)
-        }
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
     };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just opened and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Room for one control message carrying one descriptor (`CMSG_SPACE` of
+/// an int is 16 or 24 bytes), aligned as `cmsghdr` needs.
+#[repr(C, align(8))]
+struct OneFd([u8; 32]);
+
+/// Sends `bytes` on the Unix socket `sock` with `fd` attached
+/// (`SCM_RIGHTS`): how the host hands a worker its region, with the first
+/// frame. Says how many bytes went; the rest go as plain writes (the
+/// descriptor travels with the first byte).
+#[allow(unsafe_code)]
+pub(crate) fn send_with_descriptor(sock: RawFd, bytes: &[u8], fd: RawFd) -> io::Result<usize> {
+    let mut control = OneFd([0; 32]);
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: the header points at `iov` and `control`, which outlive the
+    // call; CMSG_SPACE of one int fits in `control` (checked below), so
+    // CMSG_FIRSTHDR is not null and its data has room for the int.
+    unsafe {
+        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        assert!(space <= control.0.len());
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        loop {
+            let n = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// The worker's first read of its stdin: what is there (at most `max`
+/// bytes, blocking until something is), and the descriptor that came with
+/// it, if one did (close-on-exec; any more are closed). A stdin that is
+/// not a socket (the host sent no rings) reads nothing here: `(empty,
+/// None)`, and the bytes stay for the usual reads.
+#[allow(unsafe_code)]
+pub(crate) fn recv_with_descriptor(
+    sock: RawFd,
+    max: usize,
+) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
+    let mut buf = vec![0u8; max];
+    let mut control = OneFd([0; 32]);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: the header points at `iov` (over `buf`) and `control`, which
+    // outlive the call; the kernel writes at most their lengths. The
+    // control messages read back are the kernel's, walked with the CMSG
+    // macros within `msg_controllen`.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = control.0.len() as _;
+        let n = loop {
+            let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ENOTSOCK) => return Ok((Vec::new(), None)),
+                _ => return Err(e),
+            }
+        };
+        buf.truncate(n);
+        let mut given = None;
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg);
+                let bytes = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
+                for i in 0..bytes / std::mem::size_of::<RawFd>() {
+                    let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(i));
+                    // Each one received is ours to close: keep the first.
+                    let fd = OwnedFd::from_raw_fd(fd);
+                    given.get_or_insert(fd);
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        Ok((buf, given))
     }
 }
 
@@ -539,5 +648,58 @@ mod tests {
         #[allow(unsafe_code)]
         let r = unsafe { libc::ftruncate(fd.as_raw_fd(), 0) };
         assert_ne!(r, 0, "the seal must refuse");
+    }
+
+    #[test]
+    fn the_region_travels_with_the_first_frame_and_nothing_else_does() {
+        use std::io::Write;
+        let (region, fd) = Region::create().unwrap();
+        let (host, worker) = socket_pair().unwrap();
+        let frame = b"\x05\0\0\0hello";
+        let sent = send_with_descriptor(host.as_raw_fd(), frame, fd.as_raw_fd()).unwrap();
+        assert_eq!(sent, frame.len());
+        drop(fd);
+        // Bytes sent later come without a descriptor, and stay for the
+        // usual reads.
+        std::fs::File::from(host.try_clone().unwrap())
+            .write_all(b"later")
+            .unwrap();
+        let (first, given) = recv_with_descriptor(worker.as_raw_fd(), 4096).unwrap();
+        assert!(first.starts_with(frame));
+        let given = given.expect("the descriptor came with the frame");
+        // Close-on-exec in the receiver, and the same region: what one
+        // mapping writes, the other reads.
+        // SAFETY: fcntl on a descriptor we own.
+        #[allow(unsafe_code)]
+        let flags = unsafe { libc::fcntl(given.as_raw_fd(), libc::F_GETFD) };
+        assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+        let (mut a, mut b) = (
+            Rings::host(region),
+            Rings::worker(Region::map(given.as_raw_fd()).unwrap()),
+        );
+        a.push(b"through the region").unwrap();
+        let mut body = Vec::new();
+        assert_eq!(b.pop(&mut body).unwrap(), Popped::Frame);
+        assert_eq!(body, b"through the region");
+        if first.len() == frame.len() {
+            let (rest, none) = recv_with_descriptor(worker.as_raw_fd(), 4096).unwrap();
+            assert_eq!(rest, b"later");
+            assert!(none.is_none());
+        }
+        // A pipe is not a socket: nothing is read from it here.
+        let mut fds = [0; 2];
+        // SAFETY: pipe fills the two descriptors, which we then own.
+        #[allow(unsafe_code)]
+        let (r, w) = unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+        };
+        std::fs::File::from(w).write_all(b"x").unwrap();
+        let (nothing, none) = recv_with_descriptor(r.as_raw_fd(), 4096).unwrap();
+        assert!(nothing.is_empty() && none.is_none());
+        assert!(
+            super::super::readable(r.as_raw_fd()),
+            "the byte is still there"
+        );
     }
 }

@@ -53,7 +53,13 @@ pub fn serve_if_requested(find: impl FnOnce(&str) -> Option<EngineDescriptor> + 
 /// Returns the process exit status: 0 when the host hung up, 2 on a
 /// protocol error, 3 when there is no such engine,
 /// [`EXIT_NO_WORKER_ALLOCATOR`] when the binary's allocator cannot count.
+///
+/// It first closes every descriptor above stderr that the process
+/// inherited (a worker holds its stdin, stdout and stderr, and nothing
+/// else of its host's), so a binary calls it, through
+/// [`serve_if_requested`], before it opens anything of its own.
 pub fn serve(find: impl FnOnce() -> Option<EngineDescriptor> + Send + 'static) -> i32 {
+    sys::close_inherited();
     // Panics are caught and reported to the host; the default hook would
     // only print them to a stderr nobody reads.
     std::panic::set_hook(Box::new(|_| {}));
@@ -71,8 +77,12 @@ pub fn serve(find: impl FnOnce() -> Option<EngineDescriptor> + Send + 'static) -
         .unwrap_or(71)
 }
 
+/// The worker's stdin: what its first read found (with rings, the host's
+/// `Init`, which brought the rings' descriptor), then the rest.
+type FromHost = io::Chain<io::Cursor<Vec<u8>>, StdinLock<'static>>;
+
 struct Pipe {
-    link: RefCell<Link<StdinLock<'static>, StdoutLock<'static>>>,
+    link: RefCell<Link<FromHost, StdoutLock<'static>>>,
     /// The host's last message let this worker spin for its next answer.
     spin: std::cell::Cell<bool>,
     /// Errors the script failed with since the last Step (name, message),
@@ -152,9 +162,12 @@ impl Host for PipeHost {
 fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i32 {
     #[cfg(unix)]
     let stdin_fd = std::os::fd::AsRawFd::as_raw_fd(&io::stdin());
+    // With rings, stdin is a socket and the host's first frame carries
+    // their descriptor, which only a read that asks for it receives.
+    let (first, given) = sys::first_read();
     let pipe = Rc::new(Pipe {
         link: RefCell::new(Link::new(
-            io::stdin().lock(),
+            io::Read::chain(io::Cursor::new(first), io::stdin().lock()),
             io::stdout().lock(),
             #[cfg(unix)]
             stdin_fd,
@@ -173,7 +186,12 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
         } => {
             // Mapped before the caps: the descriptor, then closed, is one
             // of the few the worker may hold.
-            let rings = rings.then(sys::map_rings).flatten();
+            let rings = if rings {
+                sys::map_rings(given)
+            } else {
+                drop(given);
+                None
+            };
             sys::cap_self(address_space_bytes);
             rings
         }
@@ -579,25 +597,39 @@ unsafe impl GlobalAlloc for WorkerAllocator {
 /// The few system calls of the process boundary.
 #[allow(unsafe_code)]
 pub(super) mod sys {
-    /// The shared rings the host passed at descriptor 3, mapped; the
-    /// descriptor is closed either way. `None` if they cannot be mapped:
-    /// the pipes carry everything then.
+    /// The first read of stdin, before any other: with rings, the host's
+    /// `Init` and the rings' descriptor that came with it; a pipe, or any
+    /// failure, reads nothing here (the usual reads then see what is
+    /// there, or the error).
     #[cfg(target_os = "linux")]
-    pub(super) fn map_rings() -> Option<super::super::ring::Rings> {
-        use super::super::ring::{Region, Rings, WORKER_FD};
-        let region = Region::map(WORKER_FD).ok();
-        // SAFETY: closing the descriptor the host gave this process; the
-        // mapping stays.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::close(WORKER_FD)
-        };
-        region.map(Rings::worker)
+    pub(super) fn first_read() -> (Vec<u8>, Option<std::os::fd::OwnedFd>) {
+        super::super::ring::recv_with_descriptor(0, 4096).unwrap_or_default()
+    }
+
+    /// No rings off Linux: nothing to read first.
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn first_read() -> (Vec<u8>, Option<std::convert::Infallible>) {
+        (Vec::new(), None)
+    }
+
+    /// The shared rings whose descriptor the host sent with `Init`,
+    /// mapped; the descriptor is closed either way. `None` if none came or
+    /// they cannot be mapped: the pipes carry everything then.
+    #[cfg(target_os = "linux")]
+    pub(super) fn map_rings(
+        given: Option<std::os::fd::OwnedFd>,
+    ) -> Option<super::super::ring::Rings> {
+        use super::super::ring::{Region, Rings};
+        use std::os::fd::AsRawFd;
+        let region = Region::map(given?.as_raw_fd()).ok()?;
+        Some(Rings::worker(region))
     }
 
     /// No rings off Linux.
     #[cfg(not(target_os = "linux"))]
-    pub(super) fn map_rings() -> Option<std::convert::Infallible> {
+    pub(super) fn map_rings(
+        _: Option<std::convert::Infallible>,
+    ) -> Option<std::convert::Infallible> {
         None
     }
 
@@ -623,6 +655,55 @@ pub(super) mod sys {
 
     #[cfg(not(unix))]
     pub(super) fn cap_self(_: Option<u64>) {}
+
+    /// Closes every descriptor above stderr this process inherited: a
+    /// host's descriptors without close-on-exec (a build's jobserver
+    /// pipes, files its own parent passed down) would otherwise sit in
+    /// every worker, one sandbox escape away from a script.
+    #[cfg(target_os = "linux")]
+    pub(super) fn close_inherited() {
+        // SAFETY: close_range closes descriptors of this process only;
+        // nothing here holds one above 2 yet (the rings' comes later).
+        let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) } == 0;
+        if closed {
+            return;
+        }
+        // Kernels before 5.9: the descriptors /proc lists.
+        let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|&fd| fd > 2)
+            .collect();
+        for fd in open {
+            // SAFETY: as above; the listing's own descriptor is already
+            // closed, so at worst this is EBADF.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    /// Elsewhere: each descriptor up to the limit of open files.
+    #[cfg(all(unix, not(target_os = "linux")))]
+    pub(super) fn close_inherited() {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct we pass.
+        let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+            (lim.rlim_cur as u64).min(65_536) as i32
+        } else {
+            1024
+        };
+        for fd in 3..max {
+            // SAFETY: as above.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    #[cfg(not(unix))]
+    pub(super) fn close_inherited() {}
 
     /// SIGKILLs process group `pgid` (a worker and what it started).
     #[cfg(unix)]
