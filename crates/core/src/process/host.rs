@@ -29,8 +29,12 @@ use tokio_util::sync::CancellationToken;
 /// tool arguments and results (deeply nested JSON) on it.
 const HOST_THREAD_STACK_BYTES: usize = 16 << 20;
 
-/// How the host starts and caps worker processes.
+/// How the host starts and caps worker processes. Made with
+/// [`ProcessOptions::new`] or [`ProcessOptions::current_exe`], then
+/// changed field by field: more fields will come, so it cannot be
+/// written as a struct literal outside this crate.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProcessOptions {
     /// Engine the workers serve (`boa`, `quickjs`, …).
     pub engine: String,
