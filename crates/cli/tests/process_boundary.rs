@@ -464,5 +464,9 @@ async fn frames_too_large_for_the_shared_rings_take_the_pipe_in_order() {
         assert_eq!(names, ["0", "1", "2"], "rings {rings}: {fds:?}");
         let stdin_kind = if rings { "socket:" } else { "pipe:" };
         assert!(fds[0].1.starts_with(stdin_kind), "rings {rings}: {fds:?}");
+        // It moved to `/` itself (the host spawns it without a working
+        // directory, which would make std fork on an older glibc).
+        let cwd = std::fs::read_link(format!("/proc/{}/cwd", worker[0])).unwrap();
+        assert_eq!(cwd, std::path::Path::new("/"), "rings {rings}");
     }
 }

@@ -163,7 +163,10 @@ impl Proc {
             // The engine needs nothing from the host's environment.
             .env_clear()
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
-            .current_dir("/")
+            // No `current_dir`: the worker moves to `/` itself (`serve`),
+            // since std can spawn into another directory only with a
+            // C library that has `posix_spawn_file_actions_addchdir_np`
+            // (glibc 2.29), and forks the host otherwise.
             .stdin(stdin)
             .stdout(Stdio::piped())
             // Piped and read only after the worker died: its last words say

@@ -57,9 +57,13 @@ pub fn serve_if_requested(find: impl FnOnce(&str) -> Option<EngineDescriptor> + 
 /// It first closes every descriptor above stderr that the process
 /// inherited (a worker holds its stdin, stdout and stderr, and nothing
 /// else of its host's), so a binary calls it, through
-/// [`serve_if_requested`], before it opens anything of its own.
+/// [`serve_if_requested`], before it opens anything of its own; and it
+/// moves to `/`, so that a worker depends on no directory of its host's.
 pub fn serve(find: impl FnOnce() -> Option<EngineDescriptor> + Send + 'static) -> i32 {
     sys::close_inherited();
+    // A root that cannot be entered leaves the worker where it started:
+    // nothing it runs resolves paths against its working directory.
+    let _ = std::env::set_current_dir("/");
     // Panics are caught and reported to the host; the default hook would
     // only print them to a stderr nobody reads.
     std::panic::set_hook(Box::new(|_| {}));
