@@ -9,7 +9,6 @@ mod mcp_server;
 use async_trait::async_trait;
 use clap::{Parser, Subcommand, ValueEnum};
 use harness::config::{ApprovalDefault, Config, Overrides};
-use harness::core::report::ConsoleLevel;
 use harness::{
     ApprovalBridge, ApprovalDecision, ApprovalRequest, AutoApprove, AutoDeny, BuildError,
     ExecutionReport, Harness, Isolation, Mode, ScriptError, ScriptLanguage,
@@ -722,14 +721,7 @@ async fn respond(args: RespondArgs) -> ExitCode {
 
 fn print_summary(r: &ExecutionReport) {
     for line in &r.console {
-        let tag = match line.level {
-            ConsoleLevel::Log => "log",
-            ConsoleLevel::Info => "info",
-            ConsoleLevel::Warn => "warn",
-            ConsoleLevel::Error => "error",
-            ConsoleLevel::Debug => "debug",
-        };
-        println!("[{tag}] {}", line.text);
+        println!("[{}] {}", line.level.as_str(), line.text);
     }
     if r.console_dropped > 0 {
         println!(
@@ -1069,7 +1061,7 @@ async fn type_check(
     )
     .with_name("TypeError");
     if let Some((line, column)) = location {
-        e = e.with_location(Some(harness::Location { line, column }));
+        e = e.with_location(Some(harness::Location::new(line, column)));
     }
     Ok(Err(e))
 }

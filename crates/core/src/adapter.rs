@@ -101,6 +101,7 @@ pub struct EngineInfo {
 /// How tools behave for a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Mode {
     /// Tools run.
     #[default]
@@ -316,6 +317,7 @@ impl ToolSet {
 /// One script to run. The serialisable part (source, limits, context, mode)
 /// can cross a process boundary; tools and the cancel token stay on the host.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ExecutionRequest {
     /// The script: the body of an async function, in `language`.
     pub source: String,

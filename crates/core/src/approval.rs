@@ -145,6 +145,7 @@ impl ApprovalBridge for NeverAnswer {
 /// How an approval ended, as recorded in the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ApprovalOutcome {
     /// Approved: the call ran.
     Approved,
@@ -158,6 +159,7 @@ pub enum ApprovalOutcome {
 
 /// One approval request and its answer, in the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ApprovalRecord {
     /// The request's id, as the bridge saw it.
     #[serde(default)]

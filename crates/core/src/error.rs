@@ -135,6 +135,7 @@ impl Phase {
 /// Where in a script's life an error happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Phase {
     /// Reading, size checks and compilation: nothing of the script ran.
     Parsing,
@@ -146,6 +147,7 @@ pub enum Phase {
 
 /// A 1-based line and column in the user's script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Location {
     /// Line in the user's source, from 1.
     pub line: u32,
@@ -153,9 +155,17 @@ pub struct Location {
     pub column: u32,
 }
 
+impl Location {
+    /// Line `line` and column `column`, both from 1.
+    pub fn new(line: u32, column: u32) -> Self {
+        Location { line, column }
+    }
+}
+
 /// One structured failure, as it appears in a report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code}: {message}")]
+#[non_exhaustive]
 pub struct ScriptError {
     /// The stable code.
     pub code: ErrorCode,

@@ -257,11 +257,7 @@ impl ToolFacade {
         if tool.requires_approval(&args) {
             self.approve(&site, &name, &args, &cancel).await?;
         }
-        let ctx = ToolContext {
-            call_id: site.call_id,
-            cancel: cancel.clone(),
-            deadline,
-        };
+        let ctx = ToolContext::new(site.call_id, deadline).with_cancel(cancel.clone());
         match tool.execute(args, ctx).await {
             Ok(mut v) => {
                 truncate_strings(&mut v, self.limits.max_tool_output_string_bytes as usize);

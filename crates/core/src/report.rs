@@ -59,6 +59,7 @@ pub struct ExecutionReport {
 
 /// A lossy conversion of the return value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Warning {
     /// Where in the value, as a JSON path (`$.a[0]`).
     pub path: String,
@@ -100,6 +101,7 @@ impl ExecutionReport {
 /// Console severity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum ConsoleLevel {
     /// `console.log`.
     Log,
@@ -114,6 +116,18 @@ pub enum ConsoleLevel {
 }
 
 impl ConsoleLevel {
+    /// The level's name, as in reports: `log`, `info`, `warn`, `error`
+    /// or `debug`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsoleLevel::Log => "log",
+            ConsoleLevel::Info => "info",
+            ConsoleLevel::Warn => "warn",
+            ConsoleLevel::Error => "error",
+            ConsoleLevel::Debug => "debug",
+        }
+    }
+
     /// The level named `s`; anything unknown is `Log`.
     pub fn parse(s: &str) -> ConsoleLevel {
         match s {
@@ -128,6 +142,7 @@ impl ConsoleLevel {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 /// One console line.
+#[non_exhaustive]
 pub struct ConsoleEntry {
     /// Which console method wrote it.
     pub level: ConsoleLevel,
@@ -138,6 +153,7 @@ pub struct ConsoleEntry {
 /// How a tool call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CallStatus {
     /// Still running (only seen while a run is in progress).
     Pending,
@@ -153,6 +169,7 @@ pub enum CallStatus {
 
 /// One tool call, in the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolCallRecord {
     /// The call's id (1, 2, … in call order).
     pub id: u64,
@@ -169,6 +186,7 @@ pub struct ToolCallRecord {
 
 /// Why a tool call failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CallError {
     /// The stable error code.
     pub code: ErrorCode,
@@ -193,6 +211,7 @@ pub enum ProgressKind {
 
 /// One `context.telemetry.emitProgress` event that passed the rate limit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProgressEvent {
     /// The event's message.
     pub message: String,

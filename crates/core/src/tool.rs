@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 /// What a tool gets besides its arguments.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ToolContext {
     /// The call's id, as in the report.
     pub call_id: u64,
@@ -22,6 +23,41 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// When the whole script run must end.
     pub deadline: Instant,
+}
+
+impl ToolContext {
+    /// The context of call `call_id`, which must end by `deadline`, with
+    /// its own cancellation token: what the facade gives a tool, for
+    /// calling a [`Tool`] directly (a tool's own tests).
+    ///
+    /// ```
+    /// use harness_core::{FnTool, Tool, ToolContext};
+    /// use serde_json::json;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let double = FnTool::new("double", "Doubles n", json!({"type": "object"}),
+    ///     |args, ctx| async move {
+    ///         assert_eq!(ctx.call_id, 7);
+    ///         Ok(json!(args["n"].as_i64().unwrap_or(0) * 2))
+    ///     });
+    /// let ctx = ToolContext::new(7, Instant::now() + Duration::from_secs(5));
+    /// assert_eq!(double.execute(json!({"n": 21}), ctx).await, Ok(json!(42)));
+    /// # });
+    /// ```
+    pub fn new(call_id: u64, deadline: Instant) -> Self {
+        ToolContext {
+            call_id,
+            cancel: CancellationToken::new(),
+            deadline,
+        }
+    }
+
+    /// With `cancel` as the call's cancellation token.
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
 }
 
 /// A tool failure, as the tool reports it.
@@ -423,6 +459,7 @@ impl ToolRegistry {
 /// Which registered tools a script may see. Entries name tools or packs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Allowlist {
     /// Every registered tool.
     #[default]

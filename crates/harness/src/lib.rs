@@ -195,19 +195,16 @@ impl Harness {
     /// # });
     /// ```
     pub fn request(&self, source: &str) -> ExecutionRequest {
-        ExecutionRequest {
-            source: source.to_owned(),
-            language: self.language,
-            limits: self.limits.clone(),
-            context: self.context.clone(),
-            mode: self.mode,
-            tools: self.tools.clone(),
-            cancel: CancellationToken::new(),
-            observer: None,
-            tasks: self.tasks.clone(),
-            trace: Some(tracing::Span::current()),
-            traceparent: self.traceparent.clone(),
-        }
+        let mut r = ExecutionRequest::new(source);
+        r.language = self.language;
+        r.limits = self.limits.clone();
+        r.context = self.context.clone();
+        r.mode = self.mode;
+        r.tools = self.tools.clone();
+        r.tasks = self.tasks.clone();
+        r.trace = Some(tracing::Span::current());
+        r.traceparent = self.traceparent.clone();
+        r
     }
 
     /// Runs a request you built (its engine is this harness's), retrying

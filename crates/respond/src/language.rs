@@ -197,8 +197,9 @@ fn further_error(mut report: ExecutionReport, ts: ScriptError) -> ExecutionRepor
     let replace = ts.code == ErrorCode::ScriptSyntaxError
         && report.error.as_ref().is_some_and(|js| later(&ts, js));
     if replace {
-        let metadata = report.error.as_ref().and_then(|e| e.metadata.clone());
-        report.error = Some(ScriptError { metadata, ..ts });
+        let mut ts = ts;
+        ts.metadata = report.error.as_ref().and_then(|e| e.metadata.clone());
+        report.error = Some(ts);
     }
     report
 }

@@ -335,25 +335,22 @@ impl Orchestrator {
             index,
             language,
         });
-        let request = ExecutionRequest {
-            source: prepared.code.clone(),
-            // Already JavaScript: its types, if any, were stripped above.
-            language: harness_core::ScriptLanguage::JavaScript,
-            tasks: self.options.tasks.clone(),
-            trace: None,
-            traceparent: self.options.traceparent.clone(),
-            limits: self.options.limits.clone(),
-            context: self.options.context.clone(),
-            mode: self.options.mode,
-            tools: self.tools.clone(),
-            cancel: cancel.child_token(),
-            observer: events.clone().map(|tx| {
-                harness_core::adapter::Observer::new(Arc::new(Forward {
-                    call_id: call_id.to_owned(),
-                    tx,
-                }))
-            }),
-        };
+        let mut request = ExecutionRequest::new(prepared.code.clone());
+        // Already JavaScript: its types, if any, were stripped above.
+        request.language = harness_core::ScriptLanguage::JavaScript;
+        request.tasks = self.options.tasks.clone();
+        request.traceparent = self.options.traceparent.clone();
+        request.limits = self.options.limits.clone();
+        request.context = self.options.context.clone();
+        request.mode = self.options.mode;
+        request.tools = self.tools.clone();
+        request.cancel = cancel.child_token();
+        request.observer = events.clone().map(|tx| {
+            harness_core::adapter::Observer::new(Arc::new(Forward {
+                call_id: call_id.to_owned(),
+                tx,
+            }))
+        });
         let report = self.adapter.execute(request).await;
         match &report.error {
             None => send(Event::ScriptFinished {

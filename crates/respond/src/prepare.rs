@@ -284,10 +284,7 @@ fn location(source: &str, offset: usize) -> Location {
     let line = before.matches('\n').count() + 1;
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
     let column = source[line_start..offset].chars().count() + 1;
-    Location {
-        line: line as u32,
-        column: column as u32,
-    }
+    Location::new(line as u32, column as u32)
 }
 
 /// Walks the AST for what scripts may not use; keeps the first finding.
