@@ -69,10 +69,7 @@ pub fn check_detect(data: &[u8]) {
 /// is valid JavaScript with the same verdict.
 pub fn check_prepare(data: &[u8]) {
     for language in [Language::Javascript, Language::Typescript] {
-        let opts = PrepareOptions {
-            language,
-            ..PrepareOptions::default()
-        };
+        let opts = PrepareOptions::new(language);
         let first = prepare_with(data, opts);
         if let Err(e) = &first {
             if e.code == harness::ErrorCode::HarnessInternalError {
@@ -94,10 +91,7 @@ pub fn check_prepare(data: &[u8]) {
         if language == Language::Typescript {
             let js = prepare_with(
                 p.code.as_bytes(),
-                PrepareOptions {
-                    language: Language::Javascript,
-                    max_source_bytes: u64::MAX,
-                },
+                PrepareOptions::new(Language::Javascript).with_max_source_bytes(u64::MAX),
             );
             if let Err(e) = js {
                 panic!(

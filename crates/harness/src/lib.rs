@@ -328,14 +328,13 @@ impl Harness {
             // Blocks run as `Harness::execute` runs them: retried and audited.
             Arc::new(Runs(self.clone())),
             self.tools.clone(),
-            harness_respond::Options {
-                mode: self.mode,
-                continue_on_error,
-                limits: self.limits.clone(),
-                context: self.context.clone(),
-                tasks: self.tasks.clone(),
-                traceparent: self.traceparent.clone(),
-            },
+            harness_respond::Options::default()
+                .with_mode(self.mode)
+                .with_continue_on_error(continue_on_error)
+                .with_limits(self.limits.clone())
+                .with_context(self.context.clone())
+                .with_tasks(self.tasks.clone())
+                .with_traceparent(self.traceparent.clone()),
         )
     }
 

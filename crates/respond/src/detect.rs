@@ -72,6 +72,7 @@ pub enum BlockStyle {
 /// One piece of the input. `range` indexes the input; the segments' ranges
 /// tile it exactly, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Segment {
     pub kind: SegmentKind,
     pub range: Range<usize>,
@@ -86,6 +87,7 @@ pub struct Segment {
 /// Why a response could not be split.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DetectError {
     #[error("line {line}: <tool-calls> is never closed with </tool-calls>")]
     UnclosedBlock { offset: usize, line: usize },

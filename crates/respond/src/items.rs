@@ -27,6 +27,7 @@ const NOTICE_PREFIX: &str = "[harness notice] ";
 /// How a script call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CallStatus {
     Completed,
     Failed,
@@ -39,6 +40,7 @@ pub enum CallStatus {
 /// One conversation item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Item {
     Text {
         text: String,
@@ -142,6 +144,7 @@ impl Item {
 /// A wire value that is not what an adapter expects.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("item {index}: {message}")]
+#[non_exhaustive]
 pub struct WireError {
     pub index: usize,
     pub message: String,

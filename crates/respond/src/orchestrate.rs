@@ -19,6 +19,7 @@ use tokio::sync::mpsc::UnboundedSender;
 /// What happens while a response is processed, in order, for a UI.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Event {
     ScriptStarted {
         call_id: String,
@@ -67,12 +68,15 @@ pub enum Event {
 
 /// How a response is processed.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Options {
+    /// Whether blocks run, are only checked (dry run), or are not run.
     pub mode: Mode,
     /// Run the blocks after a failed one (default: stop at the first failure).
     pub continue_on_error: bool,
     /// Limits for each block's run.
     pub limits: Limits,
+    /// What each block's script sees as `context`.
     pub context: ScriptContext,
     /// Where `tools.spawn` starts detached tasks; `None` turns it off.
     pub tasks: Option<Arc<DetachedTasks>>,
@@ -90,6 +94,44 @@ impl Default for Options {
             tasks: None,
             traceparent: None,
         }
+    }
+}
+
+impl Options {
+    /// With `mode` for every block.
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Running the blocks after a failed one, or not.
+    pub fn with_continue_on_error(mut self, continue_on_error: bool) -> Self {
+        self.continue_on_error = continue_on_error;
+        self
+    }
+
+    /// With `limits` for each block's run.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// With `context` for each block's script.
+    pub fn with_context(mut self, context: ScriptContext) -> Self {
+        self.context = context;
+        self
+    }
+
+    /// With detached tasks started in `tasks` (`None`: `tools.spawn` off).
+    pub fn with_tasks(mut self, tasks: Option<Arc<DetachedTasks>>) -> Self {
+        self.tasks = tasks;
+        self
+    }
+
+    /// With the caller's W3C `traceparent` for every block's run.
+    pub fn with_traceparent(mut self, traceparent: Option<String>) -> Self {
+        self.traceparent = traceparent;
+        self
     }
 }
 

@@ -59,6 +59,7 @@ pub const MAX_NESTING: usize = 1_000;
 
 /// A script ready to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Prepared {
     /// The source as written (BOM stripped).
     pub source: String,
@@ -75,9 +76,28 @@ pub struct Prepared {
 
 /// Options for [`prepare_with`].
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct PrepareOptions {
+    /// The language the script is written in.
     pub language: Language,
+    /// Longest source accepted, in bytes (ScriptTooLargeError past it).
     pub max_source_bytes: u64,
+}
+
+impl PrepareOptions {
+    /// Options for a script in `language`, with the default size cap.
+    pub fn new(language: Language) -> Self {
+        PrepareOptions {
+            language,
+            ..PrepareOptions::default()
+        }
+    }
+
+    /// With `max_source_bytes` as the size cap.
+    pub fn with_max_source_bytes(mut self, max_source_bytes: u64) -> Self {
+        self.max_source_bytes = max_source_bytes;
+        self
+    }
 }
 
 impl Default for PrepareOptions {
@@ -368,6 +388,7 @@ impl<'a> Visit<'a> for Scan<'_> {
 
 /// Hit and miss counts of a [`Preparer`]'s cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,

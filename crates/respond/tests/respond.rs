@@ -45,6 +45,7 @@ fn kinds(items: &[Item]) -> Vec<&'static str> {
             Item::Notice { .. } => "notice",
             Item::ScriptToolCall { .. } => "call",
             Item::ScriptToolCallOutput { .. } => "output",
+            _ => "other",
         })
         .collect()
 }
@@ -150,10 +151,7 @@ async fn a_failure_stops_later_blocks_unless_continue_on_error() {
         })
         .collect();
     assert_eq!(statuses, [CallStatus::Failed, CallStatus::Skipped]);
-    let o = orchestrator(Options {
-        continue_on_error: true,
-        ..Options::default()
-    });
+    let o = orchestrator(Options::default().with_continue_on_error(true));
     let items = o
         .respond(text, None, CancellationToken::new())
         .await
@@ -166,10 +164,7 @@ async fn a_failure_stops_later_blocks_unless_continue_on_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_and_dry_run_modes_run_nothing() {
-    let o = orchestrator(Options {
-        mode: Mode::Disabled,
-        ..Options::default()
-    });
+    let o = orchestrator(Options::default().with_mode(Mode::Disabled));
     let items = o
         .respond(RESPONSE, None, CancellationToken::new())
         .await
@@ -187,10 +182,7 @@ async fn disabled_and_dry_run_modes_run_nothing() {
         .collect();
     assert!(rejoined.contains("<tool-calls>"));
 
-    let o = orchestrator(Options {
-        mode: Mode::DryRun,
-        ..Options::default()
-    });
+    let o = orchestrator(Options::default().with_mode(Mode::DryRun));
     let text =
         "<tool-calls>\nawait tools.weather({city: 'x'}); await tools.nope({})\n</tool-calls>";
     let items = o
