@@ -321,7 +321,11 @@ impl ToolSet {
 pub struct ExecutionRequest {
     /// The script: the body of an async function, in `language`.
     pub source: String,
-    /// JavaScript, TypeScript, or either (the default).
+    /// JavaScript, TypeScript, or either (the default). Honoured by
+    /// `harness::Harness` and `harness_respond::language::TypeScriptAware`,
+    /// which strip the types; an engine's adapter called directly runs
+    /// `source` as JavaScript whatever this says (TypeScript then fails as
+    /// a ScriptSyntaxError).
     #[serde(default)]
     pub language: ScriptLanguage,
     /// The run's limits.
