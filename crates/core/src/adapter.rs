@@ -324,7 +324,7 @@ pub struct ExecutionRequest {
     /// JavaScript, TypeScript, or either (the default). Honoured by
     /// `harness::Harness` and `harness_respond::language::TypeScriptAware`,
     /// which strip the types; an engine's adapter called directly runs
-    /// `source` as JavaScript whatever this says (TypeScript then fails as
+    /// `source` as JavaScript whatever this says (a type annotation is then
     /// a ScriptSyntaxError).
     #[serde(default)]
     pub language: ScriptLanguage,
