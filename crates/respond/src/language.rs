@@ -193,11 +193,10 @@ pub(crate) fn later(a: &ScriptError, b: &ScriptError) -> bool {
 /// further into it is the better guide: a JavaScript error at the first
 /// type annotation of a TypeScript script says less than the TypeScript
 /// parser's error further on.
-fn further_error(mut report: ExecutionReport, ts: ScriptError) -> ExecutionReport {
+fn further_error(mut report: ExecutionReport, mut ts: ScriptError) -> ExecutionReport {
     let replace = ts.code == ErrorCode::ScriptSyntaxError
         && report.error.as_ref().is_some_and(|js| later(&ts, js));
     if replace {
-        let mut ts = ts;
         ts.metadata = report.error.as_ref().and_then(|e| e.metadata.clone());
         report.error = Some(ts);
     }
