@@ -273,10 +273,15 @@ pub(crate) fn readable(fd: std::os::fd::RawFd) -> bool {
 
 /// Writes one frame and flushes.
 pub(crate) fn write_frame<W: Write, T: Serialize>(w: &mut W, msg: &T) -> io::Result<()> {
-    let body = frame_body(msg)?;
-    w.write_all(&(body.len() as u32).to_le_bytes())?;
-    w.write_all(&body)?;
+    write_body(w, &frame_body(msg)?)?;
     w.flush()
+}
+
+/// Lays out one frame: the body's length (`u32`, little-endian), then the
+/// body. An empty body is a doorbell.
+fn write_body<W: Write>(w: &mut W, body: &[u8]) -> io::Result<()> {
+    w.write_all(&(body.len() as u32).to_le_bytes())?;
+    w.write_all(body)
 }
 
 /// Reads one frame. End of stream before a frame is `UnexpectedEof`.
@@ -365,14 +370,11 @@ impl<R: Read, W: Write> Link<R, W> {
             let rings = self.rings.as_mut().expect("rings in use");
             let (pushed, doorbell) = rings.push(&body)?;
             if doorbell {
-                self.output.write_all(&0u32.to_le_bytes())?;
+                write_body(&mut self.output, &[])?;
             }
             match pushed {
                 ring::Pushed::Ring => {}
-                ring::Pushed::Marker => {
-                    self.output.write_all(&(body.len() as u32).to_le_bytes())?;
-                    self.output.write_all(&body)?;
-                }
+                ring::Pushed::Marker => write_body(&mut self.output, &body)?,
                 ring::Pushed::Full => {
                     self.wait_for_room()?;
                     continue;
@@ -419,8 +421,8 @@ impl<R: Read, W: Write> Link<R, W> {
         W: std::os::fd::AsRawFd,
     {
         let body = frame_body(msg)?;
-        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-        frame.extend_from_slice(&body);
+        let mut frame = Vec::with_capacity(4 + body.len());
+        write_body(&mut frame, &body)?;
         self.output.flush()?;
         let sent = ring::send_with_descriptor(self.output.get_ref().as_raw_fd(), &frame, fd)?;
         self.output.write_all(&frame[sent..])?;
