@@ -367,14 +367,12 @@ async fn run_step_in(
         .spawn
         .then(|| Arc::new(harness_core::DetachedTasks::new(Default::default())));
     req.tasks = tasks.clone();
-    req.tools = ToolSet {
-        registry: Arc::new(tools::registry(counters.clone())),
-        allow: match spec.allow {
+    req.tools = ToolSet::new(Arc::new(tools::registry(counters.clone())))
+        .with_allow(match spec.allow {
             Some(names) => harness_core::Allowlist::only(names.iter().copied()),
             None => harness_core::Allowlist::All,
-        },
-        approvals: bridge(spec.approvals),
-    };
+        })
+        .with_approvals(bridge(spec.approvals));
     if let Some(ms) = spec.cancel_after_ms {
         let token = req.cancel.clone();
         let (in_sleep, counters) = (spec.cancel_in_sleep, counters.clone());

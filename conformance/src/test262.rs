@@ -338,6 +338,7 @@ fn judge(meta: &Meta, outcome: &GlobalEvalOutcome, raw_test: bool) -> Result<(),
                 Err("async test never called $DONE".into())
             }
         }
+        (_, outcome) => Err(format!("an outcome this runner does not know: {outcome:?}")),
     }
 }
 

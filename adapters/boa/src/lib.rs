@@ -305,12 +305,7 @@ fn error_fault(err: &JsError, ctx: &mut Context) -> EngineFault {
     } else {
         name
     };
-    EngineFault {
-        kind: classify(&name, &message),
-        name,
-        message,
-        stack: Some(stack),
-    }
+    EngineFault::new(classify(&name, &message), name, message).with_stack(stack)
 }
 
 /// Maps Boa's own error texts to fault kinds.

@@ -367,12 +367,9 @@ impl QjsEngine<'_> {
 /// name, for [`QjsEngine::finish_fault`] to judge.
 fn exception_fault(v: Value<'_>) -> EngineFault {
     let e = read_exception(v);
-    EngineFault {
-        kind: e.kind,
-        name: e.name,
-        message: e.message,
-        stack: e.stack,
-    }
+    let mut f = EngineFault::new(e.kind, e.name, e.message);
+    f.stack = e.stack;
+    f
 }
 
 impl Engine for QjsEngine<'_> {

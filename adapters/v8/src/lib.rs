@@ -439,12 +439,7 @@ fn exception_fault(
         }
     };
     let (name, message, stack) = (get("name"), get("message"), get("stack"));
-    EngineFault {
-        kind: classify(&name, &message),
-        name,
-        message,
-        stack: Some(stack),
-    }
+    EngineFault::new(classify(&name, &message), name, message).with_stack(stack)
 }
 
 /// A compile error, with V8's line and column turned into a

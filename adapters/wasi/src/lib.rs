@@ -246,20 +246,9 @@ impl Guest {
         let Some(bytes) = self.store.data_mut().fault.take() else {
             return internal("the guest failed without saying why");
         };
-        #[derive(serde::Deserialize)]
-        struct Reported {
-            kind: FaultKind,
-            name: String,
-            message: String,
-            stack: Option<String>,
-        }
-        match serde_json::from_slice::<Reported>(&bytes) {
-            Ok(r) => EngineFault {
-                kind: r.kind,
-                name: r.name,
-                message: r.message,
-                stack: r.stack,
-            },
+        // The guest writes the same four fields as `EngineFault` serialises.
+        match serde_json::from_slice::<EngineFault>(&bytes) {
+            Ok(f) => f,
             Err(e) => internal(format!("the guest reported an unreadable fault: {e}")),
         }
     }

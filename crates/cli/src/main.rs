@@ -554,17 +554,15 @@ fn build_harness(
     let approvals: Arc<dyn ApprovalBridge> = match (args.approve, cfg.settings().approvals.default)
     {
         (Some(Approve::Yes), _) => Arc::new(AutoApprove),
-        (Some(Approve::No), _) => Arc::new(AutoDeny {
-            reason: Some("denied by --approve no".into()),
-        }),
+        (Some(Approve::No), _) => Arc::new(AutoDeny::with_reason("denied by --approve no")),
         (None, ApprovalDefault::Approve) if configured => Arc::new(AutoApprove),
-        (None, ApprovalDefault::Deny) if configured => Arc::new(AutoDeny {
-            reason: Some("denied by the configuration (approvals.default)".into()),
-        }),
+        (None, ApprovalDefault::Deny) if configured => Arc::new(AutoDeny::with_reason(
+            "denied by the configuration (approvals.default)",
+        )),
         (None, _) if has_terminal() => Arc::new(TerminalApprover),
-        (None, _) => Arc::new(AutoDeny {
-            reason: Some("no terminal to ask; pass --approve yes to allow".into()),
-        }),
+        (None, _) => Arc::new(AutoDeny::with_reason(
+            "no terminal to ask; pass --approve yes to allow",
+        )),
     };
     let root = args.root.canonicalize().unwrap_or(args.root.clone());
     let base = harness::ScriptContext::default().with_working_directory(root.display().to_string());

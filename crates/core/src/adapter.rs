@@ -276,6 +276,7 @@ impl ScriptContext {
 
 /// The tools a run may use: the registry, the allowlist and who approves.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ToolSet {
     /// Every tool the host offers.
     pub registry: Arc<ToolRegistry>,
@@ -311,6 +312,18 @@ impl ToolSet {
             registry,
             ..ToolSet::default()
         }
+    }
+
+    /// Lets the run call only what `allow` names (default: every tool).
+    pub fn with_allow(mut self, allow: Allowlist) -> Self {
+        self.allow = allow;
+        self
+    }
+
+    /// Asks `approvals` before a call that needs approval (default: denied).
+    pub fn with_approvals(mut self, approvals: Arc<dyn ApprovalBridge>) -> Self {
+        self.approvals = approvals;
+        self
     }
 }
 
@@ -457,6 +470,7 @@ impl GlobalEval {
 
 /// How a [`GlobalEval`] ended. `prints` holds every `print(...)` call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum GlobalEvalOutcome {
     /// Ran to the end, jobs drained.
     Completed {

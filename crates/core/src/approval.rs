@@ -86,6 +86,7 @@ pub fn snippet(source: &str, line: u32) -> Option<String> {
 /// The bridge's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ApprovalDecision {
     /// The call may run.
     Approved,
@@ -117,9 +118,19 @@ impl ApprovalBridge for AutoApprove {
 
 /// Denies everything, with a fixed reason. The safe default.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct AutoDeny {
     /// Why every request is denied, if said.
     pub reason: Option<String>,
+}
+
+impl AutoDeny {
+    /// Denies everything, telling the script `reason`.
+    pub fn with_reason(reason: impl Into<String>) -> Self {
+        AutoDeny {
+            reason: Some(reason.into()),
+        }
+    }
 }
 
 #[async_trait]

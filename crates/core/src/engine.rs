@@ -72,6 +72,7 @@ pub use harness_abi::FaultKind;
 
 /// A failure inside an engine primitive, with the engine's own words.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct EngineFault {
     /// What kind of failure.
     pub kind: FaultKind,
@@ -92,6 +93,13 @@ impl EngineFault {
             message: message.into(),
             stack: None,
         }
+    }
+
+    /// The same fault with the engine's stack (or locations, for a syntax
+    /// error).
+    pub fn with_stack(mut self, stack: impl Into<String>) -> Self {
+        self.stack = Some(stack.into());
+        self
     }
 }
 

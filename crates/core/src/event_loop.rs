@@ -644,6 +644,7 @@ fn recv_spinning(
 
 /// The result of [`run_script`].
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct RunOutput {
     /// The run's report.
     pub report: ExecutionReport,

@@ -119,6 +119,7 @@ pub(crate) fn register(
 /// `anchorLine` by indentation, up to `maxLevels` enclosing levels.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ReadFileArgs {
     /// The file, relative to the root.
     pub file_path: String,
@@ -142,6 +143,7 @@ pub struct ReadFileArgs {
 /// How `readFile` picks lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum ReadMode {
     /// `offset` and `limit`.
     Slice,
@@ -152,6 +154,7 @@ pub enum ReadMode {
 /// Numbered lines of a file.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ReadFileResult {
     /// The file, as asked.
     pub file_path: String,
@@ -292,6 +295,7 @@ fn block_around(lines: &[&str], anchor: usize, levels: usize, limit: usize) -> (
 /// symlinks with `@`, other special files with `?`; paginated.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ListDirArgs {
     /// The directory, relative to the root (`.` for the root).
     pub dir_path: String,
@@ -309,6 +313,7 @@ pub struct ListDirArgs {
 /// A page of a directory tree.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ListDirResult {
     /// The directory, as asked.
     pub dir_path: String,
@@ -385,6 +390,7 @@ fn walk_tree(
 /// ripgrep libraries: `.gitignore` respected, binary files skipped).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct GrepArgs {
     /// A regular expression (Rust `regex` syntax).
     pub pattern: String,
@@ -402,6 +408,7 @@ pub struct GrepArgs {
 /// Matching files, relative to the root, sorted.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct GrepResult {
     /// The files.
     pub files: Vec<String>,
@@ -494,6 +501,7 @@ fn grep_files(root: &Path, a: GrepArgs) -> Result<GrepResult, ToolError> {
 /// (`.gitignore` respected).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct FileSearchArgs {
     /// What to look for in paths (fuzzy: `srcmain` finds `src/main.rs`).
     pub pattern: String,
@@ -510,6 +518,7 @@ pub struct FileSearchArgs {
 
 /// One fuzzy match.
 #[derive(Debug, Serialize, JsonSchema)]
+#[non_exhaustive]
 pub struct FileMatch {
     /// Relative to the root.
     pub path: String,
@@ -520,6 +529,7 @@ pub struct FileMatch {
 /// Fuzzy matches, best first.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct FileSearchResult {
     /// The matches.
     pub matches: Vec<FileMatch>,
@@ -560,6 +570,7 @@ fn file_search(root: &Path, a: FileSearchArgs) -> Result<FileSearchResult, ToolE
 /// `in_progress`).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct UpdatePlanArgs {
     /// Why the plan changed.
     #[serde(default)]
@@ -571,6 +582,7 @@ pub struct UpdatePlanArgs {
 /// One step of a plan.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct PlanStep {
     /// What the step does.
     pub step: String,
@@ -581,6 +593,7 @@ pub struct PlanStep {
 /// Where a plan step stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StepStatus {
     /// Not started.
     Pending,
@@ -592,6 +605,7 @@ pub enum StepStatus {
 
 /// The plan as recorded.
 #[derive(Debug, Serialize, JsonSchema)]
+#[non_exhaustive]
 pub struct UpdatePlanResult {
     /// The steps.
     pub plan: Vec<PlanStep>,
@@ -621,6 +635,7 @@ fn update_plan(a: UpdatePlanArgs) -> Result<UpdatePlanResult, ToolError> {
 /// decoder (a file that only looks like an image is refused).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ViewImageArgs {
     /// The image, relative to the root.
     pub path: String,
@@ -628,6 +643,7 @@ pub struct ViewImageArgs {
 
 /// An image's format and size.
 #[derive(Debug, Serialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ViewImageResult {
     /// The image, as asked.
     pub path: String,
@@ -676,6 +692,7 @@ fn view_image(dir: &Dir, a: ViewImageArgs) -> Result<ViewImageResult, ToolError>
 /// and why; each write is atomic.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ApplyPatchArgs {
     /// The patch text.
     pub patch: String,

@@ -715,9 +715,9 @@ impl Config {
         match s.approvals.default {
             ApprovalDefault::Approve => b = b.approvals(Arc::new(AutoApprove)),
             ApprovalDefault::Deny | ApprovalDefault::Ask => {
-                let bridge: Arc<dyn ApprovalBridge> = Arc::new(AutoDeny {
-                    reason: Some("denied by the configuration (approvals.default)".into()),
-                });
+                let bridge: Arc<dyn ApprovalBridge> = Arc::new(AutoDeny::with_reason(
+                    "denied by the configuration (approvals.default)",
+                ));
                 b = b.approvals(bridge);
             }
         }

@@ -27,6 +27,7 @@ use std::future::Future;
 /// Why options were refused; the message names the option.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
+#[non_exhaustive]
 pub struct OptionsError(pub String);
 
 fn bad(message: impl std::fmt::Display) -> OptionsError {

@@ -30,6 +30,7 @@ pub enum EngineKind {
 /// An engine name that is unknown, or known but not built in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown or unavailable engine {name:?}; available engines: {available}")]
+#[non_exhaustive]
 pub struct UnknownEngine {
     /// The name asked for.
     pub name: String,

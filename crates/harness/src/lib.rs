@@ -647,13 +647,10 @@ impl HarnessBuilder {
                 })?,
             )
         };
-        let tools = ToolSet {
-            registry,
-            allow,
-            approvals: self
-                .approvals
-                .unwrap_or_else(|| Arc::new(AutoDeny::default())),
-        };
+        let mut tools = ToolSet::new(registry).with_allow(allow);
+        if let Some(approvals) = self.approvals {
+            tools = tools.with_approvals(approvals);
+        }
         // TypeScript on every engine: types are stripped before the
         // engine sees a script (free for JavaScript that parses).
         let adapter: Arc<dyn ScriptRuntimeAdapter> =

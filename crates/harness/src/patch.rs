@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 /// What `applyPatch` did.
 #[derive(Debug, Serialize, JsonSchema)]
+#[non_exhaustive]
 pub struct PatchResult {
     /// One entry per file, in patch order.
     pub files: Vec<FileChange>,
@@ -21,6 +22,7 @@ pub struct PatchResult {
 
 /// One file the patch changed.
 #[derive(Debug, Serialize, JsonSchema)]
+#[non_exhaustive]
 pub struct FileChange {
     /// The file (the new path for a move).
     pub path: String,

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 #[cfg(feature = "prometheus")]
 #[derive(Debug, thiserror::Error)]
 #[error("cannot serve metrics on {addr}: {message}")]
+#[non_exhaustive]
 pub struct ExporterError {
     /// The address asked for.
     pub addr: SocketAddr,

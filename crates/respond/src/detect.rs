@@ -27,15 +27,20 @@ use std::ops::Range;
 /// What a segment is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SegmentKind {
+    /// Prose outside any block.
     Text,
+    /// A `<thinking>` block: kept in order, never run.
     Thinking,
+    /// A script block to run.
     Script,
 }
 
 /// The language a script block declares.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Language {
     #[default]
     Javascript,
@@ -51,6 +56,7 @@ impl Language {
         }
     }
 
+    /// The language's name as the report and the wire spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Language::Javascript => "javascript",
@@ -62,6 +68,7 @@ impl Language {
 /// How a script block was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum BlockStyle {
     /// `<tool-calls>` … `</tool-calls>`.
     Tag,
