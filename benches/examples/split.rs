@@ -6,8 +6,9 @@
 //! `process`, on the host thread that drives a worker process.
 //! `split [GAP_MS] [WARMUP_RUNS] [RUNS] [OPTIONS]` (defaults 2, 500, 1000),
 //! where OPTIONS is a comma-separated list of `process`, an engine
-//! (`boa`, `wasi`, …), `polyfill` (run `benches::POLYFILL`, a private realm, instead) and
-//! `typescript` (`benches::TYPESCRIPT`, types found and stripped):
+//! (`boa`, `wasi`, …), `polyfill` (run `benches::POLYFILL`, a private realm, instead),
+//! `typescript` (`benches::TYPESCRIPT`, types found and stripped) and
+//! `keep_warm` (the engine kept warm between runs, `benches::KEEP_WARM`):
 //! `cargo build --release -p harness-benches --example split &&
 //!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`;
 //! `SPLIT_DUMP=FILE` also writes each run's wall and inside µs, in order;

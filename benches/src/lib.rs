@@ -57,26 +57,39 @@ pub const CPU_BOUND: &str = "let s = 0; for (let i = 0; i < 1e6; i++) s += i; re
 pub const JSON_HEAVY: &str = "const rows = []; for (let i = 0; i < 1850; i++) rows.push({id: i, name: 'row ' + i, tags: ['a', 'b'], ok: i % 2 === 0}); const s = JSON.stringify(rows); if (s.length < 100 * 1024) throw new Error('only ' + s.length + ' bytes'); return rows";
 
 /// One engine in one isolation, as benched.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
     pub engine: EngineKind,
     pub isolation: Isolation,
+    /// The engine kept warm between runs ([`KEEP_WARM`]).
+    pub keep_warm: bool,
 }
 
+/// The window of `HarnessBuilder::keep_warm` in a configuration with
+/// `keep_warm` (the examples' OPTIONS word `keep_warm`, compare's
+/// `quickjs+warm` row).
+pub const KEEP_WARM: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl std::fmt::Display for Config {
-    /// `quickjs`, `quickjs/process`, `boa`, `boa/process`.
+    /// `quickjs`, `quickjs/process`, `boa`, `boa/process`, and
+    /// `+warm` after it when kept warm.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.isolation {
-            Isolation::InProcess => write!(f, "{}", self.engine),
-            Isolation::Process => write!(f, "{}/process", self.engine),
+            Isolation::InProcess => write!(f, "{}", self.engine)?,
+            Isolation::Process => write!(f, "{}/process", self.engine)?,
         }
+        if self.keep_warm {
+            f.write_str("+warm")?;
+        }
+        Ok(())
     }
 }
 
 impl Config {
     /// The examples' OPTIONS argument, a comma-separated list: an
     /// engine's name (`boa`, `wasi`, …; else QuickJS), `process` for the
-    /// process boundary (else in process); other words are left to
+    /// process boundary (else in process), `keep_warm` for the engine kept
+    /// warm ([`KEEP_WARM`]); other words are left to
     /// [`script_from_options`].
     pub fn from_options(options: &str) -> Config {
         let has = |o: &str| options.split(',').any(|x| x == o);
@@ -90,6 +103,7 @@ impl Config {
             } else {
                 Isolation::InProcess
             },
+            keep_warm: has("keep_warm"),
         }
     }
 }
@@ -168,12 +182,14 @@ pub fn harness(config: Config) -> Harness {
         .with_isolation(Some(config.isolation))
         .with_max_tool_calls(1000)
         .with_max_concurrent_tool_calls(32);
-    Harness::builder()
+    let mut b = Harness::builder()
         .engine(config.engine)
         .tools(tools)
-        .limits(limits)
-        .build()
-        .expect("engine is built in")
+        .limits(limits);
+    if config.keep_warm {
+        b = b.keep_warm(KEEP_WARM);
+    }
+    b.build().expect("engine is built in")
 }
 
 /// Every engine compiled into this build, in both isolations.
@@ -181,7 +197,11 @@ pub fn engines() -> Vec<Config> {
     EngineKind::available()
         .into_iter()
         .flat_map(|engine| {
-            [Isolation::InProcess, Isolation::Process].map(|isolation| Config { engine, isolation })
+            [Isolation::InProcess, Isolation::Process].map(|isolation| Config {
+                engine,
+                isolation,
+                keep_warm: false,
+            })
         })
         .collect()
 }

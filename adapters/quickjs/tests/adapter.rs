@@ -277,3 +277,42 @@ async fn the_descriptors_one_thread_engine_runs_one_script_at_a_time() {
         assert_eq!(marked.load(Ordering::SeqCst), before.1 + 1);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_engine_rehearses_in_its_window_only_and_the_next_run_sees_nothing() {
+    use std::time::Duration;
+    let e = QuickJs::with_max_workers(1);
+    assert!(e.execute(ExecutionRequest::new("return 1")).await.ok);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(e.rehearsals(), 0, "off by default");
+
+    assert!(e.keep_warm(Duration::from_millis(20)));
+    // A run that leaves what it can: a global, a registered symbol, a
+    // reaction still queued when it returns.
+    let _ = e
+        .execute(ExecutionRequest::new(
+            "try { globalThis.planted = 1 } catch {}\n\
+             Symbol.for('planted');\n\
+             Promise.resolve().then(() => { try { globalThis.late = 1 } catch {} });\n\
+             return 1",
+        ))
+        .await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let n = e.rehearsals();
+    assert!(n >= 1, "rehearsed in the 20 ms after the run");
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(e.rehearsals(), n, "no rehearsal once the window passed");
+
+    let look = e
+        .execute(ExecutionRequest::new(
+            "return [typeof globalThis.planted, typeof globalThis.late, \
+             Object.isFrozen(Array.prototype), Symbol.keyFor(Symbol.for('x'))]",
+        ))
+        .await;
+    assert!(look.ok, "{:?}", look.error);
+    assert_eq!(
+        look.value,
+        Some(json!(["undefined", "undefined", true, "x"])),
+        "the run after the rehearsals sees nothing of the run before them"
+    );
+}

@@ -159,7 +159,8 @@ fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Ve
     let h = harness(config);
     let mut rows = Vec::new();
     for (name, src, expect) in workloads() {
-        if o.only.as_ref().is_some_and(|w| *w != name) {
+        // Kept warm: the trivial row only, to set beside the plain one.
+        if o.only.as_ref().is_some_and(|w| *w != name) || (config.keep_warm && name != "trivial") {
             continue;
         }
         let once = || {
@@ -172,7 +173,7 @@ fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Ve
         let samples = timed(o, once);
         rows.push(summarise(&name, &config.to_string(), samples));
     }
-    if o.only.as_ref().is_none_or(|w| w == THROUGHPUT) {
+    if o.only.as_ref().is_none_or(|w| w == THROUGHPUT) && !config.keep_warm {
         rows.push(throughput_per_core(&h, config, o, rt));
     }
     #[cfg(feature = "wasi")]
@@ -468,8 +469,15 @@ harness::main! {
             .build()
             .expect("tokio runtime");
         let started = Instant::now();
+        // QuickJS in process kept warm (`HarnessBuilder::keep_warm`): a
+        // trivial row of its own beside the default one.
+        let warm = Config {
+            keep_warm: true,
+            ..Config::from_options("quickjs")
+        };
         let ours: Vec<Row> = engines()
             .into_iter()
+            .chain(engines().contains(&Config::from_options("quickjs")).then_some(warm))
             .flat_map(|c| measure_ours(c, &o, &rt))
             .collect();
         let peer = measure_peer(&o);

@@ -55,10 +55,12 @@ use crate::limits::{Isolation, Limits};
 use crate::pool::WorkerPool;
 use crate::report::ExecutionReport;
 use async_trait::async_trait;
+use std::cell::RefCell;
 use std::fmt;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::event_loop::{
@@ -560,6 +562,11 @@ pub struct Pooled<A: EngineAdapter> {
     /// themselves run it only behind the process boundary.
     global_eval: bool,
     pool: Arc<WorkerPool<Box<dyn EngineThread>>>,
+    /// How long after each run its thread rehearses, in µs (0: not at
+    /// all); shared by clones ([`Pooled::keep_warm`]).
+    keep_warm_us: Arc<AtomicU64>,
+    /// Rehearsals its threads ran ([`Pooled::rehearsals`]).
+    rehearsals: Arc<AtomicU64>,
 }
 
 impl<A: EngineAdapter> Clone for Pooled<A> {
@@ -570,6 +577,8 @@ impl<A: EngineAdapter> Clone for Pooled<A> {
             info: self.info.clone(),
             global_eval: self.global_eval,
             pool: self.pool.clone(),
+            keep_warm_us: self.keep_warm_us.clone(),
+            rehearsals: self.rehearsals.clone(),
         }
     }
 }
@@ -588,6 +597,77 @@ impl<A: EngineAdapter + Default> Default for Pooled<A> {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The longest [`ScriptRuntimeAdapter::keep_warm`] window honoured: one
+/// minute (longer asks are cut to it).
+pub const MAX_KEEP_WARM: Duration = Duration::from_secs(60);
+
+/// What an idle engine thread rehearses, and until when: the last run's
+/// request on this thread with a fixed script in place of its own
+/// ([`rehearsal_of`]).
+struct Rehearsal {
+    until: Instant,
+    tokio: tokio::runtime::Handle,
+    request: ExecutionRequest,
+    engine: &'static str,
+    /// The engine's count of rehearsals.
+    count: Arc<AtomicU64>,
+}
+
+thread_local! {
+    /// This engine thread's rehearsal, set after each run while the
+    /// engine keeps warm and dropped when its window has passed.
+    static REHEARSAL: RefCell<Option<Rehearsal>> = const { RefCell::new(None) };
+}
+
+/// The script a rehearsal runs: what every run does (the prelude's
+/// install, a compile, a call, a job, the value through `JSON.stringify`)
+/// and nothing more.
+const REHEARSAL_SCRIPT: &str = "return 1 + 1";
+
+/// The request a rehearsal after `last` runs: the same tools, context,
+/// mode and limits (so that the prelude's kept configuration still fits
+/// the next run), in the shared realm, with a fixed script and nothing
+/// that reaches anyone (no observer, span, traceparent, detached tasks,
+/// or the caller's cancel token). The script calls no tool.
+fn rehearsal_of(last: &ExecutionRequest) -> ExecutionRequest {
+    let mut r = ExecutionRequest::new(REHEARSAL_SCRIPT);
+    r.limits = last.limits.clone();
+    r.limits.realm = Some(crate::limits::Realm::Shared);
+    r.context = last.context.clone();
+    r.mode = last.mode;
+    r.tools = last.tools.clone();
+    r
+}
+
+/// Whether this thread has a rehearsal due; drops one whose window passed.
+fn rehearsal_due() -> bool {
+    REHEARSAL.with(|r| {
+        let mut r = r.borrow_mut();
+        let due = r.as_ref().is_some_and(|p| Instant::now() < p.until);
+        if !due {
+            *r = None;
+        }
+        due
+    })
+}
+
+/// Runs this thread's rehearsal, if one is due.
+fn rehearse(thread: &mut Box<dyn EngineThread>) {
+    let Some((tokio, request, engine)) = REHEARSAL.with(|r| {
+        r.borrow().as_ref().map(|p| {
+            p.count.fetch_add(1, Ordering::Relaxed);
+            (p.tokio.clone(), p.request.clone(), p.engine)
+        })
+    }) else {
+        return;
+    };
+    let mut job = Some(request);
+    thread.lend(&mut |lent| match (lent, job.take()) {
+        (Ok(e), Some(request)) => crate::event_loop::rehearse(e, engine, request, &tokio),
+        _ => false,
+    });
 }
 
 /// Engine threads a [`Pooled`] engine starts at most, unless told otherwise.
@@ -623,10 +703,20 @@ impl<A: EngineAdapter> Pooled<A> {
                     move || for_threads.new_thread(),
                 )
                 .with_idle(|thread| thread.idle())
+                .with_rehearsal(rehearsal_due, rehearse)
                 .with_long_private_tidy_up(d.long_private_tidy_up),
             ),
             adapter,
+            keep_warm_us: Arc::default(),
+            rehearsals: Arc::default(),
         }
+    }
+
+    /// Rehearsals this engine's threads have run to keep warm
+    /// ([`ScriptRuntimeAdapter::keep_warm`]): the CPU spent on it is about
+    /// this many trivial runs.
+    pub fn rehearsals(&self) -> u64 {
+        self.rehearsals.load(Ordering::Relaxed)
     }
 
     /// The adapter's own configuration.
@@ -650,8 +740,11 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
         let name = self.name;
         // Where it runs, for the run's span.
         request.limits.isolation = Some(Isolation::InProcess);
+        let keep_warm = Duration::from_micros(self.keep_warm_us.load(Ordering::Relaxed));
+        let rehearsals = self.rehearsals.clone();
         self.pool
             .execute(name, request, move |thread, request, tokio, reply| {
+                let rehearsal = (!keep_warm.is_zero()).then(|| rehearsal_of(&request));
                 let mut job = Some((request, reply));
                 thread.lend(&mut |engine| {
                     let Some((request, reply)) = job.take() else {
@@ -661,8 +754,22 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
                         reply.send(report)
                     })
                 });
+                let plan = rehearsal.map(|request| Rehearsal {
+                    until: Instant::now() + keep_warm,
+                    tokio: tokio.clone(),
+                    request,
+                    engine: name,
+                    count: rehearsals,
+                });
+                REHEARSAL.with(|r| *r.borrow_mut() = plan);
             })
             .await
+    }
+
+    fn keep_warm(&self, window: Duration) -> bool {
+        let us = window.min(MAX_KEEP_WARM).as_micros() as u64;
+        self.keep_warm_us.store(us, Ordering::Relaxed);
+        true
     }
 
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {

@@ -891,6 +891,36 @@ pub fn run_script<E: Engine + ?Sized>(
     request: ExecutionRequest,
     tokio: &tokio::runtime::Handle,
 ) -> RunOutput {
+    run(engine, engine_name, request, tokio, Told::Everyone)
+}
+
+/// A rehearsal (`Pooled::keep_warm`): the run as any other, to warm the
+/// caches, but nobody hears of it: no span, no metrics; the report is
+/// dropped. Returns whether the engine is tainted.
+pub(crate) fn rehearse<E: Engine + ?Sized>(
+    engine: &mut E,
+    engine_name: &str,
+    request: ExecutionRequest,
+    tokio: &tokio::runtime::Handle,
+) -> bool {
+    run(engine, engine_name, request, tokio, Told::Nobody).engine_tainted
+}
+
+/// Whose business a run is: telemetry's (a script's run) or nobody's (a
+/// rehearsal).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Told {
+    Everyone,
+    Nobody,
+}
+
+fn run<E: Engine + ?Sized>(
+    engine: &mut E,
+    engine_name: &str,
+    request: ExecutionRequest,
+    tokio: &tokio::runtime::Handle,
+    told: Told,
+) -> RunOutput {
     let started = Instant::now();
     let limits = request.limits.clone();
     if let Err(e) = crate::source::check_size(request.source.len(), limits.max_source_bytes) {
@@ -921,15 +951,18 @@ pub fn run_script<E: Engine + ?Sized>(
     let config = prelude_config(&request, &facade, &script_id);
     // One span per run (no source, no arguments at info level); tool calls
     // are spans inside it. A host's span in the request is the parent.
-    let span = tracing::info_span!(
-        parent: request.trace.as_ref().and_then(|s| s.id()),
-        "script_run",
-        script_id = %script_id,
-        engine = engine_name,
-        isolation = request.limits.isolation.map_or("", |i| i.as_str()),
-        provider = request.context.provider.as_deref().unwrap_or(""),
-        outcome = tracing::field::Empty,
-    );
+    let span = match told {
+        Told::Nobody => tracing::Span::none(),
+        Told::Everyone => tracing::info_span!(
+            parent: request.trace.as_ref().and_then(|s| s.id()),
+            "script_run",
+            script_id = %script_id,
+            engine = engine_name,
+            isolation = request.limits.isolation.map_or("", |i| i.as_str()),
+            provider = request.context.provider.as_deref().unwrap_or(""),
+            outcome = tracing::field::Empty,
+        ),
+    };
     let _entered = span.enter();
     let setup = EngineSetup {
         prelude: PRELUDE,
@@ -994,7 +1027,9 @@ pub fn run_script<E: Engine + ?Sized>(
         (value, error),
         (memory_used, fuel_consumed),
     );
-    crate::telemetry::record_run(&report, orphans.len());
+    if told == Told::Everyone {
+        crate::telemetry::record_run(&report, orphans.len());
+    }
     span.record("outcome", crate::telemetry::outcome(report.code()));
     RunOutput {
         report,

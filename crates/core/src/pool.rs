@@ -20,6 +20,13 @@
 //! or more), so the next run goes to an idle worker (or a new one while a
 //! CPU is free) and the tidy-up overlaps it; with every CPU busy it waits
 //! for the first worker done, not for a new thread.
+//!
+//! A pool may also *rehearse* ([`WorkerPool::with_rehearsal`]): for a
+//! while after a run, an idle worker wakes about every
+//! [`REHEARSAL_PERIOD`] to do a small fixed piece of work (an engine pool
+//! runs a trivial script), so that a run arriving a few milliseconds
+//! later finds the code and data it needs in the caches. Only while the
+//! engine asks for it (`keep_warm`), since each rehearsal costs CPU.
 
 use crate::adapter::{CancelOnDrop, ExecutionRequest};
 use crate::error::ScriptError;
@@ -60,6 +67,9 @@ struct Shared<S> {
     /// Work for a worker's state when it finds no job waiting
     /// ([`WorkerPool::with_idle`]).
     idle: Option<fn(&mut S)>,
+    /// Whether a rehearsal is due on this thread now, and the rehearsal
+    /// itself ([`WorkerPool::with_rehearsal`]).
+    rehearsal: Option<Rehearsal<S>>,
     /// How long runs have been taking from submission to answer, in µs
     /// (a moving average; 0 before the first): how long a caller may
     /// wait awake for its answer ([`answer_budget`]).
@@ -128,6 +138,7 @@ impl<S: 'static> WorkerPool<S> {
                 finishing: Arc::default(),
                 cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
                 idle: None,
+                rehearsal: None,
                 answer_us: std::sync::atomic::AtomicU64::new(0),
             }),
         }
@@ -140,6 +151,18 @@ impl<S: 'static> WorkerPool<S> {
     pub(crate) fn with_idle(mut self, idle: fn(&mut S)) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.idle = Some(idle);
+        }
+        self
+    }
+
+    /// Rehearses while idle: after `idle`, as long as `due` says a
+    /// rehearsal is due on this thread, the worker waits for a job at most
+    /// [`REHEARSAL_PERIOD`] at a time and calls `rehearse` each time none
+    /// came. `due` is asked first, so that a pool with nothing to rehearse
+    /// sleeps at once as before. A panic in `rehearse` rebuilds the state.
+    pub(crate) fn with_rehearsal(mut self, due: fn() -> bool, rehearse: fn(&mut S)) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.rehearsal = Some(Rehearsal { due, rehearse });
         }
         self
     }
@@ -445,14 +468,27 @@ fn answer_soon<T>(
     soon
 }
 
+/// How often an idle worker rehearses while one is due: often enough that
+/// the caches keep what a run needs (on a Firecracker VM whose halted
+/// vCPU lost them within 2 ms, a walk repeated every 1 ms kept 1,000
+/// random lines as warm as back to back; docs/performance.md, "Keeping
+/// an idle engine thread warm"), rarely enough that rehearsing costs a
+/// few per cent of a CPU.
+pub(crate) const REHEARSAL_PERIOD: std::time::Duration = std::time::Duration::from_micros(800);
+
+struct Rehearsal<S> {
+    due: fn() -> bool,
+    rehearse: fn(&mut S),
+}
+
 /// The next job sent to this idle worker; `None` once the pool closed.
-/// `idle` runs once if none is waiting (after the spin), before the
-/// worker sleeps.
+/// `idle` runs once if none is waiting (after the spin); then the worker
+/// rehearses while a rehearsal is due, and sleeps.
 fn next_job<S>(
     shared: &Shared<S>,
     rx: &mpsc::Receiver<Job<S>>,
     may_spin: bool,
-    idle: impl FnOnce(),
+    state: &mut S,
 ) -> Option<Job<S>> {
     use std::sync::atomic::Ordering;
     if may_spin && !shared.spinning.swap(true, Ordering::AcqRel) {
@@ -476,9 +512,29 @@ fn next_job<S>(
     match rx.try_recv() {
         Ok(j) => return Some(j),
         Err(mpsc::TryRecvError::Disconnected) => return None,
-        Err(mpsc::TryRecvError::Empty) => idle(),
+        Err(mpsc::TryRecvError::Empty) => {
+            if let Some(idle) = shared.idle {
+                guarded(shared, state, idle);
+            }
+        }
+    }
+    if let Some(r) = &shared.rehearsal {
+        while (r.due)() {
+            match rx.recv_timeout(REHEARSAL_PERIOD) {
+                Ok(j) => return Some(j),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+                Err(mpsc::RecvTimeoutError::Timeout) => guarded(shared, state, r.rehearse),
+            }
+        }
     }
     rx.recv().ok()
+}
+
+/// Calls `f` on the worker's state; a panic rebuilds the state.
+fn guarded<S>(shared: &Shared<S>, state: &mut S, f: fn(&mut S)) {
+    if catch_unwind(AssertUnwindSafe(|| f(state))).is_err() {
+        *state = (shared.factory)();
+    }
 }
 
 fn work<S>(shared: &Shared<S>, first: Job<S>) {
@@ -518,14 +574,7 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
             let busy = s.threads.saturating_sub(s.idle.len());
             (rx, busy + 1 < shared.cores)
         };
-        let next = next_job(shared, &rx, may_spin, || {
-            if let Some(idle) = shared.idle {
-                if catch_unwind(AssertUnwindSafe(|| idle(&mut state))).is_err() {
-                    state = (shared.factory)();
-                }
-            }
-        });
-        match next {
+        match next_job(shared, &rx, may_spin, &mut state) {
             Some(j) => job = j,
             None => return,
         }
@@ -573,6 +622,46 @@ mod tests {
         settle(3);
         assert_eq!(ask(&pool), (1, 1));
         assert_eq!(pool.threads(), 1);
+    }
+
+    #[test]
+    fn an_idle_worker_rehearses_while_due_and_takes_a_job_meanwhile() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        // Rehearsals still due; each one counts in the worker's state.
+        static DUE: AtomicU32 = AtomicU32::new(0);
+        fn due() -> bool {
+            DUE.load(Ordering::SeqCst) > 0
+        }
+        fn rehearse(s: &mut u32) {
+            *s += 1;
+            let _ = DUE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1));
+        }
+        let pool = WorkerPool::new("t", 1, 1 << 20, || 0u32).with_rehearsal(due, rehearse);
+        let ask = |pool: &WorkerPool<u32>| {
+            let (tx, rx) = mpsc::channel();
+            pool.submit(move |s| tx.send(std::mem::take(s)).unwrap())
+                .unwrap();
+            rx.recv_timeout(std::time::Duration::from_secs(10))
+                .expect("the job ran")
+        };
+        assert_eq!(ask(&pool), 0, "nothing due: no rehearsal");
+        DUE.store(3, Ordering::SeqCst);
+        // The worker is asleep with nothing due: it rehearses after its
+        // next job, three times, then sleeps.
+        assert_eq!(ask(&pool), 0);
+        while due() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(ask(&pool), 3, "three rehearsals, then none");
+        // Due for a long time (about 800 s of rehearsals): a job sent
+        // meanwhile is taken at its next wait, not after the window.
+        DUE.store(1_000_000, Ordering::SeqCst);
+        assert_eq!(ask(&pool), 0);
+        while DUE.load(Ordering::SeqCst) > 999_998 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(ask(&pool) >= 2, "the job came between rehearsals");
+        DUE.store(0, Ordering::SeqCst);
     }
 
     #[test]

@@ -320,6 +320,10 @@ pub struct Workers {
     /// Engine threads in this process (runs in flight) at most, for
     /// `isolation = "in_process"`; more runs queue.
     pub max_threads: usize,
+    /// How long after each run an engine thread of `isolation =
+    /// "in_process"` keeps itself warm by rehearsing a trivial run about
+    /// every 0.8 ms (0: not at all). See `HarnessBuilder::keep_warm`.
+    pub keep_warm_ms: u64,
 }
 
 impl Default for Workers {
@@ -328,6 +332,7 @@ impl Default for Workers {
             max_workers: 16,
             max_runs_per_worker: 10_000,
             max_threads: harness_core::engine::DEFAULT_MAX_THREADS,
+            keep_warm_ms: 0,
         }
     }
 }
@@ -725,6 +730,9 @@ impl Config {
         if s.workers.max_threads != harness_core::engine::DEFAULT_MAX_THREADS {
             b = b.threads(s.workers.max_threads);
         }
+        if s.workers.keep_warm_ms > 0 {
+            b = b.keep_warm(std::time::Duration::from_millis(s.workers.keep_warm_ms));
+        }
         b = b.tool_settings(s.tools.clone());
         Ok(b)
     }
@@ -824,7 +832,12 @@ const HTTP_KEYS: &[&str] = &[
 ];
 const SECRET_KEYS: &[&str] = &["env", "hosts"];
 const SPAWN_KEYS: &[&str] = &["enabled", "max_per_run", "max_running", "timeout_ms"];
-const WORKER_KEYS: &[&str] = &["max_workers", "max_runs_per_worker", "max_threads"];
+const WORKER_KEYS: &[&str] = &[
+    "max_workers",
+    "max_runs_per_worker",
+    "max_threads",
+    "keep_warm_ms",
+];
 const APPROVAL_KEYS: &[&str] = &["default"];
 const TOOL_KEYS: &[&str] = &["timeout_ms", "needs_approval", "max_output_bytes"];
 

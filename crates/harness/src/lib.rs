@@ -384,6 +384,7 @@ pub struct HarnessBuilder {
     worker: Option<ProcessOptions>,
     pool: Option<(usize, u32)>,
     threads: Option<usize>,
+    keep_warm: Option<std::time::Duration>,
     tool_settings: std::collections::BTreeMap<String, config::ToolSettings>,
     audit: Option<Arc<audit::AuditLog>>,
     #[cfg(feature = "http")]
@@ -529,6 +530,22 @@ impl HarnessBuilder {
         self
     }
 
+    /// Keeps the engine warm for `window` after each run (default: off):
+    /// while it waits for the next run, the engine thread that ran one
+    /// rehearses a trivial run about every 0.8 ms, with the same tools,
+    /// context and limits and a fixed script that nobody hears of (no
+    /// report, span or metric), so that a run arriving within the window
+    /// does not pay for caches the idle CPU lost. For runs a few
+    /// milliseconds apart; it costs a few per cent of a CPU per engine
+    /// thread during each window, and longer windows than a minute are cut
+    /// to one. Engines in this process only; behind the process boundary
+    /// it does nothing yet. (`[workers] keep_warm_ms` in the configuration
+    /// file; docs/performance.md, "Keeping an idle engine thread warm".)
+    pub fn keep_warm(mut self, window: std::time::Duration) -> Self {
+        self.keep_warm = Some(window);
+        self
+    }
+
     /// Turns `tools.http` on under `policy` (off by default: `tools.http`
     /// is `undefined`). The tool joins the registry under its reserved
     /// name and the allowlist, so `[tools.http]` settings and approvals
@@ -596,6 +613,9 @@ impl HarnessBuilder {
                 }
             }
         };
+        if let Some(window) = self.keep_warm {
+            adapter.keep_warm(window);
+        }
         let registry = self.registry.unwrap_or_default();
         #[allow(unused_mut)]
         let mut allow = self.allow;
@@ -683,6 +703,9 @@ impl ScriptRuntimeAdapter for Runs {
     }
     async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
         self.0.execute(request).await
+    }
+    fn keep_warm(&self, window: std::time::Duration) -> bool {
+        self.0.adapter.keep_warm(window)
     }
 }
 

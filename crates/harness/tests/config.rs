@@ -166,3 +166,24 @@ async fn workers_max_threads_caps_the_runs_in_flight_in_process() {
         assert_eq!(second.await.unwrap().value, Some(json!(2)), "{file}");
     }
 }
+
+/// `[workers] keep_warm_ms` is read (and a misspelling refused); runs of a
+/// harness kept warm, spaced past rehearsals, answer as any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_keep_warm_ms_is_read_and_runs_answer_as_before() {
+    let cfg = Config::from_toml_str(
+        "isolation = \"in_process\"\n[workers]\nkeep_warm_ms = 20\n",
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(cfg.settings().workers.keep_warm_ms, 20);
+    assert_eq!(Config::default().settings().workers.keep_warm_ms, 0);
+    let err = Config::from_toml_str("[workers]\nkeep_warm = 20\n", "t.toml").unwrap_err();
+    assert!(err.to_string().contains("keep_warm"), "{err}");
+    let h = cfg.builder().unwrap().build().unwrap();
+    for i in 0..3 {
+        let r = h.run(&format!("return {i} + 1")).await;
+        assert_eq!(r.value, Some(json!(i + 1)), "{:?}", r.error);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -121,6 +121,10 @@ impl ScriptRuntimeAdapter for TypeScriptAware {
         self.inner.info()
     }
 
+    fn keep_warm(&self, window: std::time::Duration) -> bool {
+        self.inner.keep_warm(window)
+    }
+
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
         match self.inner.check_syntax(source).await {
             Err(e) if e.code == ErrorCode::ScriptSyntaxError => match self.strip(source) {
