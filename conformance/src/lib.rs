@@ -421,13 +421,24 @@ pub struct SuiteEngines {
     /// choice of the most recently idle thread make that likely, not
     /// certain.
     pub single: Option<Arc<dyn ScriptRuntimeAdapter>>,
+    /// The same engine with one engine thread kept warm
+    /// ([`ScriptRuntimeAdapter::keep_warm`], [`WARM_WINDOW`]), where the
+    /// engine keeps warm (in process): a cross-run case that passed on
+    /// `single` runs again on it, with rehearsals between its steps.
+    pub warm: Option<Arc<dyn ScriptRuntimeAdapter>>,
 }
+
+/// How long the `warm` engine of a suite keeps warm after each run:
+/// longer than the pause between a case's steps ([`STEP_GAP`]), so that
+/// the engine thread rehearses between them.
+pub const WARM_WINDOW: Duration = Duration::from_millis(100);
 
 impl std::fmt::Debug for SuiteEngines {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SuiteEngines")
             .field("engine", &self.any.info().name)
             .field("single", &self.single.is_some())
+            .field("warm", &self.warm.is_some())
             .finish()
     }
 }
@@ -435,7 +446,11 @@ impl std::fmt::Debug for SuiteEngines {
 impl SuiteEngines {
     /// Every case on `any`, cross-run cases included.
     pub fn new(any: Arc<dyn ScriptRuntimeAdapter>) -> Self {
-        SuiteEngines { any, single: None }
+        SuiteEngines {
+            any,
+            single: None,
+            warm: None,
+        }
     }
 
     /// `engine` in `isolation`, with its one-thread twin for the
@@ -450,9 +465,16 @@ impl SuiteEngines {
             Isolation::InProcess => engine.in_process(),
             Isolation::Process => started(engine, opts(engine.name)?),
         };
+        let warm = match isolation {
+            Isolation::InProcess => engine
+                .in_process_with_threads(1)
+                .filter(|a| a.keep_warm(WARM_WINDOW)),
+            Isolation::Process => None,
+        };
         Ok(SuiteEngines {
             any,
             single: single_engine(engine, isolation, opts)?,
+            warm,
         })
     }
 
@@ -510,6 +532,16 @@ async fn run_case(engines: &SuiteEngines, info: &EngineInfo, case: &Case) -> Sta
         };
     }
     let mut status = run_case_steps(engines.for_case(case), case).await;
+    if let (Status::Passed { .. }, true, Some(warm)) = (&status, case.is_cross_run(), &engines.warm)
+    {
+        // Again with rehearsals between the steps: they must neither carry
+        // anything from one run to the next nor hide what a run left.
+        if let Status::Failed { reason } = run_case_steps(warm.as_ref(), case).await {
+            status = Status::Failed {
+                reason: format!("kept warm (rehearsals between the runs): {reason}"),
+            };
+        }
+    }
     if let (Status::Passed { note }, true) = (&mut status, case.is_cross_run()) {
         if engines.single.is_none() {
             // Said, not hidden: the pair may have met two engine threads.
@@ -638,6 +670,7 @@ pub async fn run_suite_on(
     let engines = SuiteEngines {
         any: aware(engines.any),
         single: engines.single.map(aware),
+        warm: engines.warm.map(aware),
     };
     let adapter = &engines.any;
     let info = adapter.info();
