@@ -429,7 +429,7 @@ pub struct SuiteEngines {
 }
 
 /// How long the `warm` engine of a suite keeps warm after each run:
-/// longer than the pause between a case's steps ([`STEP_GAP`]), so that
+/// longer than the pause between a case's steps (25 ms), so that
 /// the engine thread rehearses between them.
 pub const WARM_WINDOW: Duration = Duration::from_millis(100);
 
