@@ -740,11 +740,13 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
         let name = self.name;
         // Where it runs, for the run's span.
         request.limits.isolation = Some(Isolation::InProcess);
+        // Kept warm: the window and the engine's count of rehearsals
+        // (nothing is cloned for a run of an engine that is not).
         let keep_warm = Duration::from_micros(self.keep_warm_us.load(Ordering::Relaxed));
-        let rehearsals = self.rehearsals.clone();
+        let warm = (!keep_warm.is_zero()).then(|| (keep_warm, self.rehearsals.clone()));
         self.pool
             .execute(name, request, move |thread, request, tokio, reply| {
-                let rehearsal = (!keep_warm.is_zero()).then(|| rehearsal_of(&request));
+                let rehearsal = warm.map(|(window, count)| (window, count, rehearsal_of(&request)));
                 let mut job = Some((request, reply));
                 thread.lend(&mut |engine| {
                     let Some((request, reply)) = job.take() else {
@@ -754,12 +756,12 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
                         reply.send(report)
                     })
                 });
-                let plan = rehearsal.map(|request| Rehearsal {
-                    until: Instant::now() + keep_warm,
+                let plan = rehearsal.map(|(window, count, request)| Rehearsal {
+                    until: Instant::now() + window,
                     tokio: tokio.clone(),
                     request,
                     engine: name,
-                    count: rehearsals,
+                    count,
                 });
                 REHEARSAL.with(|r| *r.borrow_mut() = plan);
             })
