@@ -421,9 +421,9 @@ pub struct SuiteEngines {
     /// choice of the most recently idle thread make that likely, not
     /// certain.
     pub single: Option<Arc<dyn ScriptRuntimeAdapter>>,
-    /// The same engine with one engine thread kept warm
-    /// ([`ScriptRuntimeAdapter::keep_warm`], [`WARM_WINDOW`]), where the
-    /// engine keeps warm (in process): a cross-run case that passed on
+    /// The same engine with one engine thread (or one worker process)
+    /// kept warm ([`ScriptRuntimeAdapter::keep_warm`], [`WARM_WINDOW`]),
+    /// where the engine keeps warm: a cross-run case that passed on
     /// `single` runs again on it, with rehearsals between its steps.
     pub warm: Option<Arc<dyn ScriptRuntimeAdapter>>,
 }
@@ -465,12 +465,7 @@ impl SuiteEngines {
             Isolation::InProcess => engine.in_process(),
             Isolation::Process => started(engine, opts(engine.name)?),
         };
-        let warm = match isolation {
-            Isolation::InProcess => engine
-                .in_process_with_threads(1)
-                .filter(|a| a.keep_warm(WARM_WINDOW)),
-            Isolation::Process => None,
-        };
+        let warm = single_engine(engine, isolation, &opts)?.filter(|a| a.keep_warm(WARM_WINDOW));
         Ok(SuiteEngines {
             any,
             single: single_engine(engine, isolation, opts)?,

@@ -231,6 +231,91 @@ async fn workers_are_replaced_after_max_runs_per_worker() {
     assert_eq!(children().1, 0, "a recycled worker was not reaped");
 }
 
+/// Kept warm behind the boundary, the host thread rehearses through its
+/// worker: only in the window, not counted as runs (no recycling after
+/// `max_runs_per_worker`), leaving nothing the next run can see; and a
+/// worker killed while it was kept warm is replaced for the next run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_worker_rehearses_in_its_window_only_and_the_next_run_sees_nothing() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    let mut opts = ProcessOptions::new("quickjs", env!("CARGO_BIN_EXE_harness"));
+    opts.max_workers = 1;
+    opts.max_runs_per_worker = Some(4);
+    let info = harness::EngineKind::QuickJs
+        .info()
+        .expect("quickjs built in");
+    let a = ProcessAdapter::new(info, opts);
+    assert!(a.execute(request("return 1", 5_000, &tools)).await.ok);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(a.rehearsals(), 0, "off by default");
+
+    assert!(a.keep_warm(Duration::from_millis(20)));
+    // A run that leaves what it can: a global, a registered symbol, a
+    // reaction still queued when it returns.
+    let _ = a
+        .execute(request(
+            "try { globalThis.planted = 1 } catch {}\n\
+             Symbol.for('planted');\n\
+             Promise.resolve().then(() => { try { globalThis.late = 1 } catch {} });\n\
+             return 1",
+            5_000,
+            &tools,
+        ))
+        .await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let n = a.rehearsals();
+    assert!(n >= 3, "rehearsed in the 20 ms after the run ({n})");
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(a.rehearsals(), n, "no rehearsal once the window passed");
+    assert_eq!(
+        a.workers_started(),
+        1,
+        "{n} rehearsals and two runs: no recycling at four runs"
+    );
+
+    let look = a
+        .execute(request(
+            "return [typeof globalThis.planted, typeof globalThis.late, \
+             Object.isFrozen(Array.prototype), Symbol.keyFor(Symbol.for('x'))]",
+            5_000,
+            &tools,
+        ))
+        .await;
+    assert!(look.ok, "{:?}", look.error);
+    assert_eq!(
+        look.value,
+        Some(json!(["undefined", "undefined", true, "x"])),
+        "the run after the rehearsals sees nothing of the run before them"
+    );
+
+    // The worker killed behind the host's back while rehearsals are due.
+    assert!(a.keep_warm(Duration::from_secs(5)));
+    assert!(a.execute(request("return 2", 5_000, &tools)).await.ok);
+    let started = a.workers_started();
+    for pid in child_pids() {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = a.execute(request("return 'again'", 5_000, &tools)).await;
+    assert_eq!(r.value, Some(json!("again")), "{r:?}");
+    assert!(
+        a.workers_started() > started,
+        "the killed worker was replaced"
+    );
+    // Turned off: the window under way ends too (a rehearsal in flight
+    // may still finish).
+    assert!(a.keep_warm(Duration::ZERO));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let n = a.rehearsals();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(a.rehearsals(), n, "keep_warm(0) ends the window under way");
+}
+
 /// A worker keeps the last run's config and limits, and the host sends
 /// only what changed: every run on the one worker still sees its own
 /// request's tools, context and limits, however they alternate.

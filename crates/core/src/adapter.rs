@@ -520,17 +520,24 @@ pub trait ScriptRuntimeAdapter: Send + Sync {
         GlobalEvalOutcome::Unsupported(format!("{} cannot run global code", self.info().name))
     }
     /// Keeps the engine warm for `window` after each run (zero: not at
-    /// all, the default): the thread that ran it rehearses a trivial run
+    /// all, the default; setting zero also ends a window under way): the thread that ran it rehearses a trivial run
     /// about every 0.8 ms while it waits, with the same tools, context and
     /// limits and a fixed script that nobody hears of, so that a run
     /// arriving within the window finds the caches warm. Costs CPU while
     /// idle (a few per cent of a core per thread in its window); see
     /// docs/performance.md, "Keeping an idle engine thread warm". Returns
-    /// whether this adapter does it: engines in this process do, the
-    /// process boundary does not (yet).
+    /// whether this adapter does it: engines in this process do, and so
+    /// does the process boundary (the host thread rehearses through its
+    /// worker process, warming both).
     fn keep_warm(&self, window: std::time::Duration) -> bool {
         let _ = window;
         false
+    }
+    /// Rehearsals run so far to keep warm ([`ScriptRuntimeAdapter::keep_warm`]);
+    /// each costs about one trivial run of CPU. Zero for an adapter that
+    /// does not keep warm. (Also the `keep_warm_rehearsals_total` metric.)
+    fn rehearsals(&self) -> u64 {
+        0
     }
 }
 

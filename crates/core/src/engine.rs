@@ -562,11 +562,10 @@ pub struct Pooled<A: EngineAdapter> {
     /// themselves run it only behind the process boundary.
     global_eval: bool,
     pool: Arc<WorkerPool<Box<dyn EngineThread>>>,
-    /// How long after each run its thread rehearses, in µs (0: not at
-    /// all); shared by clones ([`Pooled::keep_warm`]).
-    keep_warm_us: Arc<AtomicU64>,
-    /// Rehearsals its threads ran ([`Pooled::rehearsals`]).
-    rehearsals: Arc<AtomicU64>,
+    /// Whether its threads rehearse after each run, and how many
+    /// rehearsals they ran; shared by clones
+    /// ([`ScriptRuntimeAdapter::keep_warm`], [`Pooled::rehearsals`]).
+    keep_warm: KeepWarm,
 }
 
 impl<A: EngineAdapter> Clone for Pooled<A> {
@@ -577,8 +576,7 @@ impl<A: EngineAdapter> Clone for Pooled<A> {
             info: self.info.clone(),
             global_eval: self.global_eval,
             pool: self.pool.clone(),
-            keep_warm_us: self.keep_warm_us.clone(),
-            rehearsals: self.rehearsals.clone(),
+            keep_warm: self.keep_warm.clone(),
         }
     }
 }
@@ -603,22 +601,16 @@ impl<A: EngineAdapter + Default> Default for Pooled<A> {
 /// minute (longer asks are cut to it).
 pub const MAX_KEEP_WARM: Duration = Duration::from_secs(60);
 
-/// What an idle engine thread rehearses, and until when: the last run's
-/// request on this thread with a fixed script in place of its own
-/// ([`rehearsal_of`]).
-struct Rehearsal {
+/// What an idle engine thread (or a process boundary's host thread)
+/// rehearses, and until when: the last run's request on this thread with
+/// a fixed script in place of its own ([`Rehearsal::after`]).
+pub(crate) struct Rehearsal {
+    window: Duration,
     until: Instant,
     tokio: tokio::runtime::Handle,
     request: ExecutionRequest,
-    engine: &'static str,
-    /// The engine's count of rehearsals.
-    count: Arc<AtomicU64>,
-}
-
-thread_local! {
-    /// This engine thread's rehearsal, set after each run while the
-    /// engine keeps warm and dropped when its window has passed.
-    static REHEARSAL: RefCell<Option<Rehearsal>> = const { RefCell::new(None) };
+    /// The engine's setting (turned off: no more rehearsals) and count.
+    keep_warm: KeepWarm,
 }
 
 /// The script a rehearsal runs: what every run does (the prelude's
@@ -626,41 +618,114 @@ thread_local! {
 /// and nothing more.
 const REHEARSAL_SCRIPT: &str = "return 1 + 1";
 
-/// The request a rehearsal after `last` runs: the same tools, context,
-/// mode and limits (so that the prelude's kept configuration still fits
-/// the next run), in the shared realm, with a fixed script and nothing
-/// that reaches anyone (no observer, span, traceparent, detached tasks,
-/// or the caller's cancel token). The script calls no tool.
-fn rehearsal_of(last: &ExecutionRequest) -> ExecutionRequest {
-    let mut r = ExecutionRequest::new(REHEARSAL_SCRIPT);
-    r.limits = last.limits.clone();
-    r.limits.realm = Some(crate::limits::Realm::Shared);
-    r.context = last.context.clone();
-    r.mode = last.mode;
-    r.tools = last.tools.clone();
-    r
+/// Whether an engine keeps warm, and its count of rehearsals: the
+/// state behind [`ScriptRuntimeAdapter::keep_warm`], shared by an
+/// adapter's clones.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct KeepWarm {
+    /// The window after each run, in µs (0: not at all).
+    window_us: Arc<AtomicU64>,
+    rehearsals: Arc<AtomicU64>,
 }
 
-/// Whether this thread has a rehearsal due; drops one whose window passed.
-fn rehearsal_due() -> bool {
-    REHEARSAL.with(|r| {
-        let mut r = r.borrow_mut();
-        let due = r.as_ref().is_some_and(|p| Instant::now() < p.until);
+impl KeepWarm {
+    /// Sets the window (cut to [`MAX_KEEP_WARM`]; zero turns it off).
+    pub(crate) fn set(&self, window: Duration) {
+        let us = window.min(MAX_KEEP_WARM).as_micros() as u64;
+        self.window_us.store(us, Ordering::Relaxed);
+    }
+
+    /// Rehearsals run so far.
+    pub(crate) fn rehearsals(&self) -> u64 {
+        self.rehearsals.load(Ordering::Relaxed)
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_micros(self.window_us.load(Ordering::Relaxed))
+    }
+
+    /// For a run starting now: the window and the setting to plan its
+    /// rehearsals with, when the engine keeps warm (nothing is cloned
+    /// otherwise).
+    pub(crate) fn for_run(&self) -> Option<(Duration, KeepWarm)> {
+        let window = self.window();
+        (!window.is_zero()).then(|| (window, self.clone()))
+    }
+}
+
+impl Rehearsal {
+    /// The rehearsals after `last`, due for `window` from now: the same
+    /// tools, context, mode, limits and detached-task registry (so that
+    /// the prelude's kept configuration still fits the next run), in the
+    /// shared realm, with a fixed script and nothing that reaches anyone
+    /// (no observer, span, traceparent or the caller's cancel token). The
+    /// script calls no tool and spawns no task.
+    pub(crate) fn after(
+        last: &ExecutionRequest,
+        (window, keep_warm): (Duration, KeepWarm),
+        tokio: &tokio::runtime::Handle,
+    ) -> Rehearsal {
+        let mut r = ExecutionRequest::new(REHEARSAL_SCRIPT);
+        r.limits = last.limits.clone();
+        r.limits.realm = Some(crate::limits::Realm::Shared);
+        r.context = last.context.clone();
+        r.mode = last.mode;
+        r.tools = last.tools.clone();
+        r.tasks = last.tasks.clone();
+        Rehearsal {
+            window,
+            until: Instant::now() + window,
+            tokio: tokio.clone(),
+            request: r,
+            keep_warm,
+        }
+    }
+
+    /// The same, its window starting now (when the run it follows ended).
+    pub(crate) fn starting_now(mut self) -> Rehearsal {
+        self.until = Instant::now() + self.window;
+        self
+    }
+
+    /// Whether `plan` is due; drops one whose window passed, or whose
+    /// engine no longer keeps warm.
+    pub(crate) fn due(plan: &mut Option<Rehearsal>) -> bool {
+        let due = plan
+            .as_ref()
+            .is_some_and(|p| Instant::now() < p.until && !p.keep_warm.window().is_zero());
         if !due {
-            *r = None;
+            *plan = None;
         }
         due
-    })
+    }
+
+    /// The next rehearsal's request and runtime, counted (the engine's
+    /// count and the `keep_warm_rehearsals_total` metric).
+    pub(crate) fn next(&self, engine: &str) -> (ExecutionRequest, tokio::runtime::Handle) {
+        self.keep_warm.rehearsals.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("keep_warm_rehearsals_total", "engine" => engine.to_owned()).increment(1);
+        (self.request.clone(), self.tokio.clone())
+    }
+}
+
+thread_local! {
+    /// This engine thread's rehearsal, set after each run while the
+    /// engine keeps warm and dropped when its window has passed.
+    static REHEARSAL: RefCell<Option<Rehearsal>> = const { RefCell::new(None) };
+    /// The name of the engine whose run set [`REHEARSAL`].
+    static REHEARSAL_ENGINE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
+}
+
+/// Whether this thread has a rehearsal due.
+fn rehearsal_due(_: &mut Box<dyn EngineThread>) -> bool {
+    REHEARSAL.with(|r| Rehearsal::due(&mut r.borrow_mut()))
 }
 
 /// Runs this thread's rehearsal, if one is due.
 fn rehearse(thread: &mut Box<dyn EngineThread>) {
-    let Some((tokio, request, engine)) = REHEARSAL.with(|r| {
-        r.borrow().as_ref().map(|p| {
-            p.count.fetch_add(1, Ordering::Relaxed);
-            (p.tokio.clone(), p.request.clone(), p.engine)
-        })
-    }) else {
+    let engine = REHEARSAL_ENGINE.get();
+    let Some((request, tokio)) = REHEARSAL.with(|r| r.borrow().as_ref().map(|p| p.next(engine)))
+    else {
         return;
     };
     let mut job = Some(request);
@@ -707,8 +772,7 @@ impl<A: EngineAdapter> Pooled<A> {
                 .with_long_private_tidy_up(d.long_private_tidy_up),
             ),
             adapter,
-            keep_warm_us: Arc::default(),
-            rehearsals: Arc::default(),
+            keep_warm: KeepWarm::default(),
         }
     }
 
@@ -716,7 +780,7 @@ impl<A: EngineAdapter> Pooled<A> {
     /// ([`ScriptRuntimeAdapter::keep_warm`]): the CPU spent on it is about
     /// this many trivial runs.
     pub fn rehearsals(&self) -> u64 {
-        self.rehearsals.load(Ordering::Relaxed)
+        self.keep_warm.rehearsals()
     }
 
     /// The adapter's own configuration.
@@ -742,11 +806,10 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
         request.limits.isolation = Some(Isolation::InProcess);
         // Kept warm: the window and the engine's count of rehearsals
         // (nothing is cloned for a run of an engine that is not).
-        let keep_warm = Duration::from_micros(self.keep_warm_us.load(Ordering::Relaxed));
-        let warm = (!keep_warm.is_zero()).then(|| (keep_warm, self.rehearsals.clone()));
+        let warm = self.keep_warm.for_run();
         self.pool
             .execute(name, request, move |thread, request, tokio, reply| {
-                let rehearsal = warm.map(|(window, count)| (window, count, rehearsal_of(&request)));
+                let rehearsal = warm.map(|warm| Rehearsal::after(&request, warm, tokio));
                 let mut job = Some((request, reply));
                 thread.lend(&mut |engine| {
                     let Some((request, reply)) = job.take() else {
@@ -756,22 +819,19 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
                         reply.send(report)
                     })
                 });
-                let plan = rehearsal.map(|(window, count, request)| Rehearsal {
-                    until: Instant::now() + window,
-                    tokio: tokio.clone(),
-                    request,
-                    engine: name,
-                    count,
-                });
-                REHEARSAL.with(|r| *r.borrow_mut() = plan);
+                REHEARSAL_ENGINE.set(name);
+                REHEARSAL.with(|r| *r.borrow_mut() = rehearsal.map(Rehearsal::starting_now));
             })
             .await
     }
 
     fn keep_warm(&self, window: Duration) -> bool {
-        let us = window.min(MAX_KEEP_WARM).as_micros() as u64;
-        self.keep_warm_us.store(us, Ordering::Relaxed);
+        self.keep_warm.set(window);
         true
+    }
+
+    fn rehearsals(&self) -> u64 {
+        self.keep_warm.rehearsals()
     }
 
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {

@@ -156,11 +156,11 @@ impl<S: 'static> WorkerPool<S> {
     }
 
     /// Rehearses while idle: after `idle`, as long as `due` says a
-    /// rehearsal is due on this thread, the worker waits for a job at most
+    /// rehearsal is due on this thread (for this state), the worker waits for a job at most
     /// [`REHEARSAL_PERIOD`] at a time and calls `rehearse` each time none
     /// came. `due` is asked first, so that a pool with nothing to rehearse
     /// sleeps at once as before. A panic in `rehearse` rebuilds the state.
-    pub(crate) fn with_rehearsal(mut self, due: fn() -> bool, rehearse: fn(&mut S)) -> Self {
+    pub(crate) fn with_rehearsal(mut self, due: fn(&mut S) -> bool, rehearse: fn(&mut S)) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.rehearsal = Some(Rehearsal { due, rehearse });
         }
@@ -477,7 +477,7 @@ fn answer_soon<T>(
 pub(crate) const REHEARSAL_PERIOD: std::time::Duration = std::time::Duration::from_micros(800);
 
 struct Rehearsal<S> {
-    due: fn() -> bool,
+    due: fn(&mut S) -> bool,
     rehearse: fn(&mut S),
 }
 
@@ -519,7 +519,7 @@ fn next_job<S>(
         }
     }
     if let Some(r) = &shared.rehearsal {
-        while (r.due)() {
+        while (r.due)(state) {
             match rx.recv_timeout(REHEARSAL_PERIOD) {
                 Ok(j) => return Some(j),
                 Err(mpsc::RecvTimeoutError::Disconnected) => return None,
@@ -629,7 +629,7 @@ mod tests {
         use std::sync::atomic::{AtomicU32, Ordering};
         // Rehearsals still due; each one counts in the worker's state.
         static DUE: AtomicU32 = AtomicU32::new(0);
-        fn due() -> bool {
+        fn due(_: &mut u32) -> bool {
             DUE.load(Ordering::SeqCst) > 0
         }
         fn rehearse(s: &mut u32) {
@@ -649,7 +649,7 @@ mod tests {
         // The worker is asleep with nothing due: it rehearses after its
         // next job, three times, then sleeps.
         assert_eq!(ask(&pool), 0);
-        while due() {
+        while DUE.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(ask(&pool), 3, "three rehearsals, then none");

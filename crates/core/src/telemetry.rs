@@ -12,6 +12,7 @@
 //! | `approval_denial_count` | counter | `tool`, `outcome` (`denied`, `timed_out`, `cancelled`) |
 //! | `detached_tasks_running` | gauge | |
 //! | `worker_restarts_total` | counter | `engine` |
+//! | `keep_warm_rehearsals_total` | counter | `engine` |
 //!
 //! Nothing is recorded unless the host installs a recorder (a Prometheus
 //! exporter: `harness::telemetry`).

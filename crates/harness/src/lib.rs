@@ -269,6 +269,13 @@ impl Harness {
         self.tools.allow.resolve(&self.tools.registry)
     }
 
+    /// Rehearsals this harness's engine has run to keep warm
+    /// ([`HarnessBuilder::keep_warm`]; zero when it does not): each costs
+    /// about one trivial run of CPU.
+    pub fn rehearsals(&self) -> u64 {
+        self.adapter.rehearsals()
+    }
+
     /// The tool registry.
     pub fn registry(&self) -> &Arc<ToolRegistry> {
         &self.tools.registry
@@ -538,9 +545,9 @@ impl HarnessBuilder {
     /// does not pay for caches the idle CPU lost. For runs a few
     /// milliseconds apart; it costs a few per cent of a CPU per engine
     /// thread during each window, and longer windows than a minute are cut
-    /// to one. Engines in this process only; behind the process boundary
-    /// it does nothing yet. (`[workers] keep_warm_ms` in the configuration
-    /// file; docs/performance.md, "Keeping an idle engine thread warm".)
+    /// to one. Behind the process boundary the host thread rehearses
+    /// through its worker process, so both stay warm. (`[workers]
+    /// keep_warm_ms` in the configuration file; docs/performance.md, "Keeping an idle engine thread warm".)
     pub fn keep_warm(mut self, window: std::time::Duration) -> Self {
         self.keep_warm = Some(window);
         self
@@ -706,6 +713,9 @@ impl ScriptRuntimeAdapter for Runs {
     }
     fn keep_warm(&self, window: std::time::Duration) -> bool {
         self.0.adapter.keep_warm(window)
+    }
+    fn rehearsals(&self) -> u64 {
+        self.0.adapter.rehearsals()
     }
 }
 

@@ -124,6 +124,9 @@ impl ScriptRuntimeAdapter for TypeScriptAware {
     fn keep_warm(&self, window: std::time::Duration) -> bool {
         self.inner.keep_warm(window)
     }
+    fn rehearsals(&self) -> u64 {
+        self.inner.rehearsals()
+    }
 
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
         match self.inner.check_syntax(source).await {

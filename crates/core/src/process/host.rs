@@ -9,6 +9,7 @@ use crate::adapter::{
 };
 use crate::engine::{
     run_script, Engine, EngineDescriptor, EngineFault, EngineSetup, FaultKind, HostHandle,
+    KeepWarm, Rehearsal,
 };
 use crate::error::ScriptError;
 use crate::limits::{Isolation, Limits};
@@ -791,6 +792,9 @@ struct Slot {
     proc: Option<Proc>,
     /// Workers started by the whole adapter.
     started: Arc<AtomicU64>,
+    /// What this thread rehearses while the adapter keeps warm, until
+    /// when ([`ScriptRuntimeAdapter::keep_warm`]).
+    rehearsal: Option<Rehearsal>,
 }
 
 impl Slot {
@@ -866,6 +870,44 @@ impl Slot {
         self.prewarm();
     }
 
+    /// Whether a rehearsal is due ([`WorkerPool::with_rehearsal`]).
+    fn rehearsal_due(&mut self) -> bool {
+        Rehearsal::due(&mut self.rehearsal)
+    }
+
+    /// Runs a rehearsal through this thread's worker, when one is due and
+    /// the worker is there and alive: a run like any other on both sides
+    /// of the boundary (the host's event loop, the frames, the worker's
+    /// engine and its tidy-up), whose report nobody hears of. It is not
+    /// counted against `max_runs_per_worker`. A worker that dies in it is
+    /// replaced, as after a run.
+    fn rehearse(&mut self) {
+        let engine = &self.opts.engine;
+        let Some((request, tokio)) = self.rehearsal.as_ref().map(|p| p.next(engine)) else {
+            return;
+        };
+        let Some(proc) = self.proc.take() else {
+            return;
+        };
+        if !proc.alive() {
+            // The next run replaces it (and counts the restart).
+            self.proc = Some(proc);
+            self.rehearsal = None;
+            return;
+        }
+        let mut engine = RemoteEngine::new(proc);
+        let in_flight = super::remote_run();
+        crate::event_loop::rehearse(&mut engine, &self.opts.engine, request, &tokio);
+        drop(in_flight);
+        self.proc = engine.into_reusable(self.opts.start_timeout);
+        if self.proc.is_none() {
+            metrics::counter!("worker_restarts_total", "engine" => self.opts.engine.clone())
+                .increment(1);
+            tracing::info!(engine = %self.opts.engine, "worker process replaced after it died in a rehearsal");
+            self.prewarm();
+        }
+    }
+
     /// One request/answer exchange outside a run (check, global eval); the
     /// worker is killed if it takes longer than `limit`.
     fn ask(&mut self, msg: ToWorker, limit: Duration) -> Result<FromWorker, Asked> {
@@ -906,6 +948,9 @@ pub struct ProcessAdapter {
     opts: Arc<ProcessOptions>,
     pool: Arc<WorkerPool<Slot>>,
     started: Arc<AtomicU64>,
+    /// Whether host threads rehearse through their workers after each
+    /// run ([`ScriptRuntimeAdapter::keep_warm`]); shared by clones.
+    keep_warm: KeepWarm,
 }
 
 impl std::fmt::Debug for Slot {
@@ -955,12 +1000,15 @@ impl ProcessAdapter {
                         opts: factory_opts.clone(),
                         proc: None,
                         started: factory_started.clone(),
+                        rehearsal: None,
                     },
                 )
+                .with_rehearsal(Slot::rehearsal_due, Slot::rehearse)
                 .with_long_private_tidy_up(long_private_tidy_up),
             ),
             opts,
             started,
+            keep_warm: KeepWarm::default(),
         }
     }
 
@@ -975,6 +1023,13 @@ impl ProcessAdapter {
     /// kills and deaths, and recycling after `max_runs_per_worker`).
     pub fn workers_started(&self) -> u64 {
         self.started.load(Ordering::SeqCst)
+    }
+
+    /// Rehearsals run through this adapter's workers to keep warm
+    /// ([`ScriptRuntimeAdapter::keep_warm`]): the CPU spent on it is
+    /// about this many trivial runs.
+    pub fn rehearsals(&self) -> u64 {
+        self.keep_warm.rehearsals()
     }
 
     /// Starts `n` workers now, so that the first runs find them warm.
@@ -1010,11 +1065,32 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
     async fn execute(&self, mut request: ExecutionRequest) -> ExecutionReport {
         // Where it runs, for the run's span.
         request.limits.isolation = Some(crate::limits::Isolation::Process);
+        // Kept warm: nothing is cloned for a run of an adapter that is not.
+        let warm = self.keep_warm.for_run();
         self.pool
-            .execute(&self.opts.engine, request, |s, request, tokio, reply| {
-                s.execute(request, tokio, |report| reply.send(report))
-            })
+            .execute(
+                &self.opts.engine,
+                request,
+                move |s, request, tokio, reply| {
+                    let rehearsal = warm.map(|warm| Rehearsal::after(&request, warm, tokio));
+                    s.execute(request, tokio, |report| reply.send(report));
+                    s.rehearsal = rehearsal.map(Rehearsal::starting_now);
+                },
+            )
             .await
+    }
+
+    /// Keeps warm behind the boundary: for `window` after each run, its
+    /// host thread rehearses a trivial run through its worker process
+    /// about every 0.8 ms while no run comes (both sides' caches, and the
+    /// worker's prepared context, stay warm).
+    fn keep_warm(&self, window: Duration) -> bool {
+        self.keep_warm.set(window);
+        true
+    }
+
+    fn rehearsals(&self) -> u64 {
+        self.keep_warm.rehearsals()
     }
 
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
