@@ -61,7 +61,7 @@ let nextRunId = 1;
 class Harness {
   /**
    * @param {object} [options] engine, isolation, limits, tools, allow,
-   *   approvals, mode, config, provider (see index.d.ts)
+   *   approvals, mode, config, provider, keepWarmMs (see index.d.ts)
    */
   constructor(options = {}) {
     const tools = options.tools ?? {};
@@ -98,6 +98,7 @@ class Harness {
       mode: options.mode,
       config: options.config,
       provider: options.provider,
+      keep_warm_ms: options.keepWarmMs,
     };
     // A call is answered through `complete`, when the tool settles; only
     // strings cross (a throwing conversion here would be an unhandled

@@ -12,7 +12,7 @@ const add: Tool<{ a: number; b: number }, { sum: number }> = {
 };
 
 async function main(): Promise<number> {
-  const h = new Harness({ tools: { add }, limits: { timeoutMs: 5000 }, approvals: async (r) => r.tool === 'add' });
+  const h = new Harness({ tools: { add }, limits: { timeoutMs: 5000 }, approvals: async (r) => r.tool === 'add', keepWarmMs: 20 });
   const ac = new AbortController();
   const r: Report = await h.run('return 1 + 1', { signal: ac.signal, context: { turnId: 't' }, timeoutMs: 1000 });
   if (!r.ok && r.error?.code === ErrorCode.ScriptTimeoutError) return -1;

@@ -37,8 +37,11 @@ fn bad(message: impl std::fmt::Display) -> OptionsError {
 /// A builder from the options object of `new Harness(...)` /
 /// `Harness(...)`: `config` (a harness.toml path) with `provider`,
 /// `limits` (snake_case names; on top of the file's when both are given),
-/// `engine`, `isolation` (`in_process` or `process`), `mode`, and `allow`
-/// (tool names). Tools and approvals are the caller's to add.
+/// `engine`, `isolation` (`in_process` or `process`), `mode`, `allow`
+/// (tool names), and `keep_warm_ms` (also `keepWarmMs`: milliseconds to
+/// keep the engine warm after each run, 0 for off, over the file's
+/// `[workers] keep_warm_ms`; [`HarnessBuilder::keep_warm`]). Tools and
+/// approvals are the caller's to add.
 pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsError> {
     let limits = match options.get("limits") {
         None | Some(Value::Null) => None,
@@ -107,6 +110,16 @@ pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsEr
             builder = builder.allow(Allowlist::only(only));
         }
         Some(_) => return Err(bad("`allow` must be a list of tool names")),
+    }
+    let keep_warm = options
+        .get("keep_warm_ms")
+        .or_else(|| options.get("keepWarmMs"))
+        .filter(|k| !k.is_null());
+    if let Some(k) = keep_warm {
+        let ms = k
+            .as_u64()
+            .ok_or_else(|| bad("`keep_warm_ms` must be a whole number of milliseconds"))?;
+        builder = builder.keep_warm(std::time::Duration::from_millis(ms));
     }
     Ok(builder)
 }

@@ -186,4 +186,37 @@ async fn workers_keep_warm_ms_is_read_and_runs_answer_as_before() {
         assert_eq!(r.value, Some(json!(i + 1)), "{:?}", r.error);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    assert!(h.rehearsals() > 0, "the engine kept warm between the runs");
+    let off = Config::default().builder().unwrap().build().unwrap();
+    assert!(off.run("return 1").await.ok);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(off.rehearsals(), 0, "off by default");
+}
+
+/// The bindings' options object: `keep_warm_ms` (or `keepWarmMs`) keeps
+/// the engine warm, over a file's `[workers] keep_warm_ms`; 0 turns it
+/// off; anything but a whole number is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bindings_keep_warm_ms_option_keeps_warm_and_is_checked() {
+    use harness::embed::builder_from_options;
+    for options in [json!({"keep_warm_ms": 20}), json!({"keepWarmMs": 20})] {
+        let h = builder_from_options(&options).unwrap().build().unwrap();
+        assert!(h.run("return 1").await.ok);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(h.rehearsals() > 0, "{options}: kept warm");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("h.toml");
+    std::fs::write(&file, "[workers]\nkeep_warm_ms = 20\n").unwrap();
+    let h = builder_from_options(&json!({"config": file, "keep_warm_ms": 0}))
+        .unwrap()
+        .build()
+        .unwrap();
+    assert!(h.run("return 1").await.ok);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(h.rehearsals(), 0, "0 over the file's window: off");
+    for bad in [json!(-1), json!(1.5), json!("20")] {
+        let err = builder_from_options(&json!({"keep_warm_ms": bad})).unwrap_err();
+        assert!(err.to_string().contains("keep_warm_ms"), "{bad}: {err}");
+    }
 }
