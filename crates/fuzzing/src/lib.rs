@@ -166,17 +166,19 @@ fn runtime() -> tokio::runtime::Runtime {
 /// cap: sanitizers reserve terabytes of shadow memory, and the worker's
 /// own heap budget still enforces the memory limit.
 pub fn fuzz_harness(engine: EngineKind, isolation: Isolation, limits: Limits) -> Harness {
-    harness_with_workers(engine, isolation, limits, 2)
+    harness_with_workers(engine, isolation, limits, 2, None)
 }
 
 /// [`fuzz_harness`] with at most `max_workers` worker processes behind
 /// the process boundary, or engine threads in process (where the engine's
-/// descriptor can size its pool).
+/// descriptor can size its pool), kept warm for `keep_warm` after each run
+/// when given.
 fn harness_with_workers(
     engine: EngineKind,
     isolation: Isolation,
     limits: Limits,
     max_workers: usize,
+    keep_warm: Option<std::time::Duration>,
 ) -> Harness {
     let mut b = Harness::builder()
         .engine(engine)
@@ -194,6 +196,9 @@ fn harness_with_workers(
         .and_then(|d| d.in_process_with_threads(max_workers))
     {
         b = b.adapter(adapter);
+    }
+    if let Some(window) = keep_warm {
+        b = b.keep_warm(window);
     }
     b.build().expect("engine is built in")
 }
@@ -451,26 +456,34 @@ impl Differential {
 /// The cross-run oracle: script A, then script B on the same harness
 /// (the same engine instance and, behind the process boundary, the same
 /// worker processes); B's report must equal B's report on a harness that
-/// never ran anything. Durations, memory figures and ids are normalised
+/// never ran anything. Half the pairs run on harnesses kept warm
+/// ([`KEPT_WARM`]), so that rehearsals come between A and B. Durations,
+/// memory figures and ids are normalised
 /// ([`normalised`]); everything else is compared. Reports of runs that hit
 /// a resource limit are not compared (how far a run got before its
 /// deadline depends on the machine's load).
 pub struct CrossRun {
     rt: tokio::runtime::Runtime,
     limits: Limits,
-    configs: Vec<(EngineKind, Isolation, Harness)>,
+    /// Each engine and isolation, with its shared harness and the same
+    /// kept warm ([`KEPT_WARM`]).
+    configs: Vec<(EngineKind, Isolation, Harness, Harness)>,
     /// The pair checked before this one: its fresh harness's engine
     /// threads free their runtimes after that pair's check, so a leak
     /// there surfaces during the next pair.
     last: std::sync::Mutex<Option<(String, String)>>,
 }
 
+/// How long the cross-run oracle's harnesses kept warm stay warm after
+/// each run: past the pause between a pair's two runs (25 ms).
+pub const KEPT_WARM: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl std::fmt::Debug for CrossRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<_> = self
             .configs
             .iter()
-            .map(|(e, i, _)| format!("{e} ({i:?})"))
+            .map(|(e, i, _, _)| format!("{e} ({i:?})"))
             .collect();
         f.debug_struct("CrossRun").field("configs", &names).finish()
     }
@@ -608,7 +621,8 @@ impl CrossRun {
                 configs.push((
                     engine,
                     isolation,
-                    harness_with_workers(engine, isolation, limits.clone(), 1),
+                    harness_with_workers(engine, isolation, limits.clone(), 1, None),
+                    harness_with_workers(engine, isolation, limits.clone(), 1, Some(KEPT_WARM)),
                 ));
             }
         }
@@ -618,6 +632,12 @@ impl CrossRun {
             configs,
             last: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Rehearsals run so far by the harnesses kept warm (those of the
+    /// pairs whose two lengths differ in parity).
+    pub fn rehearsals(&self) -> u64 {
+        self.configs.iter().map(|(_, _, _, w)| w.rehearsals()).sum()
     }
 
     /// Builds two scripts from `data` (its two halves) and checks them on
@@ -655,16 +675,30 @@ impl CrossRun {
             );
         };
         leak_check("before this pair ran anything");
-        for (engine, isolation, shared) in &self.configs {
+        // Half the pairs (by their lengths, so that a pair replays the
+        // same way) run on the harnesses kept warm: rehearsals then run
+        // in the pause between the two runs.
+        let kept_warm = (first.len() ^ second.len()) & 1 == 1;
+        let how = if kept_warm {
+            ", kept warm: rehearsals between the runs"
+        } else {
+            ""
+        };
+        for (engine, isolation, plain, warm) in &self.configs {
+            let shared = if kept_warm { warm } else { plain };
             let _ = self.rt.block_on(shared.run(first));
-            leak_check(&format!("after the first run on {engine} ({isolation:?})"));
+            leak_check(&format!(
+                "after the first run on {engine} ({isolation:?}{how})"
+            ));
             // Let the engine thread go idle, so that the second run meets
             // what its tidy-up left (a private run's tidy-up, collecting
             // its realm and making the next, takes a few ms under the
             // sanitiser), as a run some time later would.
             std::thread::sleep(std::time::Duration::from_millis(25));
             let after = self.rt.block_on(shared.run(second));
-            leak_check(&format!("after the second run on {engine} ({isolation:?})"));
+            leak_check(&format!(
+                "after the second run on {engine} ({isolation:?}{how})"
+            ));
             // A harness that never ran anything (behind the process
             // boundary: with workers of its own).
             let fresh_harness = fuzz_harness(*engine, *isolation, self.limits.clone());
@@ -677,7 +711,7 @@ impl CrossRun {
             let (x, y) = (normalised(&after), normalised(&fresh));
             assert!(
                 x == y,
-                "{engine} ({isolation:?}): the second run differs from a fresh run\n--- first\n{first}\n--- second\n{second}\n--- after the first\n{x:#}\n--- fresh\n{y:#}"
+                "{engine} ({isolation:?}{how}): the second run differs from a fresh run\n--- first\n{first}\n--- second\n{second}\n--- after the first\n{x:#}\n--- fresh\n{y:#}"
             );
         }
     }

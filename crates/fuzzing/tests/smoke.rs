@@ -100,6 +100,9 @@ harness::main! {
                 for _ in 0..60 {
                     c.check(&rng.bytes(1200));
                 }
+                // About half the pairs ran kept warm, with rehearsals
+                // between their runs.
+                assert!(c.rehearsals() > 0, "no pair ran on an engine kept warm");
             }),
         ];
         for engine in EngineKind::available() {
