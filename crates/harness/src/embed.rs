@@ -111,17 +111,26 @@ pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsEr
         }
         Some(_) => return Err(bad("`allow` must be a list of tool names")),
     }
-    let keep_warm = options
-        .get("keep_warm_ms")
-        .or_else(|| options.get("keepWarmMs"))
-        .filter(|k| !k.is_null());
-    if let Some(k) = keep_warm {
-        let ms = k
-            .as_u64()
-            .ok_or_else(|| bad("`keep_warm_ms` must be a whole number of milliseconds"))?;
+    if let Some(ms) = milliseconds(options, "keep_warm_ms", "keepWarmMs")? {
         builder = builder.keep_warm(std::time::Duration::from_millis(ms));
     }
     Ok(builder)
+}
+
+/// A whole number of milliseconds under `name` (or its camelCase
+/// `camel`); `None` when absent or null.
+fn milliseconds(options: &Value, name: &str, camel: &str) -> Result<Option<u64>, OptionsError> {
+    match options
+        .get(name)
+        .or_else(|| options.get(camel))
+        .filter(|v| !v.is_null())
+    {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| bad(format!("`{name}` must be a whole number of milliseconds"))),
+    }
 }
 
 /// A tool from a binding's tool spec, `{name, description?, parameters?,
@@ -171,14 +180,7 @@ pub fn request_from_options(
     options: &Value,
 ) -> Result<ExecutionRequest, OptionsError> {
     let mut request = h.request(code);
-    let timeout = options
-        .get("timeout_ms")
-        .or_else(|| options.get("timeoutMs"))
-        .filter(|t| !t.is_null());
-    if let Some(t) = timeout {
-        let ms = t
-            .as_u64()
-            .ok_or_else(|| bad("`timeout_ms` must be a whole number of milliseconds"))?;
+    if let Some(ms) = milliseconds(options, "timeout_ms", "timeoutMs")? {
         request.limits = request.limits.clone().with_timeout_ms(ms);
     }
     if let Some(ctx) = options.get("context").filter(|c| !c.is_null()) {
