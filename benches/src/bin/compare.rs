@@ -155,12 +155,18 @@ fn timed(o: &Options, once: impl Fn()) -> Vec<f64> {
         .collect()
 }
 
+/// The rows measured again with the engine kept warm.
+const WARM_ROWS: [&str; 2] = ["trivial", "sequential_100"];
+
 fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Vec<Row> {
     let h = harness(config);
     let mut rows = Vec::new();
     for (name, src, expect) in workloads() {
-        // Kept warm: the trivial row only, to set beside the plain one.
-        if o.only.as_ref().is_some_and(|w| *w != name) || (config.keep_warm && name != "trivial") {
+        // Kept warm: the trivial and `sequential_100` rows only, to set
+        // beside the plain ones.
+        if o.only.as_ref().is_some_and(|w| *w != name)
+            || (config.keep_warm && !WARM_ROWS.contains(&name.as_str()))
+        {
             continue;
         }
         let once = || {
@@ -469,15 +475,23 @@ harness::main! {
             .build()
             .expect("tokio runtime");
         let started = Instant::now();
-        // QuickJS in process kept warm (`HarnessBuilder::keep_warm`): a
-        // trivial row of its own beside the default one.
-        let warm = Config {
+        // QuickJS kept warm (`HarnessBuilder::keep_warm`), in process and
+        // behind the boundary: rows of their own beside the default ones.
+        let plain = engines();
+        let warm = ["quickjs", "quickjs,process"].map(|c| Config {
             keep_warm: true,
-            ..Config::from_options("quickjs")
-        };
-        let ours: Vec<Row> = engines()
+            ..Config::from_options(c)
+        });
+        let warm = warm.into_iter().filter(|w| {
+            plain.contains(&Config {
+                keep_warm: false,
+                ..*w
+            })
+        });
+        let ours: Vec<Row> = plain
+            .clone()
             .into_iter()
-            .chain(engines().contains(&Config::from_options("quickjs")).then_some(warm))
+            .chain(warm)
             .flat_map(|c| measure_ours(c, &o, &rt))
             .collect();
         let peer = measure_peer(&o);
