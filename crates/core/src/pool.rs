@@ -156,9 +156,9 @@ impl<S: 'static> WorkerPool<S> {
     }
 
     /// Rehearses while idle: after `idle`, as long as `due` says a
-    /// rehearsal is due on this thread (for this state), the worker waits for a job at most
-    /// [`REHEARSAL_PERIOD`] at a time and calls `rehearse` each time none
-    /// came. `due` is asked first, so that a pool with nothing to rehearse
+    /// rehearsal is due on this thread (for this state), the worker waits
+    /// for a job at most [`REHEARSAL_PERIOD`] at a time and calls
+    /// `rehearse` each time none came. `due` is asked first, so that a pool with nothing to rehearse
     /// sleeps at once as before. A panic in `rehearse` rebuilds the state.
     pub(crate) fn with_rehearsal(mut self, due: fn(&mut S) -> bool, rehearse: fn(&mut S)) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {

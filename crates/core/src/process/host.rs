@@ -847,13 +847,7 @@ impl Slot {
         let out = run_script(&mut engine, &self.opts.engine, request, tokio);
         drop(in_flight);
         respond(out.report);
-        self.proc = engine.into_reusable(self.opts.start_timeout);
-        if self.proc.is_none() {
-            // Killed (deadline, cancel) or dead: a fresh one replaces it.
-            metrics::counter!("worker_restarts_total", "engine" => self.opts.engine.clone())
-                .increment(1);
-            tracing::info!(engine = %self.opts.engine, "worker process replaced after a kill or death");
-        }
+        self.keep_worker(engine);
         if let Some(p) = &mut self.proc {
             p.runs = p.runs.saturating_add(1);
             if self
@@ -882,29 +876,38 @@ impl Slot {
     /// counted against `max_runs_per_worker`. A worker that dies in it is
     /// replaced, as after a run.
     fn rehearse(&mut self) {
+        let proc = match self.proc.take() {
+            Some(p) if p.alive() => p,
+            idle => {
+                // None started, or dead: the next run replaces it (and
+                // counts the restart); no rehearsal until then.
+                self.proc = idle;
+                self.rehearsal = None;
+                return;
+            }
+        };
         let engine = &self.opts.engine;
         let Some((request, tokio)) = self.rehearsal.as_ref().map(|p| p.next(engine)) else {
-            return;
-        };
-        let Some(proc) = self.proc.take() else {
-            return;
-        };
-        if !proc.alive() {
-            // The next run replaces it (and counts the restart).
             self.proc = Some(proc);
-            self.rehearsal = None;
             return;
-        }
+        };
         let mut engine = RemoteEngine::new(proc);
         let in_flight = super::remote_run();
         crate::event_loop::rehearse(&mut engine, &self.opts.engine, request, &tokio);
         drop(in_flight);
+        self.keep_worker(engine);
+        self.prewarm();
+    }
+
+    /// Keeps the worker of a finished run (or rehearsal) for the next,
+    /// once it is ready; one killed (deadline, cancel) or dead is counted
+    /// as a restart, and a fresh one will replace it.
+    fn keep_worker(&mut self, engine: RemoteEngine) {
         self.proc = engine.into_reusable(self.opts.start_timeout);
         if self.proc.is_none() {
             metrics::counter!("worker_restarts_total", "engine" => self.opts.engine.clone())
                 .increment(1);
-            tracing::info!(engine = %self.opts.engine, "worker process replaced after it died in a rehearsal");
-            self.prewarm();
+            tracing::info!(engine = %self.opts.engine, "worker process replaced after a kill or death");
         }
     }
 
