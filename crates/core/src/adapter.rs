@@ -520,9 +520,10 @@ pub trait ScriptRuntimeAdapter: Send + Sync {
         GlobalEvalOutcome::Unsupported(format!("{} cannot run global code", self.info().name))
     }
     /// Keeps the engine warm for `window` after each run (zero: not at
-    /// all, the default; setting zero also ends a window under way): the thread that ran it rehearses a trivial run
-    /// about every 0.8 ms while it waits, with the same tools, context and
-    /// limits and a fixed script that nobody hears of, so that a run
+    /// all, the default; setting zero also ends a window under way): the
+    /// thread that ran it rehearses a trivial run about every 0.8 ms while
+    /// it waits, with the same tools, context and limits and a fixed
+    /// script that nobody hears of, so that a run
     /// arriving within the window finds the caches warm. Costs CPU while
     /// idle (a few per cent of a core per thread in its window); see
     /// docs/performance.md, "Keeping an idle engine thread warm". Returns

@@ -547,7 +547,8 @@ impl HarnessBuilder {
     /// thread during each window, and longer windows than a minute are cut
     /// to one. Behind the process boundary the host thread rehearses
     /// through its worker process, so both stay warm. (`[workers]
-    /// keep_warm_ms` in the configuration file; docs/performance.md, "Keeping an idle engine thread warm".)
+    /// keep_warm_ms` in the configuration file; docs/performance.md,
+    /// "Keeping an idle engine thread warm".)
     pub fn keep_warm(mut self, window: std::time::Duration) -> Self {
         self.keep_warm = Some(window);
         self
