@@ -608,7 +608,13 @@ pub(crate) struct Rehearsal {
     window: Duration,
     until: Instant,
     tokio: tokio::runtime::Handle,
-    request: ExecutionRequest,
+    /// What the request of each rehearsal takes from the last run's
+    /// ([`Rehearsal::next`] makes it; a run only copies these).
+    limits: Limits,
+    context: crate::adapter::ScriptContext,
+    mode: crate::adapter::Mode,
+    tools: crate::adapter::ToolSet,
+    tasks: Option<Arc<crate::tasks::DetachedTasks>>,
     /// The engine's setting (turned off: no more rehearsals) and count.
     keep_warm: KeepWarm,
 }
@@ -665,18 +671,17 @@ impl Rehearsal {
         (window, keep_warm): (Duration, KeepWarm),
         tokio: &tokio::runtime::Handle,
     ) -> Rehearsal {
-        let mut r = ExecutionRequest::new(REHEARSAL_SCRIPT);
-        r.limits = last.limits.clone();
-        r.limits.realm = Some(crate::limits::Realm::Shared);
-        r.context = last.context.clone();
-        r.mode = last.mode;
-        r.tools = last.tools.clone();
-        r.tasks = last.tasks.clone();
+        let mut limits = last.limits.clone();
+        limits.realm = Some(crate::limits::Realm::Shared);
         Rehearsal {
             window,
             until: Instant::now() + window,
             tokio: tokio.clone(),
-            request: r,
+            limits,
+            context: last.context.clone(),
+            mode: last.mode,
+            tools: last.tools.clone(),
+            tasks: last.tasks.clone(),
             keep_warm,
         }
     }
@@ -704,7 +709,13 @@ impl Rehearsal {
     pub(crate) fn next(&self, engine: &str) -> (ExecutionRequest, tokio::runtime::Handle) {
         self.keep_warm.rehearsals.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("keep_warm_rehearsals_total", "engine" => engine.to_owned()).increment(1);
-        (self.request.clone(), self.tokio.clone())
+        let mut r = ExecutionRequest::new(REHEARSAL_SCRIPT);
+        r.limits = self.limits.clone();
+        r.context = self.context.clone();
+        r.mode = self.mode;
+        r.tools = self.tools.clone();
+        r.tasks = self.tasks.clone();
+        (r, self.tokio.clone())
     }
 }
 
