@@ -605,7 +605,6 @@ pub const MAX_KEEP_WARM: Duration = Duration::from_secs(60);
 /// rehearses, and until when: the last run's request on this thread with
 /// a fixed script in place of its own ([`Rehearsal::after`]).
 pub(crate) struct Rehearsal {
-    window: Duration,
     until: Instant,
     tokio: tokio::runtime::Handle,
     /// What the request of each rehearsal takes from the last run's
@@ -650,17 +649,15 @@ impl KeepWarm {
         Duration::from_micros(self.window_us.load(Ordering::Relaxed))
     }
 
-    /// For a run starting now: the window and the setting to plan its
-    /// rehearsals with, when the engine keeps warm (nothing is cloned
-    /// otherwise).
-    pub(crate) fn for_run(&self) -> Option<(Duration, KeepWarm)> {
-        let window = self.window();
-        (!window.is_zero()).then(|| (window, self.clone()))
+    /// For a run starting now: the setting to plan its rehearsals with,
+    /// when the engine keeps warm (nothing is cloned otherwise).
+    pub(crate) fn for_run(&self) -> Option<KeepWarm> {
+        (!self.window().is_zero()).then(|| self.clone())
     }
 }
 
 impl Rehearsal {
-    /// The rehearsals after `last`, due for `window` from now: the same
+    /// The rehearsals after `last`, due for the window from now: the same
     /// tools, context, mode, limits and detached-task registry (so that
     /// the prelude's kept configuration still fits the next run), in the
     /// shared realm, with a fixed script and nothing that reaches anyone
@@ -668,14 +665,13 @@ impl Rehearsal {
     /// script calls no tool and spawns no task.
     pub(crate) fn after(
         last: &ExecutionRequest,
-        (window, keep_warm): (Duration, KeepWarm),
+        keep_warm: KeepWarm,
         tokio: &tokio::runtime::Handle,
     ) -> Rehearsal {
         let mut limits = last.limits.clone();
         limits.realm = Some(crate::limits::Realm::Shared);
         Rehearsal {
-            window,
-            until: Instant::now() + window,
+            until: Instant::now() + keep_warm.window(),
             tokio: tokio.clone(),
             limits,
             context: last.context.clone(),
@@ -688,7 +684,7 @@ impl Rehearsal {
 
     /// The same, its window starting now (when the run it follows ended).
     pub(crate) fn starting_now(mut self) -> Rehearsal {
-        self.until = Instant::now() + self.window;
+        self.until = Instant::now() + self.keep_warm.window();
         self
     }
 
