@@ -195,7 +195,17 @@ async function measure(w) {
   });
   const q = (p) => samples[Math.floor((samples.length - 1) * p)];
   const mean = samples.reduce((s, x) => s + x, 0) / samples.length;
-  return { workload: w.name, config: w.config, iters: ITERS, median_us: q(0.5), p90_us: q(0.9), mean_us: mean };
+  // `samples_us`: every timed run, sorted, so that `compare --rounds`
+  // can pool the peer's rounds as it pools ours.
+  return {
+    workload: w.name,
+    config: w.config,
+    iters: ITERS,
+    median_us: q(0.5),
+    p90_us: q(0.9),
+    mean_us: mean,
+    samples_us: samples,
+  };
 }
 
 const require = createRequire(import.meta.url);

@@ -4,14 +4,15 @@
 //! peer first.
 //!
 //! ```text
-//! cargo run --release -p harness-benches --bin compare -- [--iters N] [--warmup-ms N] [--gap-ms N] [--markdown] [--json]
+//! cargo run --release -p harness-benches --bin compare -- [--iters N] [--rounds N] [--warmup-ms N] [--gap-ms N] [--markdown] [--json]
 //! ```
 //!
 //! Method, for both sides: each workload is run for `--warmup-ms`, then
 //! `--iters` runs are timed one by one, end to end (ours: `Harness::run`,
 //! i.e. prepare, install in a hardened context, run, report; the peer: fresh
 //! runtime and context with limits, `console` and `tools`, run, dump,
-//! dispose). Medians are compared; p90 (and p99, ours) is shown for the tail. The
+//! dispose), in `--rounds` rounds in which the rows and the peer take
+//! turns ([`measure`]). Medians are compared; p90 and p99 are shown for the tail. The
 //! `throughput` row is CPU time per script with as many runs in flight as
 //! cores, sustained (one caller per core, each running scripts back to
 //! back; wall time × cores ÷ runs); the peer runs one script at a
@@ -54,6 +55,9 @@ fn workloads() -> Vec<(String, String, Value)> {
 
 struct Options {
     iters: usize,
+    /// The timed runs of every row are taken in this many rounds, the
+    /// rows (and the peer) taking turns ([`measure`]).
+    rounds: usize,
     warmup: Duration,
     gap: Duration,
     markdown: bool,
@@ -66,6 +70,7 @@ struct Options {
 fn parse_args() -> Result<Options, String> {
     let mut o = Options {
         iters: 300,
+        rounds: 5,
         warmup: Duration::from_millis(500),
         gap: Duration::ZERO,
         only: None,
@@ -81,6 +86,11 @@ fn parse_args() -> Result<Options, String> {
                 o.iters = value("--iters")?
                     .parse()
                     .map_err(|e| format!("--iters: {e}"))?
+            }
+            "--rounds" => {
+                o.rounds = value("--rounds")?
+                    .parse()
+                    .map_err(|e| format!("--rounds: {e}"))?
             }
             "--warmup-ms" => {
                 let ms: u64 = value("--warmup-ms")?
@@ -99,7 +109,7 @@ fn parse_args() -> Result<Options, String> {
             // cargo bench passes --bench to every target.
             "--bench" => {}
             "-h" | "--help" => return Err(
-                "usage: compare [--iters N] [--warmup-ms N] [--gap-ms N] [--only WORKLOAD] [--peer-dir DIR] [--markdown] [--json]"
+                "usage: compare [--iters N] [--rounds N] [--warmup-ms N] [--gap-ms N] [--only WORKLOAD] [--peer-dir DIR] [--markdown] [--json]"
                     .into(),
             ),
             other => return Err(format!("unknown argument {other}")),
@@ -107,6 +117,12 @@ fn parse_args() -> Result<Options, String> {
     }
     if o.iters == 0 {
         return Err("--iters must be at least 1".into());
+    }
+    if o.rounds == 0 || o.rounds > o.iters {
+        return Err(format!(
+            "--rounds must be between 1 and --iters ({})",
+            o.iters
+        ));
     }
     Ok(o)
 }
@@ -136,14 +152,14 @@ fn summarise(workload: &str, config: &str, mut samples: Vec<f64>) -> Row {
     }
 }
 
-/// Runs `once` for the warm-up, then times `--iters` calls of it one by
-/// one (each after `--gap-ms` of idling), in µs.
-fn timed(o: &Options, once: impl Fn()) -> Vec<f64> {
-    let until = Instant::now() + o.warmup;
+/// Runs `once` for `warmup`, then times `n` calls of it one by one (each
+/// after `--gap-ms` of idling), in µs.
+fn timed(o: &Options, warmup: Duration, n: usize, mut once: impl FnMut()) -> Vec<f64> {
+    let until = Instant::now() + warmup;
     while Instant::now() < until {
         once();
     }
-    (0..o.iters)
+    (0..n)
         .map(|_| {
             if !o.gap.is_zero() {
                 std::thread::sleep(o.gap);
@@ -155,38 +171,157 @@ fn timed(o: &Options, once: impl Fn()) -> Vec<f64> {
         .collect()
 }
 
+/// How many of the `--iters` timed runs round `round` takes: an equal
+/// share, the first rounds one more where they do not divide.
+fn share(o: &Options, round: usize) -> usize {
+    o.iters / o.rounds + usize::from(round < o.iters % o.rounds)
+}
+
+/// A warm-up after the first round's: a row's engine was warmed then and
+/// only needs its caches back, but the warm-up also has to outlast the
+/// last row's keep-warm window ([`harness_benches::KEEP_WARM`], 50 ms),
+/// whose rehearsals would otherwise share the CPUs with this row's
+/// timed runs.
+const REWARM_MIN: Duration = Duration::from_millis(100);
+
+/// The warm-up before round `round`'s timed runs of a row.
+fn warmup(o: &Options, round: usize) -> Duration {
+    if round == 0 {
+        o.warmup
+    } else {
+        (o.warmup / o.rounds as u32).max(REWARM_MIN).min(o.warmup)
+    }
+}
+
 /// The rows measured again with the engine kept warm.
 const WARM_ROWS: [&str; 2] = ["trivial", "sequential_100"];
 
-fn measure_ours(config: Config, o: &Options, rt: &tokio::runtime::Runtime) -> Vec<Row> {
-    let h = harness(config);
-    let mut rows = Vec::new();
-    for (name, src, expect) in workloads() {
-        // Kept warm: the trivial and `sequential_100` rows only, to set
-        // beside the plain ones.
-        if o.only.as_ref().is_some_and(|w| *w != name)
-            || (config.keep_warm && !WARM_ROWS.contains(&name.as_str()))
-        {
-            continue;
-        }
-        let once = || {
-            let r = rt.block_on(h.run(&src));
-            assert!(
-                r.ok && r.value.as_ref() == Some(&expect),
-                "{config} {name}: {r:?}"
-            );
-        };
-        let samples = timed(o, once);
-        rows.push(summarise(&name, &config.to_string(), samples));
-    }
-    if o.only.as_ref().is_none_or(|w| w == THROUGHPUT) && !config.keep_warm {
-        rows.push(throughput_per_core(&h, config, o, rt));
-    }
+/// What a row of ours runs.
+enum Work {
+    /// A script through `Harness::run`, and the value it must return.
+    Script(String, Value),
+    /// [`throughput_window`]s ([`THROUGHPUT`]).
+    Throughput,
+    /// The workspace sandbox's `execute` ([`SANDBOX`]).
     #[cfg(feature = "wasi")]
-    if config.to_string() == "wasi" && o.only.as_ref().is_none_or(|w| w == SANDBOX) {
-        rows.push(sandbox_execute(o));
+    Sandbox,
+}
+
+/// One row of ours: what it runs on which harness, and its samples so far.
+struct Cell {
+    config: Config,
+    /// Index of its harness in [`measure`]'s list.
+    harness: usize,
+    workload: String,
+    work: Work,
+    samples: Vec<f64>,
+}
+
+/// The rows of ours for `configs` that `--only` leaves, in the order
+/// they print.
+fn cells(configs: &[Config], o: &Options) -> Vec<Cell> {
+    let wanted = |name: &str| o.only.as_ref().is_none_or(|w| w == name);
+    let mut cells = Vec::new();
+    for (harness, &config) in configs.iter().enumerate() {
+        let cell = |workload: &str, work: Work| Cell {
+            config,
+            harness,
+            workload: workload.to_string(),
+            work,
+            samples: Vec::with_capacity(o.iters),
+        };
+        for (name, src, expect) in workloads() {
+            // Kept warm: the trivial and `sequential_100` rows only, to
+            // set beside the plain ones.
+            if wanted(&name) && (!config.keep_warm || WARM_ROWS.contains(&name.as_str())) {
+                cells.push(cell(&name, Work::Script(src, expect)));
+            }
+        }
+        if wanted(THROUGHPUT) && !config.keep_warm {
+            cells.push(cell(THROUGHPUT, Work::Throughput));
+        }
+        #[cfg(feature = "wasi")]
+        if config.to_string() == "wasi" && wanted(SANDBOX) {
+            cells.push(cell(SANDBOX, Work::Sandbox));
+        }
     }
-    rows
+    cells
+}
+
+/// The peer's rows and a one-line description of it, or why it was not
+/// measured.
+type Peer<R> = Result<(Vec<R>, String), String>;
+
+/// Measures our rows for `configs` and the peer's, in `--rounds` rounds:
+/// each round times its [`share`] of every row's runs, row after row
+/// (starting one row further on each round), and runs the peer for the
+/// same share, after ours in even rounds and before them in odd ones.
+/// Each row's samples are pooled over the rounds. This VM's speed changes
+/// by up to 2× for seconds at a time (docs/performance.md, "This VM's
+/// slow spells"): with every row measured in one stretch, a ratio between
+/// two rows said as much about the minute each was measured in as about
+/// the code; taking turns spreads every row over the whole run. Every
+/// harness lives for the whole run, so that a row keeps its engine (and
+/// its worker processes) from one round to the next.
+fn measure(configs: &[Config], o: &Options, rt: &tokio::runtime::Runtime) -> (Vec<Row>, Peer<Row>) {
+    let mut cells = cells(configs, o);
+    let harnesses: Vec<Option<harness::Harness>> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            cells
+                .iter()
+                .any(|cell| cell.harness == i)
+                .then(|| harness(c))
+        })
+        .collect();
+    #[cfg(feature = "wasi")]
+    let sandbox = SandboxRow::new(&cells);
+    let mut peer: Peer<PeerRow> = Ok((Vec::new(), String::new()));
+    let peer_round = |round: usize, peer: &mut Peer<PeerRow>| {
+        let Ok((rows, about)) = peer else { return };
+        match measure_peer(o, share(o, round)) {
+            Ok((more, a)) => {
+                *about = a;
+                pool_peer(rows, more);
+            }
+            Err(e) => *peer = Err(e),
+        }
+    };
+    for round in 0..o.rounds {
+        let peer_first = round % 2 == 1;
+        if peer_first {
+            peer_round(round, &mut peer);
+        }
+        let n = cells.len();
+        for i in 0..n {
+            let cell = &mut cells[(i + round) % n];
+            let h = harnesses[cell.harness].as_ref().expect("a harness per row");
+            let (config, workload) = (cell.config, cell.workload.as_str());
+            let more = match &cell.work {
+                Work::Script(src, expect) => timed(o, warmup(o, round), share(o, round), || {
+                    let r = rt.block_on(h.run(src));
+                    assert!(
+                        r.ok && r.value.as_ref() == Some(expect),
+                        "{config} {workload}: {r:?}"
+                    );
+                }),
+                Work::Throughput => throughput_per_core(h, o, round, rt),
+                #[cfg(feature = "wasi")]
+                Work::Sandbox => sandbox.timed(o, round),
+            };
+            cell.samples.extend(more);
+        }
+        if !peer_first {
+            peer_round(round, &mut peer);
+        }
+    }
+    let ours = cells
+        .into_iter()
+        .map(|c| summarise(&c.workload, &c.config.to_string(), c.samples))
+        .collect();
+    let peer = peer.map(|(rows, about)| (peer_rows(rows, o), about));
+    (ours, peer)
 }
 
 /// The workspace sandbox's row's name.
@@ -199,19 +334,43 @@ const SANDBOX: &str = "sandbox_execute";
 /// stdout back, the files created and modified. The peer has no such
 /// thing; its row is its trivial time.
 #[cfg(feature = "wasi")]
-fn sandbox_execute(o: &Options) -> Row {
-    use harness::wasi::{Sandbox, SandboxPolicy};
-    let root = std::env::temp_dir().join(format!("harness-compare-{}", std::process::id()));
-    let sandbox = Sandbox::new(SandboxPolicy::default(), "compare", &root).expect("a sandbox");
-    let once = || {
-        let r = sandbox
-            .execute("console.log(1+1)")
-            .expect("the sandbox runs");
-        assert!(r.success && r.stdout == "2\n", "sandbox: {r:?}");
-    };
-    let samples = timed(o, once);
-    let _ = std::fs::remove_dir_all(&root);
-    summarise(SANDBOX, "wasi", samples)
+struct SandboxRow {
+    /// The sandbox and its root directory, if the row is measured.
+    sandbox: Option<(harness::wasi::Sandbox, PathBuf)>,
+}
+
+#[cfg(feature = "wasi")]
+impl SandboxRow {
+    fn new(cells: &[Cell]) -> Self {
+        use harness::wasi::{Sandbox, SandboxPolicy};
+        let wanted = cells.iter().any(|c| matches!(c.work, Work::Sandbox));
+        let sandbox = wanted.then(|| {
+            let root = std::env::temp_dir().join(format!("harness-compare-{}", std::process::id()));
+            let sandbox =
+                Sandbox::new(SandboxPolicy::default(), "compare", &root).expect("a sandbox");
+            (sandbox, root)
+        });
+        SandboxRow { sandbox }
+    }
+
+    fn timed(&self, o: &Options, round: usize) -> Vec<f64> {
+        let (sandbox, _) = self.sandbox.as_ref().expect("made for its row");
+        timed(o, warmup(o, round), share(o, round), || {
+            let r = sandbox
+                .execute("console.log(1+1)")
+                .expect("the sandbox runs");
+            assert!(r.success && r.stdout == "2\n", "sandbox: {r:?}");
+        })
+    }
+}
+
+#[cfg(feature = "wasi")]
+impl Drop for SandboxRow {
+    fn drop(&mut self) {
+        if let Some((_, root)) = &self.sandbox {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
 }
 
 /// The throughput row's name.
@@ -226,22 +385,71 @@ const THROUGHPUT: &str = "throughput";
 /// compares scripts/s per core.
 fn throughput_per_core(
     h: &harness::Harness,
-    config: Config,
     o: &Options,
+    round: usize,
     rt: &tokio::runtime::Runtime,
-) -> Row {
+) -> Vec<f64> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let window = || throughput_window(rt, h, cores, RUNS_PER_CALLER);
     // cores × wall ÷ (cores × RUNS_PER_CALLER) runs.
-    let samples = timed(o, window)
+    timed(o, warmup(o, round), share(o, round), window)
         .into_iter()
         .map(|us| us / RUNS_PER_CALLER as f64)
-        .collect();
-    summarise(THROUGHPUT, &config.to_string(), samples)
+        .collect()
 }
 
-/// Runs the Node peer; its rows and a one-line description.
-fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
+/// One workload on the peer, with its samples pooled over the rounds.
+struct PeerRow {
+    workload: String,
+    config: String,
+    samples: Vec<f64>,
+}
+
+/// Adds one round's samples to the peer's rows (a new row for a workload
+/// not seen yet).
+fn pool_peer(rows: &mut Vec<PeerRow>, more: Vec<PeerRow>) {
+    for m in more {
+        match rows
+            .iter_mut()
+            .find(|r| r.workload == m.workload && r.config == m.config)
+        {
+            Some(r) => r.samples.extend(m.samples),
+            None => rows.push(m),
+        }
+    }
+}
+
+/// The peer's rows from its pooled samples, with the rows it has no
+/// workload of its own for: one script at a time on one core (its CPU
+/// time per script), and no sandbox at all, so its trivial rows.
+fn peer_rows(pooled: Vec<PeerRow>, o: &Options) -> Vec<Row> {
+    let mut rows: Vec<Row> = pooled
+        .into_iter()
+        .map(|r| summarise(&r.workload, &r.config, r.samples))
+        .collect();
+    let trivial: Vec<Row> = rows
+        .iter()
+        .filter(|r| r.workload == "trivial")
+        .cloned()
+        .collect();
+    for derived in [THROUGHPUT, SANDBOX] {
+        if o.only.as_ref().is_none_or(|w| w == derived) {
+            rows.extend(trivial.iter().map(|r| Row {
+                workload: derived.to_string(),
+                ..r.clone()
+            }));
+        }
+    }
+    if let Some(only @ (THROUGHPUT | SANDBOX)) = o.only.as_deref() {
+        rows.retain(|r| r.workload == only);
+    }
+    rows
+}
+
+/// Runs the Node peer for `iters` timed runs of each workload (after its
+/// full warm-up: each round is a fresh Node process); its rows' samples
+/// and a one-line description.
+fn measure_peer(o: &Options, iters: usize) -> Peer<PeerRow> {
     let script = o.peer_dir.join("bench.mjs");
     if !o
         .peer_dir
@@ -256,7 +464,7 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
     }
     let out = Command::new("node")
         .arg(&script)
-        .args(["--json", "--iters", &o.iters.to_string()])
+        .args(["--json", "--iters", &iters.to_string()])
         .args(["--warmup-ms", &o.warmup.as_millis().to_string()])
         .args(["--gap-ms", &o.gap.as_millis().to_string()])
         // The peer's throughput and sandbox rows are its trivial row.
@@ -291,38 +499,23 @@ fn measure_peer(o: &Options) -> Result<(Vec<Row>, String), String> {
         meta["version"].as_str().unwrap_or("?"),
         meta["node"].as_str().unwrap_or("?")
     );
-    let mut rows: Vec<Row> = v["results"]
+    let rows = v["results"]
         .as_array()
         .ok_or("peer output has no results")?
         .iter()
-        .map(|r| Row {
-            workload: r["workload"].as_str().unwrap_or("?").to_string(),
-            config: r["config"].as_str().unwrap_or("?").to_string(),
-            median_us: r["median_us"].as_f64().unwrap_or(f64::NAN),
-            p90_us: r["p90_us"].as_f64().unwrap_or(f64::NAN),
-            p99_us: r["p99_us"].as_f64().unwrap_or(f64::NAN),
-            mean_us: r["mean_us"].as_f64().unwrap_or(f64::NAN),
+        .map(|r| {
+            let samples: Option<Vec<f64>> = r["samples_us"]
+                .as_array()
+                .and_then(|s| s.iter().map(Value::as_f64).collect());
+            Ok(PeerRow {
+                workload: r["workload"].as_str().unwrap_or("?").to_string(),
+                config: r["config"].as_str().unwrap_or("?").to_string(),
+                samples: samples
+                    .filter(|s| !s.is_empty())
+                    .ok_or("peer results have no samples_us")?,
+            })
         })
-        .collect();
-    // Rows the peer has no workload of its own for are its trivial rows:
-    // one script at a time on one core (its CPU time per script), and no
-    // sandbox at all.
-    let trivial: Vec<Row> = rows
-        .iter()
-        .filter(|r| r.workload == "trivial")
-        .cloned()
-        .collect();
-    for derived in [THROUGHPUT, SANDBOX] {
-        if o.only.as_ref().is_none_or(|w| w == derived) {
-            rows.extend(trivial.iter().map(|r| Row {
-                workload: derived.to_string(),
-                ..r.clone()
-            }));
-        }
-    }
-    if let Some(only @ (THROUGHPUT | SANDBOX)) = o.only.as_deref() {
-        rows.retain(|r| r.workload == only);
-    }
+        .collect::<Result<_, String>>()?;
     Ok((rows, about))
 }
 
@@ -488,13 +681,8 @@ harness::main! {
                 ..*w
             })
         });
-        let ours: Vec<Row> = plain
-            .clone()
-            .into_iter()
-            .chain(warm)
-            .flat_map(|c| measure_ours(c, &o, &rt))
-            .collect();
-        let peer = measure_peer(&o);
+        let configs: Vec<Config> = plain.clone().into_iter().chain(warm).collect();
+        let (ours, peer) = measure(&configs, &o, &rt);
         let (peer_rows, about) = match &peer {
             Ok((rows, about)) => (rows.clone(), about.clone()),
             Err(_) => (Vec::new(), "not run".to_string()),
@@ -508,16 +696,18 @@ harness::main! {
                     })
                     .collect()
             };
-            let doc = serde_json::json!({"cpu": cpu_model(), "iters": o.iters,
+            let doc = serde_json::json!({"cpu": cpu_model(), "iters": o.iters, "rounds": o.rounds,
                 "gap_ms": o.gap.as_millis() as u64, "peer": about,
                 "ours": rows(&ours), "peer_results": rows(&peer_rows)});
             println!("{doc}");
         } else {
             println!(
-                "{} runs per row, {} ms apart, after {} ms of warm-up; {}; peer: {about}; measured in {:.0} s\n",
+                "{} runs per row in {} rounds, {} ms apart, after {} ms of warm-up ({} ms again each round); {}; peer: {about}; measured in {:.0} s\n",
                 o.iters,
+                o.rounds,
                 o.gap.as_millis(),
                 o.warmup.as_millis(),
+                warmup(&o, 1).as_millis(),
                 cpu_model(),
                 started.elapsed().as_secs_f64()
             );
