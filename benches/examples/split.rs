@@ -31,6 +31,7 @@ harness::main! {
         for _ in 0..warmup {
             run();
         }
+        let steal_before = harness_benches::steal_s();
         let (mut wall, mut inner) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for _ in 0..n {
             if gap > 0 {
@@ -41,6 +42,9 @@ harness::main! {
             wall.push(t.elapsed().as_secs_f64() * 1e6);
             inner.push(r.metrics.duration_ms * 1e3);
         }
+        let steal = steal_before
+            .zip(harness_benches::steal_s())
+            .map_or_else(|| "unknown".to_string(), |(a, b)| format!("{:.2} s", b - a));
         // SPLIT_DUMP=FILE: each run's wall and inside times, in run order
         // (to see whether slow runs come at a period, e.g. after an idle
         // collection).
@@ -60,7 +64,7 @@ harness::main! {
                 .join(" / ")
         };
         println!(
-            "{config} gap {gap} ms, p10 / p25 / p50 / p75 / p90 / p99 µs: wall {}; inside run_script {}",
+            "{config} gap {gap} ms, p10 / p25 / p50 / p75 / p90 / p99 µs: wall {}; inside run_script {}; hypervisor steal over the timed runs {steal}",
             q(&wall),
             q(&inner)
         );

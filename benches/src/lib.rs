@@ -11,6 +11,21 @@ pub fn quantile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p) as usize]
 }
 
+/// CPU time the hypervisor gave to others while this VM's vCPUs wanted
+/// it (steal, the eighth figure of `/proc/stat`'s `cpu` line), in
+/// seconds since boot; `None` where there is no such figure. On the
+/// development VM it is what runs 2 ms apart behind the process boundary
+/// meet most of (docs/performance.md, "Where a spaced run's stalls come
+/// from"), so `compare` and `split` say how much of it fell into their
+/// runs.
+pub fn steal_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: f64 = line.split_whitespace().nth(8)?.parse().ok()?;
+    // USER_HZ: 100 on every Linux ABI in use.
+    Some(ticks / 100.0)
+}
+
 /// `return 1+1`, end to end: prepare, fresh hardened context, run, report.
 pub const TRIVIAL: &str = "return 1+1";
 

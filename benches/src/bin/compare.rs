@@ -668,6 +668,7 @@ harness::main! {
             .build()
             .expect("tokio runtime");
         let started = Instant::now();
+        let steal_before = harness_benches::steal_s();
         // QuickJS kept warm (`HarnessBuilder::keep_warm`), in process and
         // behind the boundary: rows of their own beside the default ones.
         let plain = engines();
@@ -683,6 +684,11 @@ harness::main! {
         });
         let configs: Vec<Config> = plain.clone().into_iter().chain(warm).collect();
         let (ours, peer) = measure(&configs, &o, &rt);
+        let steal = steal_before.zip(harness_benches::steal_s()).map(|(a, b)| b - a);
+        let steal_line = steal.map_or_else(
+            || "hypervisor steal: unknown".to_string(),
+            |s| format!("hypervisor steal: {s:.2} s of CPU"),
+        );
         let (peer_rows, about) = match &peer {
             Ok((rows, about)) => (rows.clone(), about.clone()),
             Err(_) => (Vec::new(), "not run".to_string()),
@@ -697,12 +703,12 @@ harness::main! {
                     .collect()
             };
             let doc = serde_json::json!({"cpu": cpu_model(), "iters": o.iters, "rounds": o.rounds,
-                "gap_ms": o.gap.as_millis() as u64, "peer": about,
+                "gap_ms": o.gap.as_millis() as u64, "peer": about, "steal_s": steal,
                 "ours": rows(&ours), "peer_results": rows(&peer_rows)});
             println!("{doc}");
         } else {
             println!(
-                "{} runs per row in {} rounds, {} ms apart, after {} ms of warm-up ({} ms again each round); {}; peer: {about}; measured in {:.0} s\n",
+                "{} runs per row in {} rounds, {} ms apart, after {} ms of warm-up ({} ms again each round); {}; peer: {about}; measured in {:.0} s ({steal_line})\n",
                 o.iters,
                 o.rounds,
                 o.gap.as_millis(),
