@@ -2,7 +2,8 @@
 //! seen by the caller of `Harness::run` beside the time inside
 //! `run_script` (the report's `duration_ms`), in µs at the 10th, 25th,
 //! 50th, 75th and 90th percentiles, on QuickJS (or the engine OPTIONS
-//! names) with the benches' `echo` tool. In process, `run_script` runs on the engine thread; with
+//! names) with the benches' `echo` tool, and how much CPU the hypervisor
+//! took over the timed runs (steal, `harness_benches::steal_s`). In process, `run_script` runs on the engine thread; with
 //! `process`, on the host thread that drives a worker process.
 //! `split [GAP_MS] [WARMUP_RUNS] [RUNS] [OPTIONS]` (defaults 2, 500, 1000),
 //! where OPTIONS is a comma-separated list of `process`, an engine

@@ -102,7 +102,12 @@ fn parse_args() -> Result<Options, String> {
                 let ms: u64 = value("--gap-ms")?.parse().map_err(|e| format!("--gap-ms: {e}"))?;
                 o.gap = Duration::from_millis(ms);
             }
-            "--peer-dir" => o.peer_dir = PathBuf::from(value("--peer-dir")?),
+            // Absolute: the peer runs with its directory as the working
+            // directory, where a relative path would name another place.
+            "--peer-dir" => {
+                let dir = value("--peer-dir")?;
+                o.peer_dir = std::path::absolute(&dir).map_err(|e| format!("--peer-dir {dir}: {e}"))?
+            }
             "--only" => o.only = Some(value("--only")?),
             "--markdown" => o.markdown = true,
             "--json" => o.json = true,
