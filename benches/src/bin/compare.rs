@@ -712,13 +712,21 @@ harness::main! {
                 "ours": rows(&ours), "peer_results": rows(&peer_rows)});
             println!("{doc}");
         } else {
+            // One round: no warm-up again, and nothing to take turns.
+            let rounds = if o.rounds == 1 {
+                "in one round".to_string()
+            } else {
+                format!(
+                    "in {} rounds (warmed {} ms again in each after the first)",
+                    o.rounds,
+                    warmup(&o, 1).as_millis()
+                )
+            };
             println!(
-                "{} runs per row in {} rounds, {} ms apart, after {} ms of warm-up ({} ms again each round); {}; peer: {about}; measured in {:.0} s ({steal_line})\n",
+                "{} runs per row {rounds}, {} ms apart, after {} ms of warm-up; {}; peer: {about}; measured in {:.0} s ({steal_line})\n",
                 o.iters,
-                o.rounds,
                 o.gap.as_millis(),
                 o.warmup.as_millis(),
-                warmup(&o, 1).as_millis(),
                 cpu_model(),
                 started.elapsed().as_secs_f64()
             );
