@@ -78,6 +78,9 @@ pub struct Config {
     pub isolation: Isolation,
     /// The engine kept warm between runs ([`KEEP_WARM`]).
     pub keep_warm: bool,
+    /// Kept warm and awake (`HarnessBuilder::keep_warm_awake`): the idle
+    /// engine thread polls instead of sleeping through its window.
+    pub awake: bool,
 }
 
 /// The window of `HarnessBuilder::keep_warm` in a configuration with
@@ -87,13 +90,15 @@ pub const KEEP_WARM: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl std::fmt::Display for Config {
     /// `quickjs`, `quickjs/process`, `boa`, `boa/process`, and
-    /// `+warm` after it when kept warm.
+    /// `+warm` after it when kept warm, `+awake` when kept awake too.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.isolation {
             Isolation::InProcess => write!(f, "{}", self.engine)?,
             Isolation::Process => write!(f, "{}/process", self.engine)?,
         }
-        if self.keep_warm {
+        if self.awake {
+            f.write_str("+awake")?;
+        } else if self.keep_warm {
             f.write_str("+warm")?;
         }
         Ok(())
@@ -104,7 +109,8 @@ impl Config {
     /// The examples' OPTIONS argument, a comma-separated list: an
     /// engine's name (`boa`, `wasi`, …; else QuickJS), `process` for the
     /// process boundary (else in process), `keep_warm` for the engine kept
-    /// warm ([`KEEP_WARM`]); other words are left to
+    /// warm ([`KEEP_WARM`]), `awake` for kept warm and awake; other words
+    /// are left to
     /// [`script_from_options`].
     pub fn from_options(options: &str) -> Config {
         let has = |o: &str| options.split(',').any(|x| x == o);
@@ -118,7 +124,8 @@ impl Config {
             } else {
                 Isolation::InProcess
             },
-            keep_warm: has("keep_warm"),
+            keep_warm: has("keep_warm") || has("awake"),
+            awake: has("awake"),
         }
     }
 }
@@ -202,7 +209,7 @@ pub fn harness(config: Config) -> Harness {
         .tools(tools)
         .limits(limits);
     if config.keep_warm {
-        b = b.keep_warm(KEEP_WARM);
+        b = b.keep_warm(KEEP_WARM).keep_warm_awake(config.awake);
     }
     b.build().expect("engine is built in")
 }
@@ -216,6 +223,7 @@ pub fn engines() -> Vec<Config> {
                 engine,
                 isolation,
                 keep_warm: false,
+                awake: false,
             })
         })
         .collect()

@@ -424,7 +424,9 @@ pub struct SuiteEngines {
     /// The same engine with one engine thread (or one worker process)
     /// kept warm ([`ScriptRuntimeAdapter::keep_warm`], [`WARM_WINDOW`]),
     /// where the engine keeps warm: a cross-run case that passed on
-    /// `single` runs again on it, with rehearsals between its steps.
+    /// `single` runs again on it, with rehearsals between its steps
+    /// (every other such case kept awake too,
+    /// [`ScriptRuntimeAdapter::keep_awake`]).
     pub warm: Option<Arc<dyn ScriptRuntimeAdapter>>,
 }
 
@@ -531,9 +533,20 @@ async fn run_case(engines: &SuiteEngines, info: &EngineInfo, case: &Case) -> Sta
     {
         // Again with rehearsals between the steps: they must neither carry
         // anything from one run to the next nor hide what a run left.
+        // Every other such case kept awake as well (the idle thread polls
+        // between rehearsals instead of sleeping), so that both ways of
+        // waiting are held to it.
+        static WARM_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let awake = WARM_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2 == 1;
+        let awake = warm.keep_awake(awake) && awake;
         if let Status::Failed { reason } = run_case_steps(warm.as_ref(), case).await {
+            let how = if awake {
+                "kept warm and awake"
+            } else {
+                "kept warm"
+            };
             status = Status::Failed {
-                reason: format!("kept warm (rehearsals between the runs): {reason}"),
+                reason: format!("{how} (rehearsals between the runs): {reason}"),
             };
         }
     }

@@ -675,15 +675,15 @@ harness::main! {
         let started = Instant::now();
         let steal_before = harness_benches::steal_s();
         // QuickJS kept warm (`HarnessBuilder::keep_warm`), in process and
-        // behind the boundary: rows of their own beside the default ones.
+        // behind the boundary, and kept awake too in process
+        // (`keep_warm_awake`): rows of their own beside the default ones.
         let plain = engines();
-        let warm = ["quickjs", "quickjs,process"].map(|c| Config {
-            keep_warm: true,
-            ..Config::from_options(c)
-        });
+        let warm = ["quickjs,keep_warm", "quickjs,process,keep_warm", "quickjs,awake"]
+            .map(Config::from_options);
         let warm = warm.into_iter().filter(|w| {
             plain.contains(&Config {
                 keep_warm: false,
+                awake: false,
                 ..*w
             })
         });

@@ -534,6 +534,21 @@ pub trait ScriptRuntimeAdapter: Send + Sync {
         let _ = window;
         false
     }
+    /// While it keeps warm ([`ScriptRuntimeAdapter::keep_warm`]), whether
+    /// a thread in its window also stays awake between rehearsals
+    /// (default: no): it polls for the next run, yielding, instead of
+    /// sleeping, so that its CPU does not halt, and a caller waits awake
+    /// for its answer. One thread of the engine at a time, and only while
+    /// a CPU is free besides its busy threads. On a VM whose idle CPUs
+    /// halt, a run a few milliseconds after the last then spends in the
+    /// engine about what one back to back does, at the price of most of a CPU for each
+    /// window (mostly system time in `sched_yield`; docs/performance.md,
+    /// "Halting is what a pause costs"). Returns whether this adapter
+    /// does it (those that keep warm do).
+    fn keep_awake(&self, awake: bool) -> bool {
+        let _ = awake;
+        false
+    }
     /// Rehearsals run so far to keep warm ([`ScriptRuntimeAdapter::keep_warm`]);
     /// each costs about one trivial run of CPU. Zero for an adapter that
     /// does not keep warm. (Also the `keep_warm_rehearsals_total` metric.)

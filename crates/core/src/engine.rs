@@ -631,6 +631,9 @@ pub(crate) struct KeepWarm {
     /// The window after each run, in µs (0: not at all).
     window_us: Arc<AtomicU64>,
     rehearsals: Arc<AtomicU64>,
+    /// Whether a thread in its window stays awake between rehearsals
+    /// ([`ScriptRuntimeAdapter::keep_awake`]); the pool reads it.
+    awake: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl KeepWarm {
@@ -638,6 +641,16 @@ impl KeepWarm {
     pub(crate) fn set(&self, window: Duration) {
         let us = window.min(MAX_KEEP_WARM).as_micros() as u64;
         self.window_us.store(us, Ordering::Relaxed);
+    }
+
+    /// Sets whether a thread in its window stays awake.
+    pub(crate) fn set_awake(&self, awake: bool) {
+        self.awake.store(awake, Ordering::Relaxed);
+    }
+
+    /// The flag [`KeepWarm::set_awake`] sets, for the pool.
+    pub(crate) fn awake_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.awake.clone()
     }
 
     /// Rehearsals run so far.
@@ -763,6 +776,7 @@ impl<A: EngineAdapter> Pooled<A> {
     pub fn with_adapter(adapter: A, max_workers: usize) -> Self {
         let d = A::descriptor();
         let for_threads = adapter.clone();
+        let keep_warm = KeepWarm::default();
         Pooled {
             name: d.name,
             info: d.info(),
@@ -775,11 +789,11 @@ impl<A: EngineAdapter> Pooled<A> {
                     move || for_threads.new_thread(),
                 )
                 .with_idle(|thread| thread.idle())
-                .with_rehearsal(rehearsal_due, rehearse)
+                .with_rehearsal(rehearsal_due, rehearse, keep_warm.awake_flag())
                 .with_long_private_tidy_up(d.long_private_tidy_up),
             ),
             adapter,
-            keep_warm: KeepWarm::default(),
+            keep_warm,
         }
     }
 
@@ -834,6 +848,11 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
 
     fn keep_warm(&self, window: Duration) -> bool {
         self.keep_warm.set(window);
+        true
+    }
+
+    fn keep_awake(&self, awake: bool) -> bool {
+        self.keep_warm.set_awake(awake);
         true
     }
 

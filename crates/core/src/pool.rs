@@ -27,6 +27,12 @@
 //! runs a trivial script), so that a run arriving a few milliseconds
 //! later finds the code and data it needs in the caches. Only while the
 //! engine asks for it (`keep_warm`), since each rehearsal costs CPU.
+//! Asked to keep *awake* as well, one such worker at a time (the one that
+//! holds the pool's spinning flag, and only while the busy workers leave
+//! a CPU free) polls its channel between rehearsals, yielding, instead
+//! of sleeping: its CPU never halts in the window, which on a VM is what
+//! costs a run after a pause most (docs/performance.md, "Halting is what
+//! a pause costs"), and a caller waits awake for its answer.
 
 use crate::adapter::{CancelOnDrop, ExecutionRequest};
 use crate::error::ScriptError;
@@ -160,9 +166,18 @@ impl<S: 'static> WorkerPool<S> {
     /// for a job at most [`REHEARSAL_PERIOD`] at a time and calls
     /// `rehearse` each time none came. `due` is asked first, so that a pool with nothing to rehearse
     /// sleeps at once as before. A panic in `rehearse` rebuilds the state.
-    pub(crate) fn with_rehearsal(mut self, due: fn(&mut S) -> bool, rehearse: fn(&mut S)) -> Self {
+    pub(crate) fn with_rehearsal(
+        mut self,
+        due: fn(&mut S) -> bool,
+        rehearse: fn(&mut S),
+        awake: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
-            shared.rehearsal = Some(Rehearsal { due, rehearse });
+            shared.rehearsal = Some(Rehearsal {
+                due,
+                rehearse,
+                awake,
+            });
         }
         self
     }
@@ -479,6 +494,8 @@ pub(crate) const REHEARSAL_PERIOD: std::time::Duration = std::time::Duration::fr
 struct Rehearsal<S> {
     due: fn(&mut S) -> bool,
     rehearse: fn(&mut S),
+    /// Whether the worker stays awake between rehearsals (module docs).
+    awake: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The next job sent to this idle worker; `None` once the pool closed.
@@ -519,15 +536,66 @@ fn next_job<S>(
         }
     }
     if let Some(r) = &shared.rehearsal {
-        while (r.due)(state) {
-            match rx.recv_timeout(REHEARSAL_PERIOD) {
-                Ok(j) => return Some(j),
-                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
-                Err(mpsc::RecvTimeoutError::Timeout) => guarded(shared, state, r.rehearse),
-            }
+        // Awake: at most one worker, holding the spinning flag (so that a
+        // caller waits awake for its answer), while a CPU is free.
+        let awake = (r.awake.load(Ordering::Relaxed) && (r.due)(state))
+            && may_spin
+            && !shared.spinning.swap(true, Ordering::AcqRel);
+        let next = if awake {
+            let next = rehearse_awake(shared, rx, state, r);
+            shared.spinning.store(false, Ordering::Release);
+            next
+        } else {
+            rehearse_asleep(shared, rx, state, r)
+        };
+        if let Some(next) = next {
+            return next;
         }
     }
     rx.recv().ok()
+}
+
+/// Rehearses while due, waiting for a job in between asleep: the job
+/// (`Some(None)` once the pool closed), or `None` when no rehearsal is
+/// due any more.
+fn rehearse_asleep<S>(
+    shared: &Shared<S>,
+    rx: &mpsc::Receiver<Job<S>>,
+    state: &mut S,
+    r: &Rehearsal<S>,
+) -> Option<Option<Job<S>>> {
+    while (r.due)(state) {
+        match rx.recv_timeout(REHEARSAL_PERIOD) {
+            Ok(j) => return Some(Some(j)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Some(None),
+            Err(mpsc::RecvTimeoutError::Timeout) => guarded(shared, state, r.rehearse),
+        }
+    }
+    None
+}
+
+/// [`rehearse_asleep`], polling for a job in between, yielding between
+/// polls (a caller that shares this CPU runs at once), so that this CPU
+/// does not halt while a rehearsal is due.
+fn rehearse_awake<S>(
+    shared: &Shared<S>,
+    rx: &mpsc::Receiver<Job<S>>,
+    state: &mut S,
+    r: &Rehearsal<S>,
+) -> Option<Option<Job<S>>> {
+    while (r.due)(state) {
+        let mut got = Err(mpsc::TryRecvError::Empty);
+        crate::spin::until(REHEARSAL_PERIOD, || {
+            got = rx.try_recv();
+            !matches!(got, Err(mpsc::TryRecvError::Empty))
+        });
+        match got {
+            Ok(j) => return Some(Some(j)),
+            Err(mpsc::TryRecvError::Disconnected) => return Some(None),
+            Err(mpsc::TryRecvError::Empty) => guarded(shared, state, r.rehearse),
+        }
+    }
+    None
 }
 
 /// Calls `f` on the worker's state; a panic rebuilds the state.
@@ -636,7 +704,8 @@ mod tests {
             *s += 1;
             let _ = DUE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1));
         }
-        let pool = WorkerPool::new("t", 1, 1 << 20, || 0u32).with_rehearsal(due, rehearse);
+        let asleep = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pool = WorkerPool::new("t", 1, 1 << 20, || 0u32).with_rehearsal(due, rehearse, asleep);
         let ask = |pool: &WorkerPool<u32>| {
             let (tx, rx) = mpsc::channel();
             pool.submit(move |s| tx.send(std::mem::take(s)).unwrap())
@@ -661,6 +730,60 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert!(ask(&pool) >= 2, "the job came between rehearsals");
+        DUE.store(0, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn an_awake_worker_polls_between_rehearsals_holding_the_spinning_flag() {
+        use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+        static DUE: AtomicU32 = AtomicU32::new(0);
+        fn due(_: &mut u32) -> bool {
+            DUE.load(Ordering::SeqCst) > 0
+        }
+        fn rehearse(s: &mut u32) {
+            *s += 1;
+            let _ = DUE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1));
+        }
+        let awake = Arc::new(AtomicBool::new(true));
+        let pool =
+            WorkerPool::new("t", 1, 1 << 20, || 0u32).with_rehearsal(due, rehearse, awake.clone());
+        let ask = |pool: &WorkerPool<u32>| {
+            let (tx, rx) = mpsc::channel();
+            pool.submit(move |s| tx.send(std::mem::take(s)).unwrap())
+                .unwrap();
+            rx.recv_timeout(std::time::Duration::from_secs(10))
+                .expect("the job ran")
+        };
+        let spinning = || pool.shared.spinning.load(Ordering::Acquire);
+        let wait_for = |what: &dyn Fn() -> bool| {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !what() {
+                assert!(std::time::Instant::now() < end, "timed out");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        };
+        assert_eq!(ask(&pool), 0);
+        // Due for a long time: the worker stays awake (with a CPU free
+        // besides its own) and rehearses every period meanwhile.
+        DUE.store(1_000_000, Ordering::SeqCst);
+        assert_eq!(ask(&pool), 0);
+        wait_for(&|| DUE.load(Ordering::SeqCst) <= 999_997);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cores > 1 {
+            wait_for(&|| spinning());
+        }
+        // A job sent meanwhile is taken at once, rehearsals counted.
+        assert!(ask(&pool) >= 3, "the job came between rehearsals");
+        // Nothing due: the worker lets the flag go and sleeps.
+        DUE.store(0, Ordering::SeqCst);
+        wait_for(&|| !spinning());
+        // Awake turned off: rehearsals asleep, the flag never taken.
+        awake.store(false, Ordering::Relaxed);
+        assert_eq!(ask(&pool), 0);
+        DUE.store(1_000_000, Ordering::SeqCst);
+        assert_eq!(ask(&pool), 0);
+        wait_for(&|| DUE.load(Ordering::SeqCst) <= 999_997);
+        assert!(!spinning(), "asleep between rehearsals");
         DUE.store(0, Ordering::SeqCst);
     }
 

@@ -324,6 +324,10 @@ pub struct Workers {
     /// "in_process"` keeps itself warm by rehearsing a trivial run about
     /// every 0.8 ms (0: not at all). See `HarnessBuilder::keep_warm`.
     pub keep_warm_ms: u64,
+    /// Whether that thread also stays awake between rehearsals (its CPU
+    /// does not halt; most of a CPU per window). See
+    /// `HarnessBuilder::keep_warm_awake`.
+    pub keep_warm_awake: bool,
 }
 
 impl Default for Workers {
@@ -333,6 +337,7 @@ impl Default for Workers {
             max_runs_per_worker: 10_000,
             max_threads: harness_core::engine::DEFAULT_MAX_THREADS,
             keep_warm_ms: 0,
+            keep_warm_awake: false,
         }
     }
 }
@@ -733,6 +738,9 @@ impl Config {
         if s.workers.keep_warm_ms > 0 {
             b = b.keep_warm(std::time::Duration::from_millis(s.workers.keep_warm_ms));
         }
+        if s.workers.keep_warm_awake {
+            b = b.keep_warm_awake(true);
+        }
         b = b.tool_settings(s.tools.clone());
         Ok(b)
     }
@@ -837,6 +845,7 @@ const WORKER_KEYS: &[&str] = &[
     "max_runs_per_worker",
     "max_threads",
     "keep_warm_ms",
+    "keep_warm_awake",
 ];
 const APPROVAL_KEYS: &[&str] = &["default"];
 const TOOL_KEYS: &[&str] = &["timeout_ms", "needs_approval", "max_output_bytes"];

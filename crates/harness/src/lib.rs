@@ -392,6 +392,7 @@ pub struct HarnessBuilder {
     pool: Option<(usize, u32)>,
     threads: Option<usize>,
     keep_warm: Option<std::time::Duration>,
+    keep_awake: bool,
     tool_settings: std::collections::BTreeMap<String, config::ToolSettings>,
     audit: Option<Arc<audit::AuditLog>>,
     #[cfg(feature = "http")]
@@ -554,6 +555,22 @@ impl HarnessBuilder {
         self
     }
 
+    /// With [`HarnessBuilder::keep_warm`]: whether the engine thread in
+    /// its window also stays awake between rehearsals (default: no),
+    /// polling for the next run instead of sleeping, so that its CPU does
+    /// not halt; a caller then waits awake for its answer too. One engine
+    /// thread at a time, and only while a CPU is free besides the busy
+    /// ones. On a VM whose idle CPUs halt, a run a few milliseconds after
+    /// the last one then spends in the engine about what one back to back
+    /// does (its caller's side stays as cold as the caller), for most
+    /// of a CPU through each window: for latency first, on a machine with
+    /// a CPU to spare. (`[workers] keep_warm_awake` in the configuration
+    /// file; docs/performance.md, "Halting is what a pause costs".)
+    pub fn keep_warm_awake(mut self, awake: bool) -> Self {
+        self.keep_awake = awake;
+        self
+    }
+
     /// Turns `tools.http` on under `policy` (off by default: `tools.http`
     /// is `undefined`). The tool joins the registry under its reserved
     /// name and the allowlist, so `[tools.http]` settings and approvals
@@ -623,6 +640,9 @@ impl HarnessBuilder {
         };
         if let Some(window) = self.keep_warm {
             adapter.keep_warm(window);
+        }
+        if self.keep_awake {
+            adapter.keep_awake(true);
         }
         let registry = self.registry.unwrap_or_default();
         #[allow(unused_mut)]
@@ -714,6 +734,9 @@ impl ScriptRuntimeAdapter for Runs {
     }
     fn keep_warm(&self, window: std::time::Duration) -> bool {
         self.0.adapter.keep_warm(window)
+    }
+    fn keep_awake(&self, awake: bool) -> bool {
+        self.0.adapter.keep_awake(awake)
     }
     fn rehearsals(&self) -> u64 {
         self.0.adapter.rehearsals()

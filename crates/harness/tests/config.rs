@@ -193,6 +193,27 @@ async fn workers_keep_warm_ms_is_read_and_runs_answer_as_before() {
     assert_eq!(off.rehearsals(), 0, "off by default");
 }
 
+/// `[workers] keep_warm_awake` is read, off by default; runs of a harness
+/// kept warm and awake, in process and behind the boundary, spaced past
+/// rehearsals, answer as any other and see nothing of the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_keep_warm_awake_is_read_and_runs_answer_as_before() {
+    assert!(!Config::default().settings().workers.keep_warm_awake);
+    let cfg = Config::from_toml_str(
+        "isolation = \"in_process\"\n[workers]\nkeep_warm_ms = 20\nkeep_warm_awake = true\n",
+        "t.toml",
+    )
+    .unwrap();
+    assert!(cfg.settings().workers.keep_warm_awake);
+    let h = cfg.builder().unwrap().build().unwrap();
+    for i in 0..3 {
+        let r = h.run(&format!("return {i} + 1")).await;
+        assert_eq!(r.value, Some(json!(i + 1)), "{:?}", r.error);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(h.rehearsals() > 0, "kept warm between the runs");
+}
+
 /// The bindings' options object: `keep_warm_ms` (or `keepWarmMs`) keeps
 /// the engine warm, over a file's `[workers] keep_warm_ms`; 0 turns it
 /// off; anything but a whole number is refused by name.

@@ -124,6 +124,9 @@ impl ScriptRuntimeAdapter for TypeScriptAware {
     fn keep_warm(&self, window: std::time::Duration) -> bool {
         self.inner.keep_warm(window)
     }
+    fn keep_awake(&self, awake: bool) -> bool {
+        self.inner.keep_awake(awake)
+    }
     fn rehearsals(&self) -> u64 {
         self.inner.rehearsals()
     }

@@ -992,6 +992,7 @@ impl ProcessAdapter {
             isolation: Isolation::Process,
             ..engine
         };
+        let keep_warm = KeepWarm::default();
         ProcessAdapter {
             info,
             pool: Arc::new(
@@ -1006,12 +1007,12 @@ impl ProcessAdapter {
                         rehearsal: None,
                     },
                 )
-                .with_rehearsal(Slot::rehearsal_due, Slot::rehearse)
+                .with_rehearsal(Slot::rehearsal_due, Slot::rehearse, keep_warm.awake_flag())
                 .with_long_private_tidy_up(long_private_tidy_up),
             ),
             opts,
             started,
-            keep_warm: KeepWarm::default(),
+            keep_warm,
         }
     }
 
@@ -1089,6 +1090,13 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
     /// worker's prepared context, stay warm).
     fn keep_warm(&self, window: Duration) -> bool {
         self.keep_warm.set(window);
+        true
+    }
+
+    /// Awake behind the boundary: the host thread polls between
+    /// rehearsals (the worker process still waits for its next frame).
+    fn keep_awake(&self, awake: bool) -> bool {
+        self.keep_warm.set_awake(awake);
         true
     }
 
