@@ -541,13 +541,10 @@ fn next_job<S>(
         let awake = (r.awake.load(Ordering::Relaxed) && (r.due)(state))
             && may_spin
             && !shared.spinning.swap(true, Ordering::AcqRel);
-        let next = if awake {
-            let next = rehearse_awake(shared, rx, state, r);
+        let next = rehearse_while_due(shared, rx, state, r, awake);
+        if awake {
             shared.spinning.store(false, Ordering::Release);
-            next
-        } else {
-            rehearse_asleep(shared, rx, state, r)
-        };
+        }
         if let Some(next) = next {
             return next;
         }
@@ -555,17 +552,23 @@ fn next_job<S>(
     rx.recv().ok()
 }
 
-/// Rehearses while due, waiting for a job in between asleep: the job
-/// (`Some(None)` once the pool closed), or `None` when no rehearsal is
-/// due any more.
-fn rehearse_asleep<S>(
+/// Rehearses while due, waiting for a job in between, asleep or awake
+/// ([`poll_for`]): the job (`Some(None)` once the pool closed), or `None`
+/// when no rehearsal is due any more.
+fn rehearse_while_due<S>(
     shared: &Shared<S>,
     rx: &mpsc::Receiver<Job<S>>,
     state: &mut S,
     r: &Rehearsal<S>,
+    awake: bool,
 ) -> Option<Option<Job<S>>> {
     while (r.due)(state) {
-        match rx.recv_timeout(REHEARSAL_PERIOD) {
+        let got = if awake {
+            poll_for(rx, REHEARSAL_PERIOD)
+        } else {
+            rx.recv_timeout(REHEARSAL_PERIOD)
+        };
+        match got {
             Ok(j) => return Some(Some(j)),
             Err(mpsc::RecvTimeoutError::Disconnected) => return Some(None),
             Err(mpsc::RecvTimeoutError::Timeout) => guarded(shared, state, r.rehearse),
@@ -574,28 +577,22 @@ fn rehearse_asleep<S>(
     None
 }
 
-/// [`rehearse_asleep`], polling for a job in between, yielding between
-/// polls (a caller that shares this CPU runs at once), so that this CPU
-/// does not halt while a rehearsal is due.
-fn rehearse_awake<S>(
-    shared: &Shared<S>,
-    rx: &mpsc::Receiver<Job<S>>,
-    state: &mut S,
-    r: &Rehearsal<S>,
-) -> Option<Option<Job<S>>> {
-    while (r.due)(state) {
-        let mut got = Err(mpsc::TryRecvError::Empty);
-        crate::spin::until(REHEARSAL_PERIOD, || {
-            got = rx.try_recv();
-            !matches!(got, Err(mpsc::TryRecvError::Empty))
-        });
-        match got {
-            Ok(j) => return Some(Some(j)),
-            Err(mpsc::TryRecvError::Disconnected) => return Some(None),
-            Err(mpsc::TryRecvError::Empty) => guarded(shared, state, r.rehearse),
-        }
-    }
-    None
+/// `rx.recv_timeout(budget)` awake: polling, yielding between polls (a
+/// caller that shares this CPU runs at once), so that this CPU does not
+/// halt meanwhile.
+fn poll_for<T>(
+    rx: &mpsc::Receiver<T>,
+    budget: std::time::Duration,
+) -> Result<T, mpsc::RecvTimeoutError> {
+    let mut got = Err(mpsc::TryRecvError::Empty);
+    crate::spin::until(budget, || {
+        got = rx.try_recv();
+        !matches!(got, Err(mpsc::TryRecvError::Empty))
+    });
+    got.map_err(|e| match e {
+        mpsc::TryRecvError::Empty => mpsc::RecvTimeoutError::Timeout,
+        mpsc::TryRecvError::Disconnected => mpsc::RecvTimeoutError::Disconnected,
+    })
 }
 
 /// Calls `f` on the worker's state; a panic rebuilds the state.
@@ -692,99 +689,107 @@ mod tests {
         assert_eq!(pool.threads(), 1);
     }
 
+    /// A worker's state for the rehearsal tests: rehearsals since the
+    /// last job, and how many more are due (the test sets it).
+    struct Rehearsing {
+        rehearsals: u32,
+        due: Arc<std::sync::atomic::AtomicU32>,
+    }
+
+    /// A one-thread pool of [`Rehearsing`], awake or not between
+    /// rehearsals, and its count of rehearsals still due.
+    fn rehearsing_pool(
+        awake: Arc<std::sync::atomic::AtomicBool>,
+    ) -> (WorkerPool<Rehearsing>, Arc<std::sync::atomic::AtomicU32>) {
+        use std::sync::atomic::Ordering;
+        fn due(s: &mut Rehearsing) -> bool {
+            s.due.load(Ordering::SeqCst) > 0
+        }
+        fn rehearse(s: &mut Rehearsing) {
+            s.rehearsals += 1;
+            let _ = s
+                .due
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1));
+        }
+        let still_due = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let for_state = still_due.clone();
+        let pool = WorkerPool::new("t", 1, 1 << 20, move || Rehearsing {
+            rehearsals: 0,
+            due: for_state.clone(),
+        })
+        .with_rehearsal(due, rehearse, awake);
+        (pool, still_due)
+    }
+
+    /// Runs a job on `pool`: the rehearsals since the last one.
+    fn rehearsals_since_last_job(pool: &WorkerPool<Rehearsing>) -> u32 {
+        let (tx, rx) = mpsc::channel();
+        pool.submit(move |s| tx.send(std::mem::take(&mut s.rehearsals)).unwrap())
+            .unwrap();
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the job ran")
+    }
+
+    /// Waits (10 s at most) until `what` holds.
+    fn wait_for(what: impl Fn() -> bool) {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !what() {
+            assert!(std::time::Instant::now() < end, "timed out");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn an_idle_worker_rehearses_while_due_and_takes_a_job_meanwhile() {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        // Rehearsals still due; each one counts in the worker's state.
-        static DUE: AtomicU32 = AtomicU32::new(0);
-        fn due(_: &mut u32) -> bool {
-            DUE.load(Ordering::SeqCst) > 0
-        }
-        fn rehearse(s: &mut u32) {
-            *s += 1;
-            let _ = DUE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1));
-        }
-        let asleep = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let pool = WorkerPool::new("t", 1, 1 << 20, || 0u32).with_rehearsal(due, rehearse, asleep);
-        let ask = |pool: &WorkerPool<u32>| {
-            let (tx, rx) = mpsc::channel();
-            pool.submit(move |s| tx.send(std::mem::take(s)).unwrap())
-                .unwrap();
-            rx.recv_timeout(std::time::Duration::from_secs(10))
-                .expect("the job ran")
-        };
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (pool, due) = rehearsing_pool(Arc::new(AtomicBool::new(false)));
+        let ask = rehearsals_since_last_job;
         assert_eq!(ask(&pool), 0, "nothing due: no rehearsal");
-        DUE.store(3, Ordering::SeqCst);
+        due.store(3, Ordering::SeqCst);
         // The worker is asleep with nothing due: it rehearses after its
         // next job, three times, then sleeps.
         assert_eq!(ask(&pool), 0);
-        while DUE.load(Ordering::SeqCst) > 0 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        wait_for(|| due.load(Ordering::SeqCst) == 0);
         assert_eq!(ask(&pool), 3, "three rehearsals, then none");
         // Due for a long time (about 800 s of rehearsals): a job sent
         // meanwhile is taken at its next wait, not after the window.
-        DUE.store(1_000_000, Ordering::SeqCst);
+        due.store(1_000_000, Ordering::SeqCst);
         assert_eq!(ask(&pool), 0);
-        while DUE.load(Ordering::SeqCst) > 999_998 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        wait_for(|| due.load(Ordering::SeqCst) <= 999_998);
         assert!(ask(&pool) >= 2, "the job came between rehearsals");
-        DUE.store(0, Ordering::SeqCst);
+        due.store(0, Ordering::SeqCst);
     }
 
     #[test]
     fn an_awake_worker_polls_between_rehearsals_holding_the_spinning_flag() {
-        use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-        static DUE: AtomicU32 = AtomicU32::new(0);
-        fn due(_: &mut u32) -> bool {
-            DUE.load(Ordering::SeqCst) > 0
-        }
-        fn rehearse(s: &mut u32) {
-            *s += 1;
-            let _ = DUE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1));
-        }
+        use std::sync::atomic::{AtomicBool, Ordering};
         let awake = Arc::new(AtomicBool::new(true));
-        let pool =
-            WorkerPool::new("t", 1, 1 << 20, || 0u32).with_rehearsal(due, rehearse, awake.clone());
-        let ask = |pool: &WorkerPool<u32>| {
-            let (tx, rx) = mpsc::channel();
-            pool.submit(move |s| tx.send(std::mem::take(s)).unwrap())
-                .unwrap();
-            rx.recv_timeout(std::time::Duration::from_secs(10))
-                .expect("the job ran")
-        };
+        let (pool, due) = rehearsing_pool(awake.clone());
+        let ask = rehearsals_since_last_job;
         let spinning = || pool.shared.spinning.load(Ordering::Acquire);
-        let wait_for = |what: &dyn Fn() -> bool| {
-            let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while !what() {
-                assert!(std::time::Instant::now() < end, "timed out");
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        };
         assert_eq!(ask(&pool), 0);
         // Due for a long time: the worker stays awake (with a CPU free
         // besides its own) and rehearses every period meanwhile.
-        DUE.store(1_000_000, Ordering::SeqCst);
+        due.store(1_000_000, Ordering::SeqCst);
         assert_eq!(ask(&pool), 0);
-        wait_for(&|| DUE.load(Ordering::SeqCst) <= 999_997);
+        wait_for(|| due.load(Ordering::SeqCst) <= 999_997);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         if cores > 1 {
-            wait_for(&|| spinning());
+            wait_for(spinning);
         }
         // A job sent meanwhile is taken at once, rehearsals counted.
         assert!(ask(&pool) >= 3, "the job came between rehearsals");
         // Nothing due: the worker lets the flag go and sleeps.
-        DUE.store(0, Ordering::SeqCst);
-        wait_for(&|| !spinning());
+        due.store(0, Ordering::SeqCst);
+        wait_for(|| !spinning());
         // Awake turned off: rehearsals asleep, the flag never taken.
         awake.store(false, Ordering::Relaxed);
         assert_eq!(ask(&pool), 0);
-        DUE.store(1_000_000, Ordering::SeqCst);
+        due.store(1_000_000, Ordering::SeqCst);
         assert_eq!(ask(&pool), 0);
-        wait_for(&|| DUE.load(Ordering::SeqCst) <= 999_997);
+        wait_for(|| due.load(Ordering::SeqCst) <= 999_997);
         assert!(!spinning(), "asleep between rehearsals");
-        DUE.store(0, Ordering::SeqCst);
+        due.store(0, Ordering::SeqCst);
     }
 
     #[test]
