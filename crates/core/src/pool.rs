@@ -166,6 +166,8 @@ impl<S: 'static> WorkerPool<S> {
     /// for a job at most [`REHEARSAL_PERIOD`] at a time and calls
     /// `rehearse` each time none came. `due` is asked first, so that a pool with nothing to rehearse
     /// sleeps at once as before. A panic in `rehearse` rebuilds the state.
+    /// While `awake` is set, one worker at a time polls between
+    /// rehearsals instead of sleeping (module docs).
     pub(crate) fn with_rehearsal(
         mut self,
         due: fn(&mut S) -> bool,
@@ -514,16 +516,12 @@ fn next_job<S>(
         // job. Spinning without yielding cost such a pair up to the whole
         // spin per run: 15 → 65 µs for a trivial QuickJS run, 50 → 100 on
         // Boa, with a build on the other CPU (docs/performance.md).
-        let mut got = Err(mpsc::TryRecvError::Empty);
-        crate::spin::until(SPIN, || {
-            got = rx.try_recv();
-            !matches!(got, Err(mpsc::TryRecvError::Empty))
-        });
+        let got = poll_for(rx, SPIN);
         shared.spinning.store(false, Ordering::Release);
         match got {
             Ok(j) => return Some(j),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
     match rx.try_recv() {
@@ -538,7 +536,8 @@ fn next_job<S>(
     if let Some(r) = &shared.rehearsal {
         // Awake: at most one worker, holding the spinning flag (so that a
         // caller waits awake for its answer), while a CPU is free.
-        let awake = (r.awake.load(Ordering::Relaxed) && (r.due)(state))
+        let awake = r.awake.load(Ordering::Relaxed)
+            && (r.due)(state)
             && may_spin
             && !shared.spinning.swap(true, Ordering::AcqRel);
         let next = rehearse_while_due(shared, rx, state, r, awake);
