@@ -167,6 +167,18 @@ async fn workers_max_threads_caps_the_runs_in_flight_in_process() {
     }
 }
 
+/// Three runs of `cfg`'s harness, 5 ms apart: each answers as any run,
+/// and the engine rehearsed between them.
+async fn spaced_runs_answer_and_the_engine_rehearses(cfg: &Config) {
+    let h = cfg.builder().unwrap().build().unwrap();
+    for i in 0..3 {
+        let r = h.run(&format!("return {i} + 1")).await;
+        assert_eq!(r.value, Some(json!(i + 1)), "{:?}", r.error);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(h.rehearsals() > 0, "the engine kept warm between the runs");
+}
+
 /// `[workers] keep_warm_ms` is read (and a misspelling refused); runs of a
 /// harness kept warm, spaced past rehearsals, answer as any other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,13 +192,7 @@ async fn workers_keep_warm_ms_is_read_and_runs_answer_as_before() {
     assert_eq!(Config::default().settings().workers.keep_warm_ms, 0);
     let err = Config::from_toml_str("[workers]\nkeep_warm = 20\n", "t.toml").unwrap_err();
     assert!(err.to_string().contains("keep_warm"), "{err}");
-    let h = cfg.builder().unwrap().build().unwrap();
-    for i in 0..3 {
-        let r = h.run(&format!("return {i} + 1")).await;
-        assert_eq!(r.value, Some(json!(i + 1)), "{:?}", r.error);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(h.rehearsals() > 0, "the engine kept warm between the runs");
+    spaced_runs_answer_and_the_engine_rehearses(&cfg).await;
     let off = Config::default().builder().unwrap().build().unwrap();
     assert!(off.run("return 1").await.ok);
     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -194,8 +200,9 @@ async fn workers_keep_warm_ms_is_read_and_runs_answer_as_before() {
 }
 
 /// `[workers] keep_warm_awake` is read, off by default; runs of a harness
-/// kept warm and awake, in process and behind the boundary, spaced past
-/// rehearsals, answer as any other and see nothing of the one before.
+/// kept warm and awake, spaced past rehearsals, answer as any other (what
+/// runs may share, in process and behind the boundary, is the cross-run
+/// suite's to check: its kept-warm twin runs every other case awake).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_keep_warm_awake_is_read_and_runs_answer_as_before() {
     assert!(!Config::default().settings().workers.keep_warm_awake);
@@ -205,13 +212,7 @@ async fn workers_keep_warm_awake_is_read_and_runs_answer_as_before() {
     )
     .unwrap();
     assert!(cfg.settings().workers.keep_warm_awake);
-    let h = cfg.builder().unwrap().build().unwrap();
-    for i in 0..3 {
-        let r = h.run(&format!("return {i} + 1")).await;
-        assert_eq!(r.value, Some(json!(i + 1)), "{:?}", r.error);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(h.rehearsals() > 0, "kept warm between the runs");
+    spaced_runs_answer_and_the_engine_rehearses(&cfg).await;
 }
 
 /// The bindings' options object: `keep_warm_ms` (or `keepWarmMs`) keeps
