@@ -88,6 +88,14 @@ export interface HarnessOptions {
    * `[workers] keep_warm_ms`.
    */
   keepWarmMs?: number;
+  /**
+   * With `keepWarmMs`: the engine thread also stays awake through its
+   * window, polling for the next run instead of sleeping, so that a run a
+   * few milliseconds after the last costs about what one back to back
+   * does, for most of a CPU through each window. Off by default; `false`
+   * turns off a file's `[workers] keep_warm_awake`.
+   */
+  keepWarmAwake?: boolean;
 }
 
 /** The context object scripts see (camelCase keys). */

@@ -99,6 +99,7 @@ class Harness {
       config: options.config,
       provider: options.provider,
       keep_warm_ms: options.keepWarmMs,
+      keep_warm_awake: options.keepWarmAwake,
     };
     // A call is answered through `complete`, when the tool settles; only
     // strings cross (a throwing conversion here would be an unhandled

@@ -217,3 +217,16 @@ test('keepWarmMs: runs a few ms apart answer as before, and a bad value is refus
     assert.throws(() => new Harness({ keepWarmMs: bad }), /keep_warm_ms/);
   }
 });
+
+test('keepWarmAwake: runs a few ms apart answer as before, and a bad value is refused by name', async () => {
+  const h = new Harness({ tools: { add }, keepWarmMs: 20, keepWarmAwake: true });
+  for (let i = 0; i < 5; i++) {
+    const r = await h.run(`return (await tools.add({a: ${i}, b: 1})).sum`);
+    assert.equal(r.value, i + 1, JSON.stringify(r.error));
+    await new Promise((resolve) => setTimeout(resolve, 3));
+  }
+  h.close();
+  for (const bad of [1, 'true']) {
+    assert.throws(() => new Harness({ keepWarmMs: 20, keepWarmAwake: bad }), /keep_warm_awake/);
+  }
+});

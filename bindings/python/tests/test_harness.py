@@ -399,6 +399,24 @@ def test_keep_warm_ms_runs_a_few_ms_apart_and_is_checked() -> None:
             Harness(keep_warm_ms=bad)  # type: ignore[arg-type]
 
 
+def test_keep_warm_awake_runs_a_few_ms_apart_and_is_checked() -> None:
+    import time
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Adds."""
+        return a + b
+
+    with Harness(tools=[add], keep_warm_ms=20, keep_warm_awake=True) as harness:
+        for i in range(5):
+            r = harness.run(f"return await tools.add({{a: {i}, b: 1}})")
+            assert r.value == i + 1, r.error
+            time.sleep(0.003)
+    for bad in (1, "true"):
+        with pytest.raises(ValueError, match="keep_warm_awake"):
+            Harness(keep_warm_ms=20, keep_warm_awake=bad)  # type: ignore[arg-type]
+
+
 def test_allow_and_modes() -> None:
     a = Tool("a", "", None, lambda args: "a")
     b = Tool("b", "", None, lambda args: "b")

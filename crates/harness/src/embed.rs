@@ -40,8 +40,10 @@ fn bad(message: impl std::fmt::Display) -> OptionsError {
 /// `engine`, `isolation` (`in_process` or `process`), `mode`, `allow`
 /// (tool names), and `keep_warm_ms` (also `keepWarmMs`: milliseconds to
 /// keep the engine warm after each run, 0 for off, over the file's
-/// `[workers] keep_warm_ms`; [`HarnessBuilder::keep_warm`]). Tools and
-/// approvals are the caller's to add.
+/// `[workers] keep_warm_ms`; [`HarnessBuilder::keep_warm`]) with
+/// `keep_warm_awake` (also `keepWarmAwake`: a boolean, over the file's
+/// `[workers] keep_warm_awake`; [`HarnessBuilder::keep_warm_awake`]).
+/// Tools and approvals are the caller's to add.
 pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsError> {
     let limits = match options.get("limits") {
         None | Some(Value::Null) => None,
@@ -113,6 +115,14 @@ pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsEr
     }
     if let Some(ms) = milliseconds(options, "keep_warm_ms", "keepWarmMs")? {
         builder = builder.keep_warm(std::time::Duration::from_millis(ms));
+    }
+    match options
+        .get("keep_warm_awake")
+        .or_else(|| options.get("keepWarmAwake"))
+    {
+        None | Some(Value::Null) => {}
+        Some(Value::Bool(awake)) => builder = builder.keep_warm_awake(*awake),
+        Some(_) => return Err(bad("`keep_warm_awake` must be true or false")),
     }
     Ok(builder)
 }

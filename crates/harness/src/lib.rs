@@ -112,6 +112,8 @@ pub struct Harness {
     language: ScriptLanguage,
     tasks: Option<Arc<DetachedTasks>>,
     retry_internal: bool,
+    /// Asked to keep warm and awake, and the engine does.
+    awake: bool,
     audit: Option<Arc<audit::AuditLog>>,
     traceparent: Option<String>,
 }
@@ -267,6 +269,15 @@ impl Harness {
             return Vec::new();
         }
         self.tools.allow.resolve(&self.tools.registry)
+    }
+
+    /// Whether this harness's engine stays awake in its keep-warm window
+    /// between rehearsals: asked for with [`HarnessBuilder::keep_warm_awake`]
+    /// (or `[workers] keep_warm_awake`) while kept warm, and done by the
+    /// engine (QuickJS and Boa, in process and behind the process
+    /// boundary).
+    pub fn keeps_warm_awake(&self) -> bool {
+        self.awake
     }
 
     /// Rehearsals this harness's engine has run to keep warm
@@ -638,12 +649,11 @@ impl HarnessBuilder {
                 }
             }
         };
-        if let Some(window) = self.keep_warm {
-            adapter.keep_warm(window);
-        }
-        if self.keep_awake {
-            adapter.keep_awake(true);
-        }
+        let warm = self
+            .keep_warm
+            .is_some_and(|window| adapter.keep_warm(window) && !window.is_zero());
+        // Awake only means something while kept warm.
+        let awake = self.keep_awake && warm && adapter.keep_awake(true);
         let registry = self.registry.unwrap_or_default();
         #[allow(unused_mut)]
         let mut allow = self.allow;
@@ -708,6 +718,7 @@ impl HarnessBuilder {
             language: self.language,
             tasks: self.tasks,
             retry_internal: !self.no_retry,
+            awake,
             audit: self.audit,
             traceparent: None,
             tools,

@@ -168,9 +168,10 @@ async fn workers_max_threads_caps_the_runs_in_flight_in_process() {
 }
 
 /// Three runs of `cfg`'s harness, 5 ms apart: each answers as any run,
-/// and the engine rehearsed between them.
+/// and the engine rehearsed between them; awake as `cfg` says.
 async fn spaced_runs_answer_and_the_engine_rehearses(cfg: &Config) {
     let h = cfg.builder().unwrap().build().unwrap();
+    assert_eq!(h.keeps_warm_awake(), cfg.settings().workers.keep_warm_awake);
     for i in 0..3 {
         let r = h.run(&format!("return {i} + 1")).await;
         assert_eq!(r.value, Some(json!(i + 1)), "{:?}", r.error);
@@ -240,5 +241,53 @@ async fn the_bindings_keep_warm_ms_option_keeps_warm_and_is_checked() {
     for bad in [json!(-1), json!(1.5), json!("20")] {
         let err = builder_from_options(&json!({"keep_warm_ms": bad})).unwrap_err();
         assert!(err.to_string().contains("keep_warm_ms"), "{bad}: {err}");
+    }
+}
+
+/// The bindings' options object: `keep_warm_awake` (or `keepWarmAwake`)
+/// keeps a warm engine awake, over a file's `[workers] keep_warm_awake`
+/// (false turns it off); without a window it does nothing; anything but a
+/// boolean is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bindings_keep_warm_awake_option_is_read_and_checked() {
+    use harness::embed::builder_from_options;
+    let awake = |options: serde_json::Value| {
+        builder_from_options(&options)
+            .unwrap()
+            .build()
+            .unwrap()
+            .keeps_warm_awake()
+    };
+    for options in [
+        json!({"keep_warm_ms": 20, "keep_warm_awake": true}),
+        json!({"keepWarmMs": 20, "keepWarmAwake": true}),
+    ] {
+        let h = builder_from_options(&options).unwrap().build().unwrap();
+        assert!(h.keeps_warm_awake(), "{options}");
+        assert!(h.run("return 1").await.ok);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(h.rehearsals() > 0, "{options}: kept warm");
+        assert_eq!(h.run("return 2").await.value, Some(json!(2)));
+    }
+    assert!(!awake(json!({"keep_warm_ms": 20})), "off by default");
+    assert!(
+        !awake(json!({"keep_warm_awake": true})),
+        "nothing to keep awake without a window"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("h.toml");
+    std::fs::write(
+        &file,
+        "[workers]\nkeep_warm_ms = 20\nkeep_warm_awake = true\n",
+    )
+    .unwrap();
+    assert!(awake(json!({"config": file})), "the file's");
+    assert!(
+        !awake(json!({"config": file, "keepWarmAwake": false})),
+        "false over the file's"
+    );
+    for bad in [json!(1), json!("true")] {
+        let err = builder_from_options(&json!({"keep_warm_awake": bad})).unwrap_err();
+        assert!(err.to_string().contains("keep_warm_awake"), "{bad}: {err}");
     }
 }

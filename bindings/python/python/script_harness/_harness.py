@@ -256,7 +256,12 @@ class Harness:
     - `keep_warm_ms`: for runs a few milliseconds apart, keep the engine
       warm this long after each run (rehearsing a trivial run about every
       0.8 ms, a few per cent of a CPU meanwhile); 0 or None: off (the
-      default), over the file's `[workers] keep_warm_ms`.
+      default), over the file's `[workers] keep_warm_ms`;
+    - `keep_warm_awake`: with `keep_warm_ms`, the engine thread also stays
+      awake through its window, polling for the next run instead of
+      sleeping (a run a few ms after the last then costs about what one
+      back to back does, for most of a CPU through each window); False
+      turns off the file's `[workers] keep_warm_awake`.
     """
 
     def __init__(
@@ -271,6 +276,7 @@ class Harness:
         config: Union[str, "os.PathLike[str]", None] = None,
         provider: Optional[str] = None,
         keep_warm_ms: Optional[int] = None,
+        keep_warm_awake: Optional[bool] = None,
     ) -> None:
         table: Dict[str, Tool] = {}
         for t in tools:
@@ -291,6 +297,7 @@ class Harness:
             "config": os.fspath(config) if config is not None else None,
             "provider": provider,
             "keep_warm_ms": keep_warm_ms,
+            "keep_warm_awake": keep_warm_awake,
         }
         options = {k: v for k, v in options.items() if v is not None}
         self._loops = _Loops()
