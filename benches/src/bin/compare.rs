@@ -674,12 +674,17 @@ harness::main! {
             .expect("tokio runtime");
         let started = Instant::now();
         let steal_before = harness_benches::steal_s();
-        // QuickJS kept warm (`HarnessBuilder::keep_warm`), in process and
-        // behind the boundary, and kept awake too in process
-        // (`keep_warm_awake`): rows of their own beside the default ones.
+        // QuickJS kept warm (`HarnessBuilder::keep_warm`), and kept awake
+        // too (`keep_warm_awake`), in process and behind the boundary:
+        // rows of their own beside the default ones.
         let plain = engines();
-        let warm = ["quickjs,keep_warm", "quickjs,process,keep_warm", "quickjs,awake"]
-            .map(Config::from_options);
+        let warm = [
+            "quickjs,keep_warm",
+            "quickjs,process,keep_warm",
+            "quickjs,awake",
+            "quickjs,process,awake",
+        ]
+        .map(Config::from_options);
         let warm = warm.into_iter().filter(|w| {
             plain.contains(&Config {
                 keep_warm: false,

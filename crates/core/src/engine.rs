@@ -851,9 +851,11 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
         true
     }
 
+    /// Awake in process: on a machine with a CPU for the poller and one
+    /// for a caller.
     fn keep_awake(&self, awake: bool) -> bool {
         self.keep_warm.set_awake(awake);
-        true
+        self.pool.can_stay_awake()
     }
 
     fn rehearsals(&self) -> u64 {

@@ -28,11 +28,16 @@
 //! later finds the code and data it needs in the caches. Only while the
 //! engine asks for it (`keep_warm`), since each rehearsal costs CPU.
 //! Asked to keep *awake* as well, one such worker at a time (the one that
-//! holds the pool's spinning flag, and only while the busy workers leave
-//! a CPU free) polls its channel between rehearsals, yielding, instead
-//! of sleeping: its CPU never halts in the window, which on a VM is what
-//! costs a run after a pause most (docs/performance.md, "Halting is what
-//! a pause costs"), and a caller waits awake for its answer.
+//! holds the pool's spinning flag) polls its channel between rehearsals,
+//! yielding, instead of sleeping: its CPU never halts in the window, which
+//! on a VM is what costs a run after a pause most (docs/performance.md,
+//! "Halting is what a pause costs"), and a caller waits awake for its
+//! answer. Only while the machine has CPUs for it: the busy workers' runs
+//! and the next one ([`WorkerPool::with_cpus_per_run`] each) and a caller
+//! besides. A poller on a CPU that a run needs holds it up: it yields,
+//! but the scheduler may leave it running for hundreds of microseconds
+//! while the run waits (behind the process boundary on 2 CPUs, kept awake
+//! took the median down but the 90th percentile from 0.37 to 1 ms).
 
 use crate::adapter::{CancelOnDrop, ExecutionRequest};
 use crate::error::ScriptError;
@@ -70,6 +75,9 @@ struct Shared<S> {
     finishing: Arc<Finishing>,
     /// The CPUs this process may use.
     cores: usize,
+    /// The CPUs one run keeps busy: 1 in process, 2 behind the process
+    /// boundary (the host thread and its worker process).
+    cpus_per_run: usize,
     /// Work for a worker's state when it finds no job waiting
     /// ([`WorkerPool::with_idle`]).
     idle: Option<fn(&mut S)>,
@@ -143,6 +151,7 @@ impl<S: 'static> WorkerPool<S> {
                 private_tidy_long: false,
                 finishing: Arc::default(),
                 cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                cpus_per_run: 1,
                 idle: None,
                 rehearsal: None,
                 answer_us: std::sync::atomic::AtomicU64::new(0),
@@ -180,6 +189,33 @@ impl<S: 'static> WorkerPool<S> {
                 rehearse,
                 awake,
             });
+        }
+        self
+    }
+
+    /// Each run keeps `cpus` CPUs busy (default 1; 2 behind the process
+    /// boundary, where the host thread waits on its worker process): a
+    /// worker stays awake between rehearsals only while the machine has
+    /// CPUs for the busy runs and the next one, and one for a caller.
+    pub(crate) fn with_cpus_per_run(mut self, cpus: usize) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.cpus_per_run = cpus.max(1);
+        }
+        self
+    }
+
+    /// Whether this machine has CPUs for a worker that stays awake
+    /// between rehearsals, beside no other busy one
+    /// ([`WorkerPool::with_cpus_per_run`]).
+    pub(crate) fn can_stay_awake(&self) -> bool {
+        awake_fits(&self.shared, 0)
+    }
+
+    /// As if this machine had `cores` CPUs.
+    #[cfg(test)]
+    fn with_cores(mut self, cores: usize) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.cores = cores;
         }
         self
     }
@@ -506,10 +542,12 @@ struct Rehearsal<S> {
 fn next_job<S>(
     shared: &Shared<S>,
     rx: &mpsc::Receiver<Job<S>>,
-    may_spin: bool,
+    busy: usize,
     state: &mut S,
 ) -> Option<Job<S>> {
     use std::sync::atomic::Ordering;
+    // Spin only while the workers with runs leave a CPU free.
+    let may_spin = busy + 1 < shared.cores;
     if may_spin && !shared.spinning.swap(true, Ordering::AcqRel) {
         // Yielding between polls: a caller on this CPU (the scheduler
         // put both here while the other CPU was busy) gets to submit its
@@ -535,10 +573,10 @@ fn next_job<S>(
     }
     if let Some(r) = &shared.rehearsal {
         // Awake: at most one worker, holding the spinning flag (so that a
-        // caller waits awake for its answer), while a CPU is free.
+        // caller waits awake for its answer), while the CPUs allow.
         let awake = r.awake.load(Ordering::Relaxed)
             && (r.due)(state)
-            && may_spin
+            && awake_fits(shared, busy)
             && !shared.spinning.swap(true, Ordering::AcqRel);
         let next = rehearse_while_due(shared, rx, state, r, awake);
         if awake {
@@ -549,6 +587,13 @@ fn next_job<S>(
         }
     }
     rx.recv().ok()
+}
+
+/// Whether an idle worker may stay awake beside `busy` busy ones: the
+/// CPUs their runs and the next one keep busy, and one for a caller, are
+/// there (module docs).
+fn awake_fits<S>(shared: &Shared<S>, busy: usize) -> bool {
+    (busy + 1) * shared.cpus_per_run < shared.cores
 }
 
 /// Rehearses while due, waiting for a job in between, asleep or awake
@@ -611,7 +656,7 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
         // Take queued work, or go idle on a fresh channel whose only sender
         // sits in the idle stack: when the pool closes, the stack is
         // cleared and `recv` fails, ending the thread.
-        let (rx, may_spin) = {
+        let (rx, busy) = {
             let Ok(mut s) = shared.state.lock() else {
                 return;
             };
@@ -634,11 +679,9 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
             }
             let (tx, rx) = mpsc::channel::<Job<S>>();
             s.idle.push(tx);
-            // Spin only while the workers with runs leave a CPU free.
-            let busy = s.threads.saturating_sub(s.idle.len());
-            (rx, busy + 1 < shared.cores)
+            (rx, s.threads.saturating_sub(s.idle.len()))
         };
-        match next_job(shared, &rx, may_spin, &mut state) {
+        match next_job(shared, &rx, busy, &mut state) {
             Some(j) => job = j,
             None => return,
         }
@@ -700,6 +743,16 @@ mod tests {
     fn rehearsing_pool(
         awake: Arc<std::sync::atomic::AtomicBool>,
     ) -> (WorkerPool<Rehearsing>, Arc<std::sync::atomic::AtomicU32>) {
+        rehearsing_pool_on(awake, None, 1)
+    }
+
+    /// [`rehearsing_pool`] as if on `cores` CPUs (else this machine's),
+    /// each run keeping `cpus_per_run` busy.
+    fn rehearsing_pool_on(
+        awake: Arc<std::sync::atomic::AtomicBool>,
+        cores: Option<usize>,
+        cpus_per_run: usize,
+    ) -> (WorkerPool<Rehearsing>, Arc<std::sync::atomic::AtomicU32>) {
         use std::sync::atomic::Ordering;
         fn due(s: &mut Rehearsing) -> bool {
             s.due.load(Ordering::SeqCst) > 0
@@ -716,7 +769,12 @@ mod tests {
             rehearsals: 0,
             due: for_state.clone(),
         })
-        .with_rehearsal(due, rehearse, awake);
+        .with_rehearsal(due, rehearse, awake)
+        .with_cpus_per_run(cpus_per_run);
+        let pool = match cores {
+            Some(n) => pool.with_cores(n),
+            None => pool,
+        };
         (pool, still_due)
     }
 
@@ -789,6 +847,32 @@ mod tests {
         wait_for(|| due.load(Ordering::SeqCst) <= 999_997);
         assert!(!spinning(), "asleep between rehearsals");
         due.store(0, Ordering::SeqCst);
+    }
+
+    /// A worker stays awake only where the CPUs allow: its run (two CPUs
+    /// behind the process boundary) and a caller's besides its own.
+    #[test]
+    fn a_worker_stays_awake_only_with_cpus_for_its_run_and_a_caller() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        for (cores, cpus_per_run, stays) in
+            [(2, 1, true), (1, 1, false), (2, 2, false), (3, 2, true)]
+        {
+            let (pool, due) =
+                rehearsing_pool_on(Arc::new(AtomicBool::new(true)), Some(cores), cpus_per_run);
+            let what = format!("{cores} CPUs, {cpus_per_run} per run");
+            assert_eq!(pool.can_stay_awake(), stays, "{what}");
+            assert_eq!(rehearsals_since_last_job(&pool), 0);
+            due.store(1_000_000, Ordering::SeqCst);
+            assert_eq!(rehearsals_since_last_job(&pool), 0);
+            // Three rehearsals in, the worker is awake between them or not.
+            wait_for(|| due.load(Ordering::SeqCst) <= 999_997);
+            if stays {
+                wait_for(|| pool.shared.spinning.load(Ordering::Acquire));
+            } else {
+                assert!(!pool.shared.spinning.load(Ordering::Acquire), "{what}");
+            }
+            due.store(0, Ordering::SeqCst);
+        }
     }
 
     #[test]

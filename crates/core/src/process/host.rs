@@ -1008,6 +1008,8 @@ impl ProcessAdapter {
                     },
                 )
                 .with_rehearsal(Slot::rehearsal_due, Slot::rehearse, keep_warm.awake_flag())
+                // The host thread and its worker process.
+                .with_cpus_per_run(2)
                 .with_long_private_tidy_up(long_private_tidy_up),
             ),
             opts,
@@ -1095,9 +1097,13 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
 
     /// Awake behind the boundary: the host thread polls between
     /// rehearsals (the worker process still waits for its next frame).
+    /// Only on a machine with CPUs for a run's two sides and its caller
+    /// besides the poller's: on fewer, the poller held up the worker
+    /// process (docs/performance.md, "Keeping awake behind the process
+    /// boundary"), and this keeps warm asleep.
     fn keep_awake(&self, awake: bool) -> bool {
         self.keep_warm.set_awake(awake);
-        true
+        self.pool.can_stay_awake()
     }
 
     fn rehearsals(&self) -> u64 {
