@@ -274,8 +274,10 @@ impl Harness {
     /// Whether this harness's engine stays awake in its keep-warm window
     /// between rehearsals: asked for with [`HarnessBuilder::keep_warm_awake`]
     /// (or `[workers] keep_warm_awake`) while kept warm, and done by the
-    /// engine (QuickJS and Boa, in process and behind the process
-    /// boundary).
+    /// engine (QuickJS and Boa) where the machine has the CPUs for it: 2
+    /// or more in process, 3 or more behind the process boundary, where a
+    /// run keeps two busy (docs/performance.md, "Keeping awake behind the
+    /// process boundary").
     pub fn keeps_warm_awake(&self) -> bool {
         self.awake
     }
