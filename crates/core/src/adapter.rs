@@ -539,12 +539,14 @@ pub trait ScriptRuntimeAdapter: Send + Sync {
     /// (default: no): it polls for the next run, yielding, instead of
     /// sleeping, so that its CPU does not halt, and a caller waits awake
     /// for its answer. One thread of the engine at a time, and only while
-    /// a CPU is free besides its busy threads. On a VM whose idle CPUs
-    /// halt, a run a few milliseconds after the last then spends in the
-    /// engine about what one back to back does, at the price of most of a CPU for each
+    /// the machine has CPUs for the busy runs, the next one and a caller
+    /// besides the poller. On a VM whose idle CPUs halt, a run a few
+    /// milliseconds after the last then spends in the engine about what
+    /// one back to back does, at the price of most of a CPU for each
     /// window (mostly system time in `sched_yield`; docs/performance.md,
     /// "Halting is what a pause costs"). Returns whether this adapter
-    /// does it (those that keep warm do).
+    /// does it on this machine (the pooled engines do with 2 CPUs or
+    /// more in process, 3 or more behind the process boundary).
     fn keep_awake(&self, awake: bool) -> bool {
         let _ = awake;
         false

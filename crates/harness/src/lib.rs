@@ -572,8 +572,9 @@ impl HarnessBuilder {
     /// its window also stays awake between rehearsals (default: no),
     /// polling for the next run instead of sleeping, so that its CPU does
     /// not halt; a caller then waits awake for its answer too. One engine
-    /// thread at a time, and only while a CPU is free besides the busy
-    /// ones. On a VM whose idle CPUs halt, a run a few milliseconds after
+    /// thread at a time, and only while the machine has CPUs for the busy
+    /// runs, the next one and a caller (2 or more in process, 3 or more
+    /// behind the process boundary; [`Harness::keeps_warm_awake`]). On a VM whose idle CPUs halt, a run a few milliseconds after
     /// the last one then spends in the engine about what one back to back
     /// does (its caller's side stays as cold as the caller), for most
     /// of a CPU through each window: for latency first, on a machine with
