@@ -187,19 +187,37 @@ async fn spaced_runs_answer_and_the_engine_rehearses(cfg: &Config) {
         assert_eq!(r.value, Some(json!(i + 1)), "{:?}", r.error);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(h.rehearsals() > 0, "the engine kept warm between the runs");
+    assert!(rehearses(&h).await, "the engine kept warm between the runs");
 }
+
+/// Whether `h`'s engine has rehearsed, or does within 5 s: on a loaded
+/// machine (a CI running tests side by side) its thread may wait
+/// milliseconds for a CPU, so the tests' windows are long
+/// ([`WINDOW_MS`]) and this waits rather than looks once.
+async fn rehearses(h: &harness::Harness) -> bool {
+    for _ in 0..500 {
+        if h.rehearsals() > 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// The keep-warm window of these tests: long enough that a loaded
+/// machine still rehearses within it.
+const WINDOW_MS: u64 = 10_000;
 
 /// `[workers] keep_warm_ms` is read (and a misspelling refused); runs of a
 /// harness kept warm, spaced past rehearsals, answer as any other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_keep_warm_ms_is_read_and_runs_answer_as_before() {
     let cfg = Config::from_toml_str(
-        "isolation = \"in_process\"\n[workers]\nkeep_warm_ms = 20\n",
+        &format!("isolation = \"in_process\"\n[workers]\nkeep_warm_ms = {WINDOW_MS}\n"),
         "t.toml",
     )
     .unwrap();
-    assert_eq!(cfg.settings().workers.keep_warm_ms, 20);
+    assert_eq!(cfg.settings().workers.keep_warm_ms, WINDOW_MS);
     assert_eq!(Config::default().settings().workers.keep_warm_ms, 0);
     let err = Config::from_toml_str("[workers]\nkeep_warm = 20\n", "t.toml").unwrap_err();
     assert!(err.to_string().contains("keep_warm"), "{err}");
@@ -218,7 +236,9 @@ async fn workers_keep_warm_ms_is_read_and_runs_answer_as_before() {
 async fn workers_keep_warm_awake_is_read_and_runs_answer_as_before() {
     assert!(!Config::default().settings().workers.keep_warm_awake);
     let cfg = Config::from_toml_str(
-        "isolation = \"in_process\"\n[workers]\nkeep_warm_ms = 20\nkeep_warm_awake = true\n",
+        &format!(
+            "isolation = \"in_process\"\n[workers]\nkeep_warm_ms = {WINDOW_MS}\nkeep_warm_awake = true\n"
+        ),
         "t.toml",
     )
     .unwrap();
@@ -232,11 +252,13 @@ async fn workers_keep_warm_awake_is_read_and_runs_answer_as_before() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bindings_keep_warm_ms_option_keeps_warm_and_is_checked() {
     use harness::embed::builder_from_options;
-    for options in [json!({"keep_warm_ms": 20}), json!({"keepWarmMs": 20})] {
+    for options in [
+        json!({ "keep_warm_ms": WINDOW_MS }),
+        json!({ "keepWarmMs": WINDOW_MS }),
+    ] {
         let h = builder_from_options(&options).unwrap().build().unwrap();
         assert!(h.run("return 1").await.ok);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        assert!(h.rehearsals() > 0, "{options}: kept warm");
+        assert!(rehearses(&h).await, "{options}: kept warm");
     }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("h.toml");
@@ -261,25 +283,23 @@ async fn the_bindings_keep_warm_ms_option_keeps_warm_and_is_checked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bindings_keep_warm_awake_option_is_read_and_checked() {
     use harness::embed::builder_from_options;
-    let awake = |options: serde_json::Value| {
-        builder_from_options(&options)
-            .unwrap()
-            .build()
-            .unwrap()
-            .keeps_warm_awake()
-    };
+    let build =
+        |options: &serde_json::Value| builder_from_options(options).unwrap().build().unwrap();
+    let awake = |options: serde_json::Value| build(&options).keeps_warm_awake();
     for options in [
-        json!({"keep_warm_ms": 20, "keep_warm_awake": true}),
-        json!({"keepWarmMs": 20, "keepWarmAwake": true}),
+        json!({"keep_warm_ms": WINDOW_MS, "keep_warm_awake": true}),
+        json!({"keepWarmMs": WINDOW_MS, "keepWarmAwake": true}),
     ] {
-        let h = builder_from_options(&options).unwrap().build().unwrap();
+        let h = build(&options);
         assert_eq!(h.keeps_warm_awake(), awake_in_process_here(), "{options}");
         assert!(h.run("return 1").await.ok);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        assert!(h.rehearsals() > 0, "{options}: kept warm");
+        assert!(rehearses(&h).await, "{options}: kept warm");
         assert_eq!(h.run("return 2").await.value, Some(json!(2)));
     }
-    assert!(!awake(json!({"keep_warm_ms": 20})), "off by default");
+    assert!(
+        !awake(json!({ "keep_warm_ms": WINDOW_MS })),
+        "off by default"
+    );
     assert!(
         !awake(json!({"keep_warm_awake": true})),
         "nothing to keep awake without a window"
