@@ -166,19 +166,30 @@ fn runtime() -> tokio::runtime::Runtime {
 /// cap: sanitizers reserve terabytes of shadow memory, and the worker's
 /// own heap budget still enforces the memory limit.
 pub fn fuzz_harness(engine: EngineKind, isolation: Isolation, limits: Limits) -> Harness {
-    harness_with_workers(engine, isolation, limits, 2, None)
+    harness_with_workers(engine, isolation, limits, 2, Kept::No)
+}
+
+/// Whether a harness of the oracles keeps its engine warm between runs
+/// ([`KEPT_WARM`]), and awake as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    No,
+    Warm,
+    /// Kept warm, and awake between rehearsals where the machine has the
+    /// CPUs for it (`HarnessBuilder::keep_warm_awake`).
+    Awake,
 }
 
 /// [`fuzz_harness`] with at most `max_workers` worker processes behind
 /// the process boundary, or engine threads in process (where the engine's
-/// descriptor can size its pool), kept warm for `keep_warm` after each run
-/// when given.
+/// descriptor can size its pool), kept warm (and awake) after each run as
+/// `kept` says.
 fn harness_with_workers(
     engine: EngineKind,
     isolation: Isolation,
     limits: Limits,
     max_workers: usize,
-    keep_warm: Option<std::time::Duration>,
+    kept: Kept,
 ) -> Harness {
     let mut b = Harness::builder()
         .engine(engine)
@@ -197,8 +208,8 @@ fn harness_with_workers(
     {
         b = b.adapter(adapter);
     }
-    if let Some(window) = keep_warm {
-        b = b.keep_warm(window);
+    if kept != Kept::No {
+        b = b.keep_warm(KEPT_WARM).keep_warm_awake(kept == Kept::Awake);
     }
     b.build().expect("engine is built in")
 }
@@ -457,7 +468,9 @@ impl Differential {
 /// (the same engine instance and, behind the process boundary, the same
 /// worker processes); B's report must equal B's report on a harness that
 /// never ran anything. Half the pairs run on harnesses kept warm
-/// ([`KEPT_WARM`]), so that rehearsals come between A and B. Durations,
+/// ([`KEPT_WARM`]), so that rehearsals come between A and B, and half of
+/// those kept awake as well (the engine thread polls between rehearsals
+/// where the machine has the CPUs for it). Durations,
 /// memory figures and ids are normalised
 /// ([`normalised`]); everything else is compared. Reports of runs that hit
 /// a resource limit are not compared (how far a run got before its
@@ -465,9 +478,8 @@ impl Differential {
 pub struct CrossRun {
     rt: tokio::runtime::Runtime,
     limits: Limits,
-    /// Each engine and isolation, with its shared harness and the same
-    /// kept warm ([`KEPT_WARM`]).
-    configs: Vec<(EngineKind, Isolation, Harness, Harness)>,
+    /// Each engine and isolation, with its shared harnesses.
+    configs: Vec<Shared>,
     /// The pair checked before this one: its fresh harness's engine
     /// threads free their runtimes after that pair's check, so a leak
     /// there surfaces during the next pair.
@@ -478,12 +490,42 @@ pub struct CrossRun {
 /// each run: past the pause between a pair's two runs (25 ms).
 pub const KEPT_WARM: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// One engine and isolation of the cross-run oracle: the harnesses whose
+/// engine state a pair's second run meets.
+struct Shared {
+    engine: EngineKind,
+    isolation: Isolation,
+    plain: Harness,
+    /// The same kept warm ([`KEPT_WARM`]).
+    warm: Harness,
+    /// The same kept warm and awake.
+    awake: Harness,
+}
+
+impl Shared {
+    /// The harness a pair runs on, and how it keeps its engine.
+    fn harness(&self, kept: Kept) -> (&Harness, &'static str) {
+        match kept {
+            Kept::No => (&self.plain, ""),
+            Kept::Warm => (&self.warm, ", kept warm: rehearsals between the runs"),
+            Kept::Awake if self.awake.keeps_warm_awake() => (
+                &self.awake,
+                ", kept warm and awake: rehearsals between the runs, polling between them",
+            ),
+            Kept::Awake => (
+                &self.awake,
+                ", kept warm (awake asked for; too few CPUs here): rehearsals between the runs",
+            ),
+        }
+    }
+}
+
 impl std::fmt::Debug for CrossRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<_> = self
             .configs
             .iter()
-            .map(|(e, i, _, _)| format!("{e} ({i:?})"))
+            .map(|c| format!("{} ({:?})", c.engine, c.isolation))
             .collect();
         f.debug_struct("CrossRun").field("configs", &names).finish()
     }
@@ -618,12 +660,14 @@ impl CrossRun {
                 // left (after a private run the pool would otherwise hand
                 // the next run to another thread while the first one
                 // tidies up).
-                configs.push((
+                let with = |kept| harness_with_workers(engine, isolation, limits.clone(), 1, kept);
+                configs.push(Shared {
                     engine,
                     isolation,
-                    harness_with_workers(engine, isolation, limits.clone(), 1, None),
-                    harness_with_workers(engine, isolation, limits.clone(), 1, Some(KEPT_WARM)),
-                ));
+                    plain: with(Kept::No),
+                    warm: with(Kept::Warm),
+                    awake: with(Kept::Awake),
+                });
             }
         }
         CrossRun {
@@ -634,10 +678,13 @@ impl CrossRun {
         }
     }
 
-    /// Rehearsals run so far by the harnesses kept warm (those of the
-    /// pairs whose two lengths differ in parity).
+    /// Rehearsals run so far by the harnesses kept warm, awake or not
+    /// (those of the pairs whose two lengths differ in parity).
     pub fn rehearsals(&self) -> u64 {
-        self.configs.iter().map(|(_, _, _, w)| w.rehearsals()).sum()
+        self.configs
+            .iter()
+            .map(|c| c.warm.rehearsals() + c.awake.rehearsals())
+            .sum()
     }
 
     /// Builds two scripts from `data` (its two halves) and checks them on
@@ -677,15 +724,16 @@ impl CrossRun {
         leak_check("before this pair ran anything");
         // Half the pairs (by their lengths, so that a pair replays the
         // same way) run on the harnesses kept warm: rehearsals then run
-        // in the pause between the two runs.
-        let kept_warm = (first.len() ^ second.len()) & 1 == 1;
-        let how = if kept_warm {
-            ", kept warm: rehearsals between the runs"
-        } else {
-            ""
+        // in the pause between the two runs. Half of those on the ones
+        // kept awake too.
+        let kept = match (first.len() ^ second.len()) & 3 {
+            1 => Kept::Warm,
+            3 => Kept::Awake,
+            _ => Kept::No,
         };
-        for (engine, isolation, plain, warm) in &self.configs {
-            let shared = if kept_warm { warm } else { plain };
+        for c in &self.configs {
+            let (engine, isolation) = (&c.engine, &c.isolation);
+            let (shared, how) = c.harness(kept);
             let _ = self.rt.block_on(shared.run(first));
             leak_check(&format!(
                 "after the first run on {engine} ({isolation:?}{how})"
