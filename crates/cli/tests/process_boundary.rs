@@ -325,6 +325,73 @@ async fn a_warm_worker_rehearses_in_its_window_only_and_the_next_run_sees_nothin
     assert_eq!(a.rehearsals(), n, "keep_warm(0) ends the window under way");
 }
 
+/// Kept warm and awake behind the boundary, the worker process polls for
+/// its next frame after each run and rehearsal (on 2 or more CPUs):
+/// runs answer as before, rehearsals stop with the window, the next run
+/// sees nothing of the last, and a worker killed while it polls is
+/// replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_kept_awake_polls_between_rehearsals_and_runs_answer_as_before() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    let mut opts = ProcessOptions::new("quickjs", env!("CARGO_BIN_EXE_harness"));
+    opts.max_workers = 1;
+    let info = harness::EngineKind::QuickJs
+        .info()
+        .expect("quickjs built in");
+    let a = ProcessAdapter::new(info, opts);
+    const WINDOW: Duration = Duration::from_millis(200);
+    assert!(a.keep_warm(WINDOW));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(a.keep_awake(true), cores >= 2, "{cores} CPUs");
+    for i in 0..3 {
+        let r = a
+            .execute(request(
+                &format!("try {{ globalThis.planted = {i} }} catch {{}}; return {i} + 1"),
+                5_000,
+                &tools,
+            ))
+            .await;
+        assert_eq!(r.value, Some(json!(i + 1)), "{:?}", r.error);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    let window_ends = std::time::Instant::now() + WINDOW;
+    while a.rehearsals() < 3 && std::time::Instant::now() < window_ends {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Past the window, a rehearsal under way at its end, and the
+    // worker's poll after it.
+    tokio::time::sleep_until((window_ends + Duration::from_millis(100)).into()).await;
+    let n = a.rehearsals();
+    assert!(n >= 3, "rehearsed in the window ({n})");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(a.rehearsals(), n, "no rehearsal once the window passed");
+    let look = a
+        .execute(request("return typeof globalThis.planted", 5_000, &tools))
+        .await;
+    assert_eq!(look.value, Some(json!("undefined")), "{:?}", look.error);
+
+    // The worker killed while it polls for its next frame.
+    assert!(a.keep_warm(Duration::from_secs(5)));
+    assert!(a.execute(request("return 2", 5_000, &tools)).await.ok);
+    let started = a.workers_started();
+    for pid in child_pids() {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = a.execute(request("return 'again'", 5_000, &tools)).await;
+    assert_eq!(r.value, Some(json!("again")), "{r:?}");
+    assert!(
+        a.workers_started() > started,
+        "the killed worker was replaced"
+    );
+    assert!(a.keep_warm(Duration::ZERO));
+}
+
 /// A worker keeps the last run's config and limits, and the host sends
 /// only what changed: every run on the one worker still sees its own
 /// request's tools, context and limits, however they alternate.

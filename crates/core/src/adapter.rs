@@ -546,7 +546,8 @@ pub trait ScriptRuntimeAdapter: Send + Sync {
     /// window (mostly system time in `sched_yield`; docs/performance.md,
     /// "Halting is what a pause costs"). Returns whether this adapter
     /// does it on this machine (the pooled engines do with 2 CPUs or
-    /// more in process, 3 or more behind the process boundary).
+    /// more, in process and behind the process boundary, where the worker
+    /// process polls, and its host thread too on 3 or more).
     fn keep_awake(&self, awake: bool) -> bool {
         let _ = awake;
         false

@@ -648,6 +648,11 @@ impl KeepWarm {
         self.awake.store(awake, Ordering::Relaxed);
     }
 
+    /// Whether a thread in its window stays awake ([`KeepWarm::set_awake`]).
+    pub(crate) fn awake(&self) -> bool {
+        self.awake.load(Ordering::Relaxed)
+    }
+
     /// The flag [`KeepWarm::set_awake`] sets, for the pool.
     pub(crate) fn awake_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
         self.awake.clone()
@@ -693,6 +698,11 @@ impl Rehearsal {
             tasks: last.tasks.clone(),
             keep_warm,
         }
+    }
+
+    /// Whether the engine is kept awake as well as warm.
+    pub(crate) fn awake(&self) -> bool {
+        self.keep_warm.awake()
     }
 
     /// The same, its window starting now (when the run it follows ended).

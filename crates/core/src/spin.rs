@@ -34,9 +34,13 @@ impl Drop for Counted {
 /// before this rule: 2 runs in flight on 2 cores spent 10–20% more CPU per
 /// script on Boa and WASI).
 pub(crate) fn allowed(counter: &AtomicUsize) -> bool {
+    counter.load(Ordering::Acquire) * 2 <= cores()
+}
+
+/// The CPUs this process may use (read once).
+pub(crate) fn cores() -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    counter.load(Ordering::Acquire) * 2 <= cores
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Polls `ready` until it says true or `budget` has passed, yielding the

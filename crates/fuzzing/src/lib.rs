@@ -514,7 +514,7 @@ impl Shared {
             ),
             Kept::Awake => (
                 &self.awake,
-                ", kept warm (awake asked for; too few CPUs here): rehearsals between the runs",
+                ", kept warm (awake asked for; one CPU here): rehearsals between the runs",
             ),
         }
     }

@@ -275,9 +275,10 @@ impl Harness {
     /// between rehearsals: asked for with [`HarnessBuilder::keep_warm_awake`]
     /// (or `[workers] keep_warm_awake`) while kept warm, and done by the
     /// engine (QuickJS and Boa) where the machine has the CPUs for it: 2
-    /// or more in process, 3 or more behind the process boundary, where a
-    /// run keeps two busy (docs/performance.md, "Keeping awake behind the
-    /// process boundary").
+    /// or more, in process and behind the process boundary, where the
+    /// worker process polls (and the host thread too on 3 or more, since
+    /// a run there keeps two CPUs busy; docs/performance.md, "The worker
+    /// process stays awake").
     pub fn keeps_warm_awake(&self) -> bool {
         self.awake
     }
@@ -573,9 +574,11 @@ impl HarnessBuilder {
     /// polling for the next run instead of sleeping, so that its CPU does
     /// not halt; a caller then waits awake for its answer too. One engine
     /// thread at a time, and only while the machine has CPUs for the busy
-    /// runs, the next one and a caller (2 or more in process, 3 or more
-    /// behind the process boundary; [`Harness::keeps_warm_awake`]). On a VM whose idle CPUs halt, a run a few milliseconds after
-    /// the last one then spends in the engine about what one back to back
+    /// runs, the next one and a caller (2 or more; behind the process
+    /// boundary the worker process is what polls, and its host thread
+    /// too on 3 or more; [`Harness::keeps_warm_awake`]). On a VM whose
+    /// idle CPUs halt, a run a few milliseconds after the last one then
+    /// spends in the engine about what one back to back
     /// does (its caller's side stays as cold as the caller), for most
     /// of a CPU through each window: for latency first, on a machine with
     /// a CPU to spare. (`[workers] keep_warm_awake` in the configuration

@@ -114,6 +114,9 @@ struct Proc {
     /// keeps: the next `Run` carries only what changed.
     sent_config: String,
     sent_limits: Option<Limits>,
+    /// Whether the next `Run` tells the worker to linger after it (kept
+    /// warm and awake, [`super::WORKER_LINGER`]).
+    linger: bool,
 }
 
 /// The host's end of a worker's stdin: a pipe, or with rings a Unix
@@ -219,6 +222,7 @@ impl Proc {
             runs: 0,
             sent_config: String::new(),
             sent_limits: None,
+            linger: false,
         };
         // A binary that is not a worker may never answer: kill it then.
         let _watch = crate::watchdog::watch(
@@ -323,13 +327,17 @@ impl Proc {
                 (config, false)
             }
         };
+        let spin = super::may_spin();
         ToWorker::Run {
             config,
             config_delta,
             limits,
             timeout_ms,
             source,
-            spin: super::may_spin(),
+            spin,
+            // Only while the machine has CPUs to spare, as for spinning:
+            // the worker's poll takes a CPU of its own.
+            linger: self.linger && spin,
         }
     }
 
@@ -824,13 +832,16 @@ impl Slot {
         }
     }
 
+    /// Runs `request` on this thread's worker; `linger`: the worker polls
+    /// for its next frame for a while after it ([`super::WORKER_LINGER`]).
     fn execute(
         &mut self,
         request: ExecutionRequest,
         tokio: &tokio::runtime::Handle,
+        linger: bool,
         respond: impl FnOnce(ExecutionReport),
     ) {
-        let proc = match self.take() {
+        let mut proc = match self.take() {
             Ok(p) => p,
             Err(e) => {
                 respond(ExecutionReport::failed(
@@ -840,6 +851,7 @@ impl Slot {
                 return;
             }
         };
+        proc.linger = linger;
         let mut engine = RemoteEngine::new(proc);
         // Counted in flight until the report is ready, not through the
         // worker's tidying up (super::may_spin).
@@ -891,6 +903,8 @@ impl Slot {
             self.proc = Some(proc);
             return;
         };
+        let mut proc = proc;
+        proc.linger = self.rehearsal.as_ref().is_some_and(Rehearsal::awake);
         let mut engine = RemoteEngine::new(proc);
         let in_flight = super::remote_run();
         crate::event_loop::rehearse(&mut engine, &self.opts.engine, request, &tokio);
@@ -1078,8 +1092,10 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
                 &self.opts.engine,
                 request,
                 move |s, request, tokio, reply| {
+                    // Kept awake: the worker polls between rehearsals.
+                    let linger = warm.as_ref().is_some_and(KeepWarm::awake);
                     let rehearsal = warm.map(|warm| Rehearsal::after(&request, warm, tokio));
-                    s.execute(request, tokio, |report| reply.send(report));
+                    s.execute(request, tokio, linger, |report| reply.send(report));
                     s.rehearsal = rehearsal.map(Rehearsal::starting_now);
                 },
             )
@@ -1095,15 +1111,17 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
         true
     }
 
-    /// Awake behind the boundary: the host thread polls between
-    /// rehearsals (the worker process still waits for its next frame).
-    /// Only on a machine with CPUs for a run's two sides and its caller
-    /// besides the poller's: on fewer, the poller held up the worker
-    /// process (docs/performance.md, "Keeping awake behind the process
-    /// boundary"), and this keeps warm asleep.
+    /// Awake behind the boundary: after each run and rehearsal the worker
+    /// process polls for its next frame ([`super::WORKER_LINGER`]) on 2
+    /// or more CPUs (one for it, one for its host thread and the caller),
+    /// while a single run is in flight; and the host thread polls between
+    /// rehearsals as well on a machine with CPUs for a run's two sides and
+    /// its caller besides that poller's (on 2, a host-side poller held up
+    /// the worker process: docs/performance.md, "Keeping awake behind the
+    /// process boundary"). With 1 CPU this keeps warm asleep.
     fn keep_awake(&self, awake: bool) -> bool {
         self.keep_warm.set_awake(awake);
-        self.pool.can_stay_awake()
+        self.pool.can_stay_awake() || crate::spin::cores() >= 2
     }
 
     fn rehearsals(&self) -> u64 {

@@ -123,6 +123,10 @@ pub(crate) enum ToWorker {
         /// every message of a run's exchange says it anew.
         #[serde(default)]
         spin: bool,
+        /// Kept warm and awake ([`WORKER_LINGER`]): after this run the
+        /// worker polls for its next frame for a while before it blocks.
+        #[serde(default)]
+        linger: bool,
     },
     /// Tool results: settle these calls, then run jobs; answered with a Step.
     Drain {
@@ -240,6 +244,18 @@ pub(crate) enum FromWorker {
 /// CPU (docs/performance.md). A reader that spins through the short gaps of
 /// an exchange keeps its CPU awake.
 const PIPE_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// How long a worker told to linger (a `Run`'s `linger`: its engine is
+/// kept warm and awake) polls for its next frame after the run, yielding,
+/// before it blocks: a little longer than the host's rehearsals take to
+/// come ([`crate::pool::REHEARSAL_PERIOD`]), so that through the keep-warm
+/// window its CPU never halts, and at most this long past the window's
+/// end. Its CPU, not the host thread's, is the one kept awake on 2 CPUs:
+/// a run behind the boundary keeps the worker's CPU and its host thread's
+/// busy, and a poller on the host thread's side held up the worker there
+/// (docs/performance.md, "The worker process stays awake").
+pub(crate) const WORKER_LINGER: std::time::Duration =
+    crate::pool::REHEARSAL_PERIOD.saturating_add(std::time::Duration::from_micros(200));
 
 /// Remote runs in flight in this (host) process.
 static REMOTE_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -89,6 +89,9 @@ struct Pipe {
     link: RefCell<Link<FromHost, StdoutLock<'static>>>,
     /// The host's last message let this worker spin for its next answer.
     spin: std::cell::Cell<bool>,
+    /// The last `Run` told this worker to linger after it
+    /// ([`super::WORKER_LINGER`]).
+    linger: std::cell::Cell<bool>,
     /// Errors the script failed with since the last Step (name, message),
     /// for the engine to classify before the host asks.
     failures: RefCell<Vec<(String, String)>>,
@@ -118,7 +121,8 @@ impl Pipe {
 
     /// The host's next command, between runs: [`Pipe::recv`], but if
     /// nothing has come when it would block (after its spin, if any), it
-    /// calls `idle` first, once.
+    /// calls `idle` first, once; then, just after a run that said to
+    /// linger, it polls for [`super::WORKER_LINGER`] before it blocks.
     fn recv_command(&self, soon: bool, idle: impl FnOnce()) -> ToWorker {
         let ready = {
             let link = self.link.borrow();
@@ -126,6 +130,10 @@ impl Pipe {
         };
         if !ready {
             idle();
+            if soon && self.spin.get() && self.linger.get() {
+                let link = self.link.borrow();
+                crate::spin::until(super::WORKER_LINGER, || link.has_input());
+            }
         }
         self.recv(false)
     }
@@ -181,6 +189,7 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
             None,
         )),
         spin: std::cell::Cell::new(false),
+        linger: std::cell::Cell::new(false),
         failures: RefCell::new(Vec::new()),
     });
     let rings = match pipe.recv(false) {
@@ -246,6 +255,7 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
                 timeout_ms,
                 source,
                 spin,
+                linger,
             } => {
                 // What this run leaves out is what the last one was sent
                 // (the host keeps the same; `Proc::run_message`).
@@ -264,6 +274,7 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
                 };
                 let config = &last_config;
                 pipe.spin.set(spin);
+                pipe.linger.set(linger);
                 let extra = if enforces { BACKSTOP_SLACK_BYTES } else { 0 };
                 // Counted, without a cap, until the engine has loaded the
                 // run; `serve_run` then arms the run's budget.
