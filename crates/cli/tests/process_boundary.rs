@@ -300,8 +300,22 @@ async fn a_warm_worker_rehearses_in_its_window_only_and_the_next_run_sees_nothin
     );
 
     // The worker killed behind the host's back while rehearsals are due.
+    a_worker_killed_while_kept_warm_is_replaced(&a, &tools).await;
+    // Turned off: the window under way ends too (a rehearsal in flight
+    // may still finish).
+    assert!(a.keep_warm(Duration::ZERO));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let n = a.rehearsals();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(a.rehearsals(), n, "keep_warm(0) ends the window under way");
+}
+
+/// With a long window under way, `a`'s worker killed behind the host's
+/// back (while rehearsals are due, or while it polls for its next frame):
+/// the next run answers on a fresh worker.
+async fn a_worker_killed_while_kept_warm_is_replaced(a: &ProcessAdapter, tools: &ToolSet) {
     assert!(a.keep_warm(Duration::from_secs(5)));
-    assert!(a.execute(request("return 2", 5_000, &tools)).await.ok);
+    assert!(a.execute(request("return 2", 5_000, tools)).await.ok);
     let started = a.workers_started();
     for pid in child_pids() {
         let _ = std::process::Command::new("kill")
@@ -310,19 +324,12 @@ async fn a_warm_worker_rehearses_in_its_window_only_and_the_next_run_sees_nothin
             .status();
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let r = a.execute(request("return 'again'", 5_000, &tools)).await;
+    let r = a.execute(request("return 'again'", 5_000, tools)).await;
     assert_eq!(r.value, Some(json!("again")), "{r:?}");
     assert!(
         a.workers_started() > started,
         "the killed worker was replaced"
     );
-    // Turned off: the window under way ends too (a rehearsal in flight
-    // may still finish).
-    assert!(a.keep_warm(Duration::ZERO));
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let n = a.rehearsals();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(a.rehearsals(), n, "keep_warm(0) ends the window under way");
 }
 
 /// Kept warm and awake behind the boundary, the worker process polls for
@@ -373,22 +380,7 @@ async fn a_worker_kept_awake_polls_between_rehearsals_and_runs_answer_as_before(
     assert_eq!(look.value, Some(json!("undefined")), "{:?}", look.error);
 
     // The worker killed while it polls for its next frame.
-    assert!(a.keep_warm(Duration::from_secs(5)));
-    assert!(a.execute(request("return 2", 5_000, &tools)).await.ok);
-    let started = a.workers_started();
-    for pid in child_pids() {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &pid])
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let r = a.execute(request("return 'again'", 5_000, &tools)).await;
-    assert_eq!(r.value, Some(json!("again")), "{r:?}");
-    assert!(
-        a.workers_started() > started,
-        "the killed worker was replaced"
-    );
+    a_worker_killed_while_kept_warm_is_replaced(&a, &tools).await;
     assert!(a.keep_warm(Duration::ZERO));
 }
 
