@@ -1121,7 +1121,9 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
     /// process boundary"). With 1 CPU this keeps warm asleep.
     fn keep_awake(&self, awake: bool) -> bool {
         self.keep_warm.set_awake(awake);
-        self.pool.can_stay_awake() || crate::spin::cores() >= 2
+        // The pool decides for its host thread (`can_stay_awake`, which
+        // needs more CPUs than this); the worker's poll needs 2.
+        crate::spin::cores() >= 2
     }
 
     fn rehearsals(&self) -> u64 {

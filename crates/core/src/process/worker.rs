@@ -130,7 +130,8 @@ impl Pipe {
         };
         if !ready {
             idle();
-            if soon && self.spin.get() && self.linger.get() {
+            // Only where a frame's arrival can be polled for (Unix).
+            if cfg!(unix) && soon && self.spin.get() && self.linger.get() {
                 let link = self.link.borrow();
                 crate::spin::until(super::WORKER_LINGER, || link.has_input());
             }
