@@ -1112,7 +1112,7 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
     }
 
     /// Awake behind the boundary: after each run and rehearsal the worker
-    /// process polls for its next frame ([`super::WORKER_LINGER`]) on 2
+    /// process polls for its next frame (`process::WORKER_LINGER`) on 2
     /// or more CPUs (one for it, one for its host thread and the caller),
     /// while a single run is in flight; and the host thread polls between
     /// rehearsals as well on a machine with CPUs for a run's two sides and
