@@ -888,7 +888,7 @@ impl Slot {
     /// counted against `max_runs_per_worker`. A worker that dies in it is
     /// replaced, as after a run.
     fn rehearse(&mut self) {
-        let proc = match self.proc.take() {
+        let mut proc = match self.proc.take() {
             Some(p) if p.alive() => p,
             idle => {
                 // None started, or dead: the next run replaces it (and
@@ -903,7 +903,6 @@ impl Slot {
             self.proc = Some(proc);
             return;
         };
-        let mut proc = proc;
         proc.linger = self.rehearsal.as_ref().is_some_and(Rehearsal::awake);
         let mut engine = RemoteEngine::new(proc);
         let in_flight = super::remote_run();

@@ -465,8 +465,15 @@ impl<R: Read, W: Write> Link<R, W> {
     /// anything runnable between polls; the caller then reads (blocking
     /// if the spin ran out). Says whether a frame is there.
     pub(crate) fn spin_for_input(&self) -> bool {
+        self.poll_for_input(PIPE_SPIN)
+    }
+
+    /// [`Link::spin_for_input`] for up to `budget` (a worker lingering
+    /// after a run, [`WORKER_LINGER`]); without Unix's way to poll a
+    /// descriptor, only looks once.
+    pub(crate) fn poll_for_input(&self, budget: std::time::Duration) -> bool {
         if cfg!(unix) {
-            crate::spin::until(PIPE_SPIN, || self.has_input())
+            crate::spin::until(budget, || self.has_input())
         } else {
             self.has_input()
         }

@@ -130,10 +130,8 @@ impl Pipe {
         };
         if !ready {
             idle();
-            // Only where a frame's arrival can be polled for (Unix).
-            if cfg!(unix) && soon && self.spin.get() && self.linger.get() {
-                let link = self.link.borrow();
-                crate::spin::until(super::WORKER_LINGER, || link.has_input());
+            if soon && self.spin.get() && self.linger.get() {
+                self.link.borrow().poll_for_input(super::WORKER_LINGER);
             }
         }
         self.recv(false)
