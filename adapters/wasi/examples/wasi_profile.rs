@@ -1,11 +1,12 @@
 //! Runs a trivial script N times back to back (optionally GAP ms apart)
-//! on WASI-QuickJS and prints the mean time per run: `profile N [GAP]`;
+//! on WASI-QuickJS and prints the mean time per run: `wasi_profile N [GAP]`;
 //! `PROFILE_SCRIPT=FILE` runs that script instead of `return 1+1`;
 //! `PROFILE_SANDBOX=1` times the workspace sandbox's `execute` of
 //! `console.log(1+1)` (a session under the temporary directory) instead.
 //! Needs `bin/quickjs.wasm` (scripts/build-quickjs-wasm). A steady driver
-//! for profilers: `cargo build --release -p harness-wasi --example profile
-//! && strace -c -f target/release/examples/profile 1000`.
+//! for profilers: `cargo build --release -p harness-wasi --example wasi_profile
+//! && strace -c -f target/release/examples/wasi_profile 1000`. (Not named
+//! `profile`: QuickJS's example of that name would share its output file.)
 use harness_core::{ExecutionRequest, ScriptRuntimeAdapter};
 
 fn main() {
