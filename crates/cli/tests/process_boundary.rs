@@ -342,12 +342,7 @@ async fn a_worker_kept_awake_polls_between_rehearsals_and_runs_answer_as_before(
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let tools = tools(dir.path());
-    let mut opts = ProcessOptions::new("quickjs", env!("CARGO_BIN_EXE_harness"));
-    opts.max_workers = 1;
-    let info = harness::EngineKind::QuickJs
-        .info()
-        .expect("quickjs built in");
-    let a = ProcessAdapter::new(info, opts);
+    let a = adapter("quickjs");
     const WINDOW: Duration = Duration::from_millis(200);
     assert!(a.keep_warm(WINDOW));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
