@@ -10,7 +10,8 @@
 //! (`boa`, `wasi`, …), `polyfill` (run `benches::POLYFILL`, a private realm, instead),
 //! `typescript` (`benches::TYPESCRIPT`, types found and stripped) and
 //! `keep_warm` (the engine kept warm between runs, `benches::KEEP_WARM`)
-//! and `awake` (kept warm and awake, `HarnessBuilder::keep_warm_awake`):
+//! and `awake` (kept warm and awake, `HarnessBuilder::keep_warm_awake`),
+//! `asleep` (anticipation off, `HarnessBuilder::anticipate(false)`):
 //! `cargo build --release -p harness-benches --example split &&
 //!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`;
 //! `SPLIT_DUMP=FILE` also writes each run's wall and inside µs, in order;

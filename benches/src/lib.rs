@@ -81,6 +81,10 @@ pub struct Config {
     /// Kept warm and awake (`HarnessBuilder::keep_warm_awake`): the idle
     /// engine thread polls instead of sleeping through its window.
     pub awake: bool,
+    /// Anticipation turned off (`HarnessBuilder::anticipate(false)`): the
+    /// engine thread sleeps until each run wakes it, as before
+    /// anticipation was the default.
+    pub asleep: bool,
 }
 
 /// The window of `HarnessBuilder::keep_warm` in a configuration with
@@ -90,7 +94,8 @@ pub const KEEP_WARM: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl std::fmt::Display for Config {
     /// `quickjs`, `quickjs/process`, `boa`, `boa/process`, and
-    /// `+warm` after it when kept warm, `+awake` when kept awake too.
+    /// `+warm` after it when kept warm, `+awake` when kept awake too,
+    /// `+asleep` when it does not anticipate.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.isolation {
             Isolation::InProcess => write!(f, "{}", self.engine)?,
@@ -101,6 +106,9 @@ impl std::fmt::Display for Config {
         } else if self.keep_warm {
             f.write_str("+warm")?;
         }
+        if self.asleep {
+            f.write_str("+asleep")?;
+        }
         Ok(())
     }
 }
@@ -109,7 +117,8 @@ impl Config {
     /// The examples' OPTIONS argument, a comma-separated list: an
     /// engine's name (`boa`, `wasi`, …; else QuickJS), `process` for the
     /// process boundary (else in process), `keep_warm` for the engine kept
-    /// warm ([`KEEP_WARM`]), `awake` for kept warm and awake; other words
+    /// warm ([`KEEP_WARM`]), `awake` for kept warm and awake, `asleep`
+    /// for anticipation turned off; other words
     /// are left to
     /// [`script_from_options`].
     pub fn from_options(options: &str) -> Config {
@@ -126,6 +135,7 @@ impl Config {
             },
             keep_warm: has("keep_warm") || has("awake"),
             awake: has("awake"),
+            asleep: has("asleep"),
         }
     }
 }
@@ -211,6 +221,9 @@ pub fn harness(config: Config) -> Harness {
     if config.keep_warm {
         b = b.keep_warm(KEEP_WARM).keep_warm_awake(config.awake);
     }
+    if config.asleep {
+        b = b.anticipate(false);
+    }
     b.build().expect("engine is built in")
 }
 
@@ -224,6 +237,7 @@ pub fn engines() -> Vec<Config> {
                 isolation,
                 keep_warm: false,
                 awake: false,
+                asleep: false,
             })
         })
         .collect()

@@ -100,6 +100,7 @@ class Harness {
       provider: options.provider,
       keep_warm_ms: options.keepWarmMs,
       keep_warm_awake: options.keepWarmAwake,
+      anticipate: options.anticipate,
     };
     // A call is answered through `complete`, when the tool settles; only
     // strings cross (a throwing conversion here would be an unhandled

@@ -675,10 +675,12 @@ harness::main! {
         let started = Instant::now();
         let steal_before = harness_benches::steal_s();
         // QuickJS kept warm (`HarnessBuilder::keep_warm`), and kept awake
-        // too (`keep_warm_awake`), in process and behind the boundary:
-        // rows of their own beside the default ones.
+        // too (`keep_warm_awake`), in process and behind the boundary, and
+        // in process without anticipation (`anticipate(false)`): rows of
+        // their own beside the default ones.
         let plain = engines();
         let warm = [
+            "quickjs,asleep",
             "quickjs,keep_warm",
             "quickjs,process,keep_warm",
             "quickjs,awake",
@@ -689,6 +691,7 @@ harness::main! {
             plain.contains(&Config {
                 keep_warm: false,
                 awake: false,
+                asleep: false,
                 ..*w
             })
         });

@@ -218,6 +218,21 @@ test('keepWarmMs: runs a few ms apart answer as before, and a bad value is refus
   }
 });
 
+test('anticipate: steady runs answer as before, and a bad value is refused by name', async () => {
+  for (const anticipate of [undefined, false]) {
+    const h = new Harness({ tools: { add }, anticipate });
+    for (let i = 0; i < 12; i++) {
+      const r = await h.run(`return (await tools.add({a: ${i}, b: 2})).sum`);
+      assert.equal(r.value, i + 2, JSON.stringify(r.error));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    h.close();
+  }
+  for (const bad of [1, 'false']) {
+    assert.throws(() => new Harness({ anticipate: bad }), /anticipate/);
+  }
+});
+
 test('keepWarmAwake: runs a few ms apart answer as before, and a bad value is refused by name', async () => {
   const h = new Harness({ tools: { add }, keepWarmMs: 20, keepWarmAwake: true });
   for (let i = 0; i < 5; i++) {

@@ -417,6 +417,25 @@ def test_keep_warm_awake_runs_a_few_ms_apart_and_is_checked() -> None:
             Harness(keep_warm_ms=20, keep_warm_awake=bad)  # type: ignore[arg-type]
 
 
+def test_anticipate_steady_runs_answer_and_is_checked() -> None:
+    import time
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Adds."""
+        return a + b
+
+    for anticipate in (None, False):
+        with Harness(tools=[add], anticipate=anticipate) as harness:
+            for i in range(12):
+                r = harness.run(f"return await tools.add({{a: {i}, b: 2}})")
+                assert r.value == i + 2, r.error
+                time.sleep(0.005)
+    for bad in (1, "false"):
+        with pytest.raises(ValueError, match="anticipate"):
+            Harness(anticipate=bad)  # type: ignore[arg-type]
+
+
 def test_allow_and_modes() -> None:
     a = Tool("a", "", None, lambda args: "a")
     b = Tool("b", "", None, lambda args: "b")

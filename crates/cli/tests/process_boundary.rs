@@ -618,3 +618,34 @@ async fn frames_too_large_for_the_shared_rings_take_the_pipe_in_order() {
         assert_eq!(cwd, std::path::Path::new("/"), "rings {rings}");
     }
 }
+
+/// Behind the boundary, runs at a steady pace (every 30 ms) are
+/// anticipated by default: the host thread rehearses through its worker
+/// ahead of them, not counted as runs (no recycling after
+/// `max_runs_per_worker`), and each run answers with its own value;
+/// turned off, nothing is rehearsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_runs_are_anticipated_through_the_worker_unless_turned_off() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(dir.path());
+    for on in [true, false] {
+        let mut opts = ProcessOptions::new("quickjs", env!("CARGO_BIN_EXE_harness"));
+        opts.max_workers = 1;
+        opts.max_runs_per_worker = Some(100);
+        let info = harness::EngineKind::QuickJs
+            .info()
+            .expect("quickjs built in");
+        let a = ProcessAdapter::new(info, opts);
+        assert_eq!(a.anticipate(on), on);
+        for i in 0..20 {
+            let r = a
+                .execute(request(&format!("return {i} * 3"), 5_000, &tools))
+                .await;
+            assert_eq!(r.value, Some(json!(i * 3)), "run {i}: {r:?}");
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        assert_eq!(a.rehearsals() > 0, on, "anticipating: {on}");
+        assert_eq!(a.workers_started(), 1, "rehearsals are not runs");
+    }
+}

@@ -552,6 +552,25 @@ pub trait ScriptRuntimeAdapter: Send + Sync {
         let _ = awake;
         false
     }
+    /// Whether the engine anticipates runs that come at a steady pace (on
+    /// by default where supported): after the same pause, give or take a
+    /// little, before each of the last 8 runs, the thread that will take
+    /// the next one wakes shortly before it is due, rehearses once and
+    /// waits for it awake until shortly after, instead of halting its CPU
+    /// until the run's own wake-up. Lone runs, runs seconds apart and
+    /// irregular traffic cost nothing; steady runs cost the CPU of that
+    /// short awake stretch per pause (at most half the pause; about a tenth
+    /// of a core while runs come every 2 ms on the development VM).
+    /// It waits awake only while the machine has CPUs for it, as for
+    /// [`ScriptRuntimeAdapter::keep_awake`] (behind the process boundary
+    /// the worker process polls), and otherwise only rehearses ahead of the
+    /// run. Returns whether this adapter does it (the pooled engines do, in
+    /// process and behind the boundary); see docs/performance.md,
+    /// "Anticipating steady runs".
+    fn anticipate(&self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
     /// Rehearsals run so far to keep warm ([`ScriptRuntimeAdapter::keep_warm`]);
     /// each costs about one trivial run of CPU. Zero for an adapter that
     /// does not keep warm. (Also the `keep_warm_rehearsals_total` metric.)

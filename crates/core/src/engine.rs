@@ -605,7 +605,12 @@ pub const MAX_KEEP_WARM: Duration = Duration::from_secs(60);
 /// rehearses, and until when: the last run's request on this thread with
 /// a fixed script in place of its own ([`Rehearsal::after`]).
 pub(crate) struct Rehearsal {
-    until: Instant,
+    /// The end of the keep-warm window (none while the engine does not
+    /// keep warm: the plan is kept for anticipation only).
+    until: Option<Instant>,
+    /// When the plan is dropped: the window's end, or past the longest
+    /// pause anticipated (`crate::anticipate::MAX_PAUSE`).
+    expires: Instant,
     tokio: tokio::runtime::Handle,
     /// What the request of each rehearsal takes from the last run's
     /// ([`Rehearsal::next`] makes it; a run only copies these).
@@ -634,6 +639,9 @@ pub(crate) struct KeepWarm {
     /// Whether a thread in its window stays awake between rehearsals
     /// ([`ScriptRuntimeAdapter::keep_awake`]); the pool reads it.
     awake: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether the engine anticipates runs that come at a steady pace
+    /// ([`ScriptRuntimeAdapter::anticipate`]); the pool reads it.
+    anticipate: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl KeepWarm {
@@ -658,6 +666,24 @@ impl KeepWarm {
         self.awake.clone()
     }
 
+    /// A setting that anticipates steady runs (`crate::anticipate`) and
+    /// does not keep warm: what an engine does unless told otherwise.
+    pub(crate) fn anticipating() -> Self {
+        let k = KeepWarm::default();
+        k.set_anticipate(true);
+        k
+    }
+
+    /// Sets whether the engine anticipates runs at a steady pace.
+    pub(crate) fn set_anticipate(&self, on: bool) {
+        self.anticipate.store(on, Ordering::Relaxed);
+    }
+
+    /// The flag [`KeepWarm::set_anticipate`] sets, for the pool.
+    pub(crate) fn anticipate_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.anticipate.clone()
+    }
+
     /// Rehearsals run so far.
     pub(crate) fn rehearsals(&self) -> u64 {
         self.rehearsals.load(Ordering::Relaxed)
@@ -668,9 +694,12 @@ impl KeepWarm {
     }
 
     /// For a run starting now: the setting to plan its rehearsals with,
-    /// when the engine keeps warm (nothing is cloned otherwise).
-    pub(crate) fn for_run(&self) -> Option<KeepWarm> {
-        (!self.window().is_zero()).then(|| self.clone())
+    /// when the engine keeps warm, or anticipates and runs have been
+    /// coming at a `steady` pace (`WorkerPool::steady`); nothing is
+    /// cloned otherwise.
+    pub(crate) fn for_run(&self, steady: bool) -> Option<KeepWarm> {
+        let anticipated = steady && self.anticipate.load(Ordering::Relaxed);
+        (anticipated || !self.window().is_zero()).then(|| self.clone())
     }
 }
 
@@ -688,8 +717,10 @@ impl Rehearsal {
     ) -> Rehearsal {
         let mut limits = last.limits.clone();
         limits.realm = Some(crate::limits::Realm::Shared);
+        let (until, expires) = Rehearsal::window_from(&keep_warm, Instant::now());
         Rehearsal {
-            until: Instant::now() + keep_warm.window(),
+            until,
+            expires,
             tokio: tokio.clone(),
             limits,
             context: last.context.clone(),
@@ -705,22 +736,39 @@ impl Rehearsal {
         self.keep_warm.awake()
     }
 
+    /// The keep-warm window's end and the plan's expiry, for a window
+    /// starting at `now`.
+    fn window_from(keep_warm: &KeepWarm, now: Instant) -> (Option<Instant>, Instant) {
+        let window = keep_warm.window();
+        let until = (!window.is_zero()).then(|| now + window);
+        let anticipated = now + crate::anticipate::MAX_PAUSE + crate::anticipate::SLACK;
+        (until, until.map_or(anticipated, |u| u.max(anticipated)))
+    }
+
     /// The same, its window starting now (when the run it follows ended).
     pub(crate) fn starting_now(mut self) -> Rehearsal {
-        self.until = Instant::now() + self.keep_warm.window();
+        (self.until, self.expires) = Rehearsal::window_from(&self.keep_warm, Instant::now());
         self
     }
 
-    /// Whether `plan` is due; drops one whose window passed, or whose
-    /// engine no longer keeps warm.
+    /// Whether a keep-warm rehearsal of `plan` is due: in its window,
+    /// while the engine keeps warm. Drops a plan that expired
+    /// ([`Rehearsal::ready`]).
     pub(crate) fn due(plan: &mut Option<Rehearsal>) -> bool {
-        let due = plan
-            .as_ref()
-            .is_some_and(|p| Instant::now() < p.until && !p.keep_warm.window().is_zero());
-        if !due {
+        Rehearsal::ready(plan)
+            && plan.as_ref().is_some_and(|p| {
+                p.until.is_some_and(|u| Instant::now() < u) && !p.keep_warm.window().is_zero()
+            })
+    }
+
+    /// Whether `plan` can still be rehearsed (for anticipation, or to keep
+    /// warm); drops one that expired.
+    pub(crate) fn ready(plan: &mut Option<Rehearsal>) -> bool {
+        let ready = plan.as_ref().is_some_and(|p| Instant::now() < p.expires);
+        if !ready {
             *plan = None;
         }
-        due
+        ready
     }
 
     /// The next rehearsal's request and runtime, counted (the engine's
@@ -749,6 +797,11 @@ thread_local! {
 /// Whether this thread has a rehearsal due.
 fn rehearsal_due(_: &mut Box<dyn EngineThread>) -> bool {
     REHEARSAL.with(|r| Rehearsal::due(&mut r.borrow_mut()))
+}
+
+/// Whether this thread has a rehearsal to run when anticipating.
+fn rehearsal_ready(_: &mut Box<dyn EngineThread>) -> bool {
+    REHEARSAL.with(|r| Rehearsal::ready(&mut r.borrow_mut()))
 }
 
 /// Runs this thread's rehearsal, if one is due.
@@ -786,7 +839,7 @@ impl<A: EngineAdapter> Pooled<A> {
     pub fn with_adapter(adapter: A, max_workers: usize) -> Self {
         let d = A::descriptor();
         let for_threads = adapter.clone();
-        let keep_warm = KeepWarm::default();
+        let keep_warm = KeepWarm::anticipating();
         Pooled {
             name: d.name,
             info: d.info(),
@@ -800,6 +853,7 @@ impl<A: EngineAdapter> Pooled<A> {
                 )
                 .with_idle(|thread| thread.idle())
                 .with_rehearsal(rehearsal_due, rehearse, keep_warm.awake_flag())
+                .with_anticipation(rehearsal_ready, rehearse, keep_warm.anticipate_flag())
                 .with_long_private_tidy_up(d.long_private_tidy_up),
             ),
             adapter,
@@ -837,7 +891,7 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
         request.limits.isolation = Some(Isolation::InProcess);
         // Kept warm: the window and the engine's count of rehearsals
         // (nothing is cloned for a run of an engine that is not).
-        let warm = self.keep_warm.for_run();
+        let warm = self.keep_warm.for_run(self.pool.steady());
         self.pool
             .execute(name, request, move |thread, request, tokio, reply| {
                 let rehearsal = warm.map(|warm| Rehearsal::after(&request, warm, tokio));
@@ -866,6 +920,14 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
     fn keep_awake(&self, awake: bool) -> bool {
         self.keep_warm.set_awake(awake);
         self.pool.can_stay_awake()
+    }
+
+    /// Anticipates in process (on by default): waits for the run awake
+    /// on a machine with a CPU for the poller and one for a caller, and
+    /// only rehearses ahead of it on one CPU.
+    fn anticipate(&self, on: bool) -> bool {
+        self.keep_warm.set_anticipate(on);
+        on
     }
 
     fn rehearsals(&self) -> u64 {

@@ -10,6 +10,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod adapter;
+mod anticipate;
 pub mod approval;
 pub mod engine;
 pub mod error;

@@ -39,6 +39,14 @@
 //! but the scheduler may leave it running for hundreds of microseconds
 //! while the run waits (behind the process boundary on 2 CPUs, kept awake
 //! took the median down but the 90th percentile from 0.37 to 1 ms).
+//!
+//! And a pool may *anticipate* ([`WorkerPool::with_anticipation`]): it
+//! notes the pauses between going idle and its next run, and while the
+//! last few agree (runs at a steady pace), the worker that went idle last
+//! sleeps until shortly before the next run is due, rehearses, and polls
+//! for it until shortly after (`crate::anticipate`): the latency of
+//! keeping awake for the CPU of a short stretch per pause, and nothing for
+//! lone or irregular runs.
 
 use crate::adapter::{CancelOnDrop, ExecutionRequest};
 use crate::error::ScriptError;
@@ -58,6 +66,9 @@ struct State<S> {
     threads: usize,
     /// The pool was dropped: workers exit instead of idling.
     closed: bool,
+    /// The pauses between the pool going idle and its next run
+    /// ([`WorkerPool::with_anticipation`]).
+    arrivals: crate::anticipate::Arrivals,
 }
 
 struct Shared<S> {
@@ -89,6 +100,20 @@ struct Shared<S> {
     /// (a moving average; 0 before the first): how long a caller may
     /// wait awake for its answer ([`answer_budget`]).
     answer_us: std::sync::atomic::AtomicU64,
+    /// Anticipating the next run ([`WorkerPool::with_anticipation`]).
+    anticipation: Option<Anticipation<S>>,
+    /// Whether the last pause was anticipated: runs have been coming at a
+    /// steady pace ([`WorkerPool::steady`]).
+    steady: std::sync::atomic::AtomicBool,
+}
+
+struct Anticipation<S> {
+    /// Whether the worker's state has a rehearsal to run.
+    ready: fn(&mut S) -> bool,
+    /// The rehearsal to run on waking.
+    rehearse: fn(&mut S),
+    /// Whether the pool anticipates at all (the engine's setting).
+    on: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Workers tidying up after answering ([`Reply::send`]), counted until
@@ -143,6 +168,7 @@ impl<S: 'static> WorkerPool<S> {
                     backlog: VecDeque::new(),
                     threads: 0,
                     closed: false,
+                    arrivals: crate::anticipate::Arrivals::default(),
                 }),
                 max_threads: max_threads.max(1),
                 stack_size,
@@ -156,8 +182,45 @@ impl<S: 'static> WorkerPool<S> {
                 idle: None,
                 rehearsal: None,
                 answer_us: std::sync::atomic::AtomicU64::new(0),
+                anticipation: None,
+                steady: std::sync::atomic::AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Anticipates the next run while `on` is set and runs come at a
+    /// steady pace (`crate::anticipate`): the worker that went idle last
+    /// sleeps until shortly before the next run is due, then (when
+    /// `ready` says its state has a rehearsal) calls `rehearse` and polls
+    /// for the run, holding the spinning flag and rehearsing every
+    /// [`AWAKE_REHEARSAL_PERIOD`], until shortly after it was due at the
+    /// latest. It polls only while the machine has CPUs for it, as when
+    /// kept awake; otherwise it rehearses once and sleeps. Needs
+    /// [`WorkerPool::with_rehearsal`]; unless kept awake, anticipation
+    /// comes before the keep-warm window's rehearsals.
+    pub(crate) fn with_anticipation(
+        mut self,
+        ready: fn(&mut S) -> bool,
+        rehearse: fn(&mut S),
+        on: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.anticipation = Some(Anticipation {
+                ready,
+                rehearse,
+                on,
+            });
+        }
+        self
+    }
+
+    /// Whether runs have been coming at a steady pace, so that the worker
+    /// that runs the next one will anticipate the one after it: the time
+    /// to keep what a rehearsal needs.
+    pub(crate) fn steady(&self) -> bool {
+        self.shared
+            .steady
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Calls `idle` on a worker's state each time the worker runs out of
@@ -247,6 +310,7 @@ impl<S: 'static> WorkerPool<S> {
     /// [`WorkerPool::submit`], saying whether the job queued for a worker
     /// that is tidying up after answering (module docs).
     fn place(&self, mut job: Job<S>) -> Result<bool, String> {
+        let mut first = true;
         loop {
             let mut state = self
                 .shared
@@ -254,6 +318,9 @@ impl<S: 'static> WorkerPool<S> {
                 .lock()
                 .map_err(|_| "worker pool poisoned".to_owned())?;
             let busy = state.threads - state.idle.len();
+            if std::mem::take(&mut first) {
+                state.arrivals.arrived(std::time::Instant::now(), busy);
+            }
             let (short, long) = self.shared.finishing.count();
             if busy < self.shared.cores && state.backlog.len() < short {
                 state.backlog.push_back(job);
@@ -557,6 +624,7 @@ fn next_job<S>(
     shared: &Shared<S>,
     rx: &mpsc::Receiver<Job<S>>,
     busy: usize,
+    plan: Option<crate::anticipate::Plan>,
     state: &mut S,
 ) -> Option<Job<S>> {
     use std::sync::atomic::Ordering;
@@ -586,6 +654,17 @@ fn next_job<S>(
         }
     }
     if let Some(r) = &shared.rehearsal {
+        // Anticipating a steady run first, unless kept awake (which polls
+        // from now on): it sleeps until shortly before the run is due,
+        // skipping the rehearsals a window kept warm asleep would run
+        // meanwhile (the one at its wake-up warms what they would).
+        if let (Some(plan), Some(a)) = (plan, &shared.anticipation) {
+            if !r.awake.load(Ordering::Relaxed) {
+                if let Some(next) = anticipate(shared, rx, state, a, plan, busy) {
+                    return next;
+                }
+            }
+        }
         // Awake: at most one worker, holding the spinning flag (so that a
         // caller waits awake for its answer), while the CPUs allow.
         let awake = r.awake.load(Ordering::Relaxed)
@@ -601,6 +680,61 @@ fn next_job<S>(
         }
     }
     rx.recv().ok()
+}
+
+/// Sleeps until `plan` says to wake, then rehearses and polls for the next
+/// job until `plan.awake_until` (`crate::anticipate`): the job
+/// (`Some(None)` once the pool closed), or `None` when none came (or the
+/// state has nothing to rehearse, or the CPUs or another poller do not
+/// allow it) and the worker should sleep as usual.
+fn anticipate<S>(
+    shared: &Shared<S>,
+    rx: &mpsc::Receiver<Job<S>>,
+    state: &mut S,
+    a: &Anticipation<S>,
+    plan: crate::anticipate::Plan,
+    busy: usize,
+) -> Option<Option<Job<S>>> {
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+    if !(a.ready)(state) {
+        return None;
+    }
+    let asleep = plan.wake_at.saturating_duration_since(Instant::now());
+    if !asleep.is_zero() {
+        match rx.recv_timeout(asleep) {
+            Ok(j) => return Some(Some(j)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Some(None),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    }
+    if Instant::now() >= plan.awake_until {
+        return None;
+    }
+    metrics::counter!("anticipated_wakeups_total", "pool" => shared.name.clone()).increment(1);
+    if !awake_fits(shared, busy) || shared.spinning.swap(true, Ordering::AcqRel) {
+        // No CPU to wait awake on (or another worker polls): the caches
+        // at least are warm when the run comes.
+        guarded(shared, state, a.rehearse);
+        return None;
+    }
+    let got = loop {
+        guarded(shared, state, a.rehearse);
+        let left = plan.awake_until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break None;
+        }
+        match poll_for(rx, left.min(AWAKE_REHEARSAL_PERIOD)) {
+            Ok(j) => break Some(Some(j)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break Some(None),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    };
+    shared.spinning.store(false, Ordering::Release);
+    if matches!(got, Some(Some(_))) {
+        metrics::counter!("anticipated_runs_total", "pool" => shared.name.clone()).increment(1);
+    }
+    got
 }
 
 /// Whether an idle worker may stay awake beside `busy` busy ones: the
@@ -670,7 +804,7 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
         // Take queued work, or go idle on a fresh channel whose only sender
         // sits in the idle stack: when the pool closes, the stack is
         // cleared and `recv` fails, ending the thread.
-        let (rx, busy) = {
+        let (rx, busy, plan) = {
             let Ok(mut s) = shared.state.lock() else {
                 return;
             };
@@ -693,9 +827,26 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
             }
             let (tx, rx) = mpsc::channel::<Job<S>>();
             s.idle.push(tx);
-            (rx, s.threads.saturating_sub(s.idle.len()))
+            let busy = s.threads.saturating_sub(s.idle.len());
+            // The last busy worker going idle: a pause begins, and this
+            // worker (the top of the idle stack) takes the run that ends it.
+            let plan = if busy == 0 {
+                s.arrivals.idle(std::time::Instant::now());
+                let plan = shared
+                    .anticipation
+                    .as_ref()
+                    .filter(|a| a.on.load(std::sync::atomic::Ordering::Relaxed))
+                    .and_then(|_| s.arrivals.plan());
+                shared
+                    .steady
+                    .store(plan.is_some(), std::sync::atomic::Ordering::Relaxed);
+                plan
+            } else {
+                None
+            };
+            (rx, busy, plan)
         };
-        match next_job(shared, &rx, busy, &mut state) {
+        match next_job(shared, &rx, busy, plan, &mut state) {
             Some(j) => job = j,
             None => return,
         }
@@ -861,6 +1012,51 @@ mod tests {
         wait_for(|| due.load(Ordering::SeqCst) <= 999_997);
         assert!(!spinning(), "asleep between rehearsals");
         due.store(0, Ordering::SeqCst);
+    }
+
+    /// Jobs sent to an anticipating pool of [`Rehearsing`] after each of
+    /// `pauses` (ms): the rehearsals each found since the last.
+    fn anticipated(on: bool, pauses: &[u64]) -> Vec<u32> {
+        use std::sync::atomic::AtomicBool;
+        fn ready(_: &mut Rehearsing) -> bool {
+            true
+        }
+        fn rehearse(s: &mut Rehearsing) {
+            s.rehearsals += 1;
+        }
+        let (pool, _) = rehearsing_pool(Arc::new(AtomicBool::new(false)));
+        let pool = pool.with_anticipation(ready, rehearse, Arc::new(AtomicBool::new(on)));
+        rehearsals_since_last_job(&pool);
+        pauses
+            .iter()
+            .map(|&ms| {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                rehearsals_since_last_job(&pool)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn steady_runs_are_anticipated_and_lone_or_irregular_ones_are_not() {
+        // Runs every 30 ms: once 8 pauses agree (give or take 14.5 ms,
+        // half the pause less the awake stretch's margins: room for a
+        // loaded machine's late wake-ups), the worker rehearses ahead of
+        // each.
+        let steady = anticipated(true, &[30; 24]);
+        assert!(
+            steady[..crate::anticipate::SAMPLES].iter().all(|&n| n == 0),
+            "no anticipation before {} pauses: {steady:?}",
+            crate::anticipate::SAMPLES
+        );
+        assert!(
+            steady[crate::anticipate::SAMPLES..].iter().any(|&n| n > 0),
+            "steady runs anticipated: {steady:?}"
+        );
+        // Turned off: never.
+        assert!(anticipated(false, &[30; 12]).iter().all(|&n| n == 0));
+        // Pauses that disagree (2 and 40 ms by turns): never.
+        let irregular: Vec<u64> = (0..14).map(|i| if i % 2 == 0 { 2 } else { 40 }).collect();
+        assert!(anticipated(true, &irregular).iter().all(|&n| n == 0));
     }
 
     /// A worker stays awake only where the CPUs allow: its run (two CPUs

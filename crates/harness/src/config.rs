@@ -328,6 +328,10 @@ pub struct Workers {
     /// does not halt; most of a CPU per window). See
     /// `HarnessBuilder::keep_warm_awake`.
     pub keep_warm_awake: bool,
+    /// Whether an engine thread of `isolation = "in_process"` anticipates
+    /// runs that come at a steady pace (wakes shortly before the next is
+    /// due and waits for it awake). See `HarnessBuilder::anticipate`.
+    pub anticipate: bool,
 }
 
 impl Default for Workers {
@@ -338,6 +342,7 @@ impl Default for Workers {
             max_threads: harness_core::engine::DEFAULT_MAX_THREADS,
             keep_warm_ms: 0,
             keep_warm_awake: false,
+            anticipate: true,
         }
     }
 }
@@ -741,6 +746,9 @@ impl Config {
         if s.workers.keep_warm_awake {
             b = b.keep_warm_awake(true);
         }
+        if !s.workers.anticipate {
+            b = b.anticipate(false);
+        }
         b = b.tool_settings(s.tools.clone());
         Ok(b)
     }
@@ -846,6 +854,7 @@ const WORKER_KEYS: &[&str] = &[
     "max_threads",
     "keep_warm_ms",
     "keep_warm_awake",
+    "anticipate",
 ];
 const APPROVAL_KEYS: &[&str] = &["default"];
 const TOOL_KEYS: &[&str] = &["timeout_ms", "needs_approval", "max_output_bytes"];

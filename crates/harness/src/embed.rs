@@ -42,7 +42,9 @@ fn bad(message: impl std::fmt::Display) -> OptionsError {
 /// keep the engine warm after each run, 0 for off, over the file's
 /// `[workers] keep_warm_ms`; [`HarnessBuilder::keep_warm`]) with
 /// `keep_warm_awake` (also `keepWarmAwake`: a boolean, over the file's
-/// `[workers] keep_warm_awake`; [`HarnessBuilder::keep_warm_awake`]).
+/// `[workers] keep_warm_awake`; [`HarnessBuilder::keep_warm_awake`]), and
+/// `anticipate` (a boolean, over the file's `[workers] anticipate`;
+/// [`HarnessBuilder::anticipate`]).
 /// Tools and approvals are the caller's to add.
 pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsError> {
     let limits = match options.get("limits") {
@@ -123,6 +125,11 @@ pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsEr
         None | Some(Value::Null) => {}
         Some(Value::Bool(awake)) => builder = builder.keep_warm_awake(*awake),
         Some(_) => return Err(bad("`keep_warm_awake` must be true or false")),
+    }
+    match options.get("anticipate") {
+        None | Some(Value::Null) => {}
+        Some(Value::Bool(on)) => builder = builder.anticipate(*on),
+        Some(_) => return Err(bad("`anticipate` must be true or false")),
     }
     Ok(builder)
 }

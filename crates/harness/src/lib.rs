@@ -114,6 +114,8 @@ pub struct Harness {
     retry_internal: bool,
     /// Asked to keep warm and awake, and the engine does.
     awake: bool,
+    /// The engine anticipates runs at a steady pace.
+    anticipates: bool,
     audit: Option<Arc<audit::AuditLog>>,
     traceparent: Option<String>,
 }
@@ -283,6 +285,15 @@ impl Harness {
         self.awake
     }
 
+    /// Whether this harness's engine anticipates runs that come at a
+    /// steady pace (on unless turned off with
+    /// [`HarnessBuilder::anticipate`] or `[workers] anticipate = false`):
+    /// every pooled engine does, in process and behind the process
+    /// boundary (docs/performance.md, "Anticipating steady runs").
+    pub fn anticipates(&self) -> bool {
+        self.anticipates
+    }
+
     /// Rehearsals this harness's engine has run to keep warm
     /// ([`HarnessBuilder::keep_warm`]; zero when it does not): each costs
     /// about one trivial run of CPU.
@@ -407,6 +418,7 @@ pub struct HarnessBuilder {
     threads: Option<usize>,
     keep_warm: Option<std::time::Duration>,
     keep_awake: bool,
+    no_anticipate: bool,
     tool_settings: std::collections::BTreeMap<String, config::ToolSettings>,
     audit: Option<Arc<audit::AuditLog>>,
     #[cfg(feature = "http")]
@@ -588,6 +600,25 @@ impl HarnessBuilder {
         self
     }
 
+    /// Whether the engine anticipates runs that come at a steady pace (on
+    /// by default): when the last 8 runs each followed the same pause,
+    /// give or take a little, the engine thread that will take the next
+    /// one wakes shortly before it is due, rehearses once and waits for it
+    /// awake until shortly after, instead of halting its CPU until the
+    /// run's own wake-up. On a VM whose idle CPUs halt, a run 2 ms after
+    /// the last then takes about half the time, for about a tenth of a
+    /// core while runs keep coming at that pace; lone runs and
+    /// irregular traffic cost nothing. It waits awake only where the CPUs
+    /// allow, as [`HarnessBuilder::keep_warm_awake`] does (behind the
+    /// process boundary the worker process polls); on one CPU it only
+    /// rehearses ahead of the run. ([`Harness::anticipates`];
+    /// `[workers] anticipate` in the configuration file;
+    /// docs/performance.md, "Anticipating steady runs".)
+    pub fn anticipate(mut self, on: bool) -> Self {
+        self.no_anticipate = !on;
+        self
+    }
+
     /// Turns `tools.http` on under `policy` (off by default: `tools.http`
     /// is `undefined`). The tool joins the registry under its reserved
     /// name and the allowlist, so `[tools.http]` settings and approvals
@@ -660,6 +691,7 @@ impl HarnessBuilder {
             .is_some_and(|window| adapter.keep_warm(window) && !window.is_zero());
         // Awake only means something while kept warm.
         let awake = self.keep_awake && warm && adapter.keep_awake(true);
+        let anticipates = adapter.anticipate(!self.no_anticipate);
         let registry = self.registry.unwrap_or_default();
         #[allow(unused_mut)]
         let mut allow = self.allow;
@@ -725,6 +757,7 @@ impl HarnessBuilder {
             tasks: self.tasks,
             retry_internal: !self.no_retry,
             awake,
+            anticipates,
             audit: self.audit,
             traceparent: None,
             tools,
@@ -754,6 +787,9 @@ impl ScriptRuntimeAdapter for Runs {
     }
     fn keep_awake(&self, awake: bool) -> bool {
         self.0.adapter.keep_awake(awake)
+    }
+    fn anticipate(&self, on: bool) -> bool {
+        self.0.adapter.anticipate(on)
     }
     fn rehearsals(&self) -> u64 {
         self.0.adapter.rehearsals()

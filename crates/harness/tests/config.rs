@@ -325,3 +325,68 @@ async fn the_bindings_keep_warm_awake_option_is_read_and_checked() {
         assert!(err.to_string().contains("keep_warm_awake"), "{bad}: {err}");
     }
 }
+
+/// Runs of `h` at a steady pace (every 30 ms, well past the 8 pauses
+/// anticipation needs): each answers as any run; whether the engine
+/// rehearsed ahead of them.
+async fn steady_runs_answer(h: &harness::Harness) -> bool {
+    for i in 0..20 {
+        let r = h.run(&format!("return {i} * 2")).await;
+        assert_eq!(r.value, Some(json!(i * 2)), "{:?}", r.error);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    h.rehearsals() > 0
+}
+
+/// `[workers] anticipate` is read, on by default: runs at a steady pace
+/// answer as any other, and the engine rehearses ahead of them (in
+/// process and behind the process boundary); turned off, it never does.
+/// What a rehearsal may leave for a run is the cross-run suite's to check
+/// (its kept-warm twin interleaves the same rehearsals with its pairs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_anticipate_is_read_on_by_default_and_steady_runs_answer_as_before() {
+    assert!(Config::default().settings().workers.anticipate);
+    let on = Config::from_toml_str("isolation = \"in_process\"\n", "t.toml").unwrap();
+    let h = on.builder().unwrap().build().unwrap();
+    assert!(h.anticipates());
+    assert!(steady_runs_answer(&h).await, "steady runs anticipated");
+    let off = Config::from_toml_str(
+        "isolation = \"in_process\"\n[workers]\nanticipate = false\n",
+        "t.toml",
+    )
+    .unwrap();
+    assert!(!off.settings().workers.anticipate);
+    let h = off.builder().unwrap().build().unwrap();
+    assert!(!h.anticipates());
+    assert!(!steady_runs_answer(&h).await, "off: no rehearsal");
+    let err = Config::from_toml_str("[workers]\nanticipated = false\n", "t.toml").unwrap_err();
+    assert!(err.to_string().contains("anticipate"), "{err}");
+}
+
+/// The bindings' options object: `anticipate` (a boolean) over a file's
+/// `[workers] anticipate`; anything but a boolean is refused by name.
+#[test]
+fn the_bindings_anticipate_option_is_read_and_checked() {
+    use harness::embed::builder_from_options;
+    let anticipates = |options: serde_json::Value| {
+        builder_from_options(&options)
+            .unwrap()
+            .build()
+            .unwrap()
+            .anticipates()
+    };
+    assert!(anticipates(json!({})), "on by default");
+    assert!(!anticipates(json!({"anticipate": false})));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("h.toml");
+    std::fs::write(&file, "[workers]\nanticipate = false\n").unwrap();
+    assert!(!anticipates(json!({"config": file})), "the file's");
+    assert!(
+        anticipates(json!({"config": file, "anticipate": true})),
+        "true over the file's"
+    );
+    for bad in [json!(1), json!("false")] {
+        let err = builder_from_options(&json!({"anticipate": bad})).unwrap_err();
+        assert!(err.to_string().contains("anticipate"), "{bad}: {err}");
+    }
+}

@@ -127,6 +127,9 @@ impl ScriptRuntimeAdapter for TypeScriptAware {
     fn keep_awake(&self, awake: bool) -> bool {
         self.inner.keep_awake(awake)
     }
+    fn anticipate(&self, on: bool) -> bool {
+        self.inner.anticipate(on)
+    }
     fn rehearsals(&self) -> u64 {
         self.inner.rehearsals()
     }

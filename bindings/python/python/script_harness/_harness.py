@@ -261,7 +261,11 @@ class Harness:
       awake through its window, polling for the next run instead of
       sleeping (a run a few ms after the last then costs about what one
       back to back does, for most of a CPU through each window); False
-      turns off the file's `[workers] keep_warm_awake`.
+      turns off the file's `[workers] keep_warm_awake`;
+    - `anticipate`: for runs at a steady pace (after 8 runs that each
+      followed about the same pause) the engine wakes shortly before the
+      next is due and waits for it awake; on by default, False turns it
+      off (over the file's `[workers] anticipate`).
     """
 
     def __init__(
@@ -277,6 +281,7 @@ class Harness:
         provider: Optional[str] = None,
         keep_warm_ms: Optional[int] = None,
         keep_warm_awake: Optional[bool] = None,
+        anticipate: Optional[bool] = None,
     ) -> None:
         table: Dict[str, Tool] = {}
         for t in tools:
@@ -298,6 +303,7 @@ class Harness:
             "provider": provider,
             "keep_warm_ms": keep_warm_ms,
             "keep_warm_awake": keep_warm_awake,
+            "anticipate": anticipate,
         }
         options = {k: v for k, v in options.items() if v is not None}
         self._loops = _Loops()

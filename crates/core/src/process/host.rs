@@ -881,6 +881,20 @@ impl Slot {
         Rehearsal::due(&mut self.rehearsal)
     }
 
+    /// Whether there is a rehearsal to run ahead of an anticipated run
+    /// ([`WorkerPool::with_anticipation`]).
+    fn rehearsal_ready(&mut self) -> bool {
+        Rehearsal::ready(&mut self.rehearsal)
+    }
+
+    /// A rehearsal ahead of an anticipated run: the worker lingers after
+    /// it (where the CPUs allow, as when kept awake), polling for the run
+    /// that is due shortly instead of halting its CPU; the host thread
+    /// sleeps (on 2 CPUs its poll would hold up the worker).
+    fn rehearse_ahead(&mut self) {
+        self.rehearse_lingering(true);
+    }
+
     /// Runs a rehearsal through this thread's worker, when one is due and
     /// the worker is there and alive: a run like any other on both sides
     /// of the boundary (the host's event loop, the frames, the worker's
@@ -888,6 +902,13 @@ impl Slot {
     /// counted against `max_runs_per_worker`. A worker that dies in it is
     /// replaced, as after a run.
     fn rehearse(&mut self) {
+        let awake = self.rehearsal.as_ref().is_some_and(Rehearsal::awake);
+        self.rehearse_lingering(awake);
+    }
+
+    /// [`Slot::rehearse`]; `linger`: the worker polls for its next frame
+    /// after it.
+    fn rehearse_lingering(&mut self, linger: bool) {
         let mut proc = match self.proc.take() {
             Some(p) if p.alive() => p,
             idle => {
@@ -903,7 +924,7 @@ impl Slot {
             self.proc = Some(proc);
             return;
         };
-        proc.linger = self.rehearsal.as_ref().is_some_and(Rehearsal::awake);
+        proc.linger = linger;
         let mut engine = RemoteEngine::new(proc);
         let in_flight = super::remote_run();
         crate::event_loop::rehearse(&mut engine, &self.opts.engine, request, &tokio);
@@ -1005,7 +1026,7 @@ impl ProcessAdapter {
             isolation: Isolation::Process,
             ..engine
         };
-        let keep_warm = KeepWarm::default();
+        let keep_warm = KeepWarm::anticipating();
         ProcessAdapter {
             info,
             pool: Arc::new(
@@ -1021,6 +1042,11 @@ impl ProcessAdapter {
                     },
                 )
                 .with_rehearsal(Slot::rehearsal_due, Slot::rehearse, keep_warm.awake_flag())
+                .with_anticipation(
+                    Slot::rehearsal_ready,
+                    Slot::rehearse_ahead,
+                    keep_warm.anticipate_flag(),
+                )
                 // The host thread and its worker process.
                 .with_cpus_per_run(2)
                 .with_long_private_tidy_up(long_private_tidy_up),
@@ -1085,7 +1111,7 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
         // Where it runs, for the run's span.
         request.limits.isolation = Some(crate::limits::Isolation::Process);
         // Kept warm: nothing is cloned for a run of an adapter that is not.
-        let warm = self.keep_warm.for_run();
+        let warm = self.keep_warm.for_run(self.pool.steady());
         self.pool
             .execute(
                 &self.opts.engine,
@@ -1123,6 +1149,16 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
         // The pool decides for its host thread (`can_stay_awake`, which
         // needs more CPUs than this); the worker's poll needs 2.
         crate::spin::cores() >= 2
+    }
+
+    /// Anticipates behind the boundary (on by default): ahead of a run
+    /// due shortly, the host thread rehearses through its worker process,
+    /// which then polls for the run (`process::WORKER_LINGER` at most) on
+    /// 2 CPUs or more; the host thread itself polls only with CPUs for a
+    /// run's two sides and its caller besides (as when kept awake).
+    fn anticipate(&self, on: bool) -> bool {
+        self.keep_warm.set_anticipate(on);
+        on
     }
 
     fn rehearsals(&self) -> u64 {
