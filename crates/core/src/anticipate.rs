@@ -13,19 +13,26 @@
 //! spends only the stretch around the predicted arrival, and only while
 //! the last [`SAMPLES`] pauses agree: the pool notes when its last busy
 //! worker went idle and how long until the next run came ([`Arrivals`]);
-//! while the shortest and longest of those pauses are close together (the
-//! awake stretch, [`LEAD`] before the shortest to [`SLACK`] after the
-//! longest, is at most half the shortest), the worker sleeps until
-//! [`LEAD`] before the shortest pause ends, rehearses, and polls until
-//! [`SLACK`] after the longest ([`Plan`]). A pause outside that pattern
-//! (a run seconds later, a burst) is simply one more sample, and the
-//! pattern has to hold again for [`SAMPLES`] pauses before the next
-//! anticipation. Lone runs and irregular traffic cost nothing.
+//! while the shortest and longest of those pauses, leaving out one of
+//! each ([`TRIM`]: a caller's late wake-up on a VM with steal, a pause
+//! that one slow run made), are close together (the awake stretch,
+//! [`LEAD`] before the shortest to [`SLACK`] after the longest, is at most
+//! half the shortest), the worker sleeps until [`LEAD`] before the
+//! shortest pause ends, rehearses, and polls until [`SLACK`] after the
+//! longest ([`Plan`]). A pause outside that pattern is simply one more
+//! sample: a run that comes later than planned finds its thread asleep
+//! as without anticipation, one that comes sooner wakes it early, and
+//! a second pause outside the pattern within [`SAMPLES`] stops
+//! anticipation until the pattern holds again. Lone runs and irregular
+//! traffic cost nothing.
 
 use std::time::{Duration, Instant};
 
 /// Pauses remembered, and needed before anticipating.
 pub(crate) const SAMPLES: usize = 8;
+
+/// The shortest and longest pauses left out of the pattern: one each.
+pub(crate) const TRIM: usize = 1;
 
 /// How long before the shortest recent pause ends the worker wakes: time
 /// for the timer's slack (about 50 µs on Linux), a rehearsal on cold
@@ -86,8 +93,10 @@ impl Arrivals {
         if self.len < SAMPLES {
             return None;
         }
-        let lo = Duration::from_micros(u64::from(*self.pauses.iter().min()?));
-        let hi = Duration::from_micros(u64::from(*self.pauses.iter().max()?));
+        let mut sorted = self.pauses;
+        sorted.sort_unstable();
+        let lo = Duration::from_micros(u64::from(sorted[TRIM]));
+        let hi = Duration::from_micros(u64::from(sorted[SAMPLES - 1 - TRIM]));
         if hi > MAX_PAUSE {
             return None;
         }
@@ -121,23 +130,32 @@ mod tests {
 
     #[test]
     fn regular_pauses_plan_a_wake_before_the_shortest_and_stay_until_after_the_longest() {
+        // Leaving out the shortest (2,050) and the longest (2,200).
         let (a, t) = after(&[2_100, 2_050, 2_200, 2_080, 2_120, 2_060, 2_150, 2_090]);
         let plan = a.plan().expect("regular");
-        assert_eq!(plan.wake_at, t + Duration::from_micros(2_050) - LEAD);
-        assert_eq!(plan.awake_until, t + Duration::from_micros(2_200) + SLACK);
+        assert_eq!(plan.wake_at, t + Duration::from_micros(2_060) - LEAD);
+        assert_eq!(plan.awake_until, t + Duration::from_micros(2_150) + SLACK);
+        // One pause far out either way (a late caller, a quick one) does
+        // not break the pattern.
+        let (a, t) = after(&[2_000, 2_000, 9_000, 2_000, 2_100, 2_000, 300, 2_000]);
+        let plan = a.plan().expect("one outlier each way is left out");
+        assert_eq!(plan.wake_at, t + Duration::from_micros(2_000) - LEAD);
+        assert_eq!(plan.awake_until, t + Duration::from_micros(2_100) + SLACK);
     }
 
     #[test]
     fn too_few_irregular_short_or_long_pauses_plan_nothing() {
         // Seven pauses are not enough.
         assert_eq!(after(&[2_000; SAMPLES - 1]).0.plan(), None);
-        // One pause of seconds among them.
+        // Two pauses of seconds among them.
         let mut p = [2_000; SAMPLES];
         p[3] = 3_000_000;
+        p[6] = 3_000_000;
         assert_eq!(after(&p).0.plan(), None);
         // Spread too wide for the shortest pause.
         let mut p = [2_000; SAMPLES];
         p[5] = 2_600;
+        p[1] = 2_600;
         assert_eq!(after(&p).0.plan(), None);
         // Back to back: the awake stretch would be longer than the pause.
         assert_eq!(after(&[20; SAMPLES]).0.plan(), None);
