@@ -753,7 +753,8 @@ impl Rehearsal {
 
     /// Whether a keep-warm rehearsal of `plan` is due: in its window,
     /// while the engine keeps warm. Drops a plan that expired
-    /// ([`Rehearsal::ready`]).
+    /// ([`Rehearsal::ready`]); the pool drops one whose window passed when
+    /// its thread sleeps (`WorkerPool::with_anticipation`'s `forget`).
     pub(crate) fn due(plan: &mut Option<Rehearsal>) -> bool {
         Rehearsal::ready(plan)
             && plan.as_ref().is_some_and(|p| {
@@ -802,6 +803,11 @@ fn rehearsal_due(_: &mut Box<dyn EngineThread>) -> bool {
 /// Whether this thread has a rehearsal to run when anticipating.
 fn rehearsal_ready(_: &mut Box<dyn EngineThread>) -> bool {
     REHEARSAL.with(|r| Rehearsal::ready(&mut r.borrow_mut()))
+}
+
+/// Drops this thread's rehearsal plan: it sleeps until its next run.
+fn forget_rehearsal(_: &mut Box<dyn EngineThread>) {
+    REHEARSAL.with(|r| *r.borrow_mut() = None);
 }
 
 /// Runs this thread's rehearsal, if one is due.
@@ -853,7 +859,12 @@ impl<A: EngineAdapter> Pooled<A> {
                 )
                 .with_idle(|thread| thread.idle())
                 .with_rehearsal(rehearsal_due, rehearse, keep_warm.awake_flag())
-                .with_anticipation(rehearsal_ready, rehearse, keep_warm.anticipate_flag())
+                .with_anticipation(
+                    rehearsal_ready,
+                    rehearse,
+                    forget_rehearsal,
+                    keep_warm.anticipate_flag(),
+                )
                 .with_long_private_tidy_up(d.long_private_tidy_up),
             ),
             adapter,

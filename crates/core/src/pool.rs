@@ -112,6 +112,10 @@ struct Anticipation<S> {
     ready: fn(&mut S) -> bool,
     /// The rehearsal to run on waking.
     rehearse: fn(&mut S),
+    /// Drops the state's rehearsal plan (a copy of the last run's tools
+    /// and context) before the worker sleeps until its next job, which
+    /// brings a plan of its own.
+    forget: fn(&mut S),
     /// Whether the pool anticipates at all (the engine's setting).
     on: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -197,17 +201,21 @@ impl<S: 'static> WorkerPool<S> {
     /// latest. It polls only while the machine has CPUs for it, as when
     /// kept awake; otherwise it rehearses once and sleeps. Needs
     /// [`WorkerPool::with_rehearsal`]; unless kept awake, anticipation
-    /// comes before the keep-warm window's rehearsals.
+    /// comes before the keep-warm window's rehearsals. `forget` drops the
+    /// state's plan whenever the worker sleeps with no rehearsal to come,
+    /// so that no copy of a run's request outlives its use.
     pub(crate) fn with_anticipation(
         mut self,
         ready: fn(&mut S) -> bool,
         rehearse: fn(&mut S),
+        forget: fn(&mut S),
         on: Arc<std::sync::atomic::AtomicBool>,
     ) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.anticipation = Some(Anticipation {
                 ready,
                 rehearse,
+                forget,
                 on,
             });
         }
@@ -679,6 +687,10 @@ fn next_job<S>(
             return next;
         }
     }
+    // Nothing to rehearse until the next job, which brings its own plan.
+    if let Some(a) = &shared.anticipation {
+        (a.forget)(state);
+    }
     rx.recv().ok()
 }
 
@@ -1025,7 +1037,7 @@ mod tests {
             s.rehearsals += 1;
         }
         let (pool, _) = rehearsing_pool(Arc::new(AtomicBool::new(false)));
-        let pool = pool.with_anticipation(ready, rehearse, Arc::new(AtomicBool::new(on)));
+        let pool = pool.with_anticipation(ready, rehearse, |_| {}, Arc::new(AtomicBool::new(on)));
         rehearsals_since_last_job(&pool);
         pauses
             .iter()

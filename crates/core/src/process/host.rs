@@ -895,6 +895,12 @@ impl Slot {
         self.rehearse_lingering(true);
     }
 
+    /// Drops the rehearsal plan: the host thread sleeps until its next
+    /// run.
+    fn forget_rehearsal(&mut self) {
+        self.rehearsal = None;
+    }
+
     /// Runs a rehearsal through this thread's worker, when one is due and
     /// the worker is there and alive: a run like any other on both sides
     /// of the boundary (the host's event loop, the frames, the worker's
@@ -1045,6 +1051,7 @@ impl ProcessAdapter {
                 .with_anticipation(
                     Slot::rehearsal_ready,
                     Slot::rehearse_ahead,
+                    Slot::forget_rehearsal,
                     keep_warm.anticipate_flag(),
                 )
                 // The host thread and its worker process.
