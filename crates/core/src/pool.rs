@@ -195,10 +195,9 @@ impl<S: 'static> WorkerPool<S> {
     /// Anticipates the next run while `on` is set and runs come at a
     /// steady pace (`crate::anticipate`): the worker that went idle last
     /// sleeps until shortly before the next run is due, then (when
-    /// `ready` says its state has a rehearsal) calls `rehearse` and polls
-    /// for the run, holding the spinning flag and rehearsing every
-    /// [`AWAKE_REHEARSAL_PERIOD`], until shortly after it was due at the
-    /// latest. It polls only while the machine has CPUs for it, as when
+    /// `ready` says its state has a rehearsal) calls `rehearse` once and
+    /// polls for the run, holding the spinning flag, until shortly after
+    /// it was due at the latest. It polls only while the machine has CPUs for it, as when
     /// kept awake; otherwise it rehearses once and sleeps. Needs
     /// [`WorkerPool::with_rehearsal`]; unless kept awake, anticipation
     /// comes before the keep-warm window's rehearsals. `forget` drops the
@@ -730,17 +729,17 @@ fn anticipate<S>(
         guarded(shared, state, a.rehearse);
         return None;
     }
-    let got = loop {
-        guarded(shared, state, a.rehearse);
-        let left = plan.awake_until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break None;
-        }
-        match poll_for(rx, left.min(AWAKE_REHEARSAL_PERIOD)) {
-            Ok(j) => break Some(Some(j)),
-            Err(mpsc::RecvTimeoutError::Disconnected) => break Some(None),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
+    // One rehearsal: the run is due within a few hundred microseconds,
+    // and a second would be as likely to hold it up as to help (on Boa
+    // every rehearsal brings the next garbage collection nearer).
+    guarded(shared, state, a.rehearse);
+    let got = match poll_for(
+        rx,
+        plan.awake_until.saturating_duration_since(Instant::now()),
+    ) {
+        Ok(j) => Some(Some(j)),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Some(None),
+        Err(mpsc::RecvTimeoutError::Timeout) => None,
     };
     shared.spinning.store(false, Ordering::Release);
     if matches!(got, Some(Some(_))) {
