@@ -118,20 +118,29 @@ pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsEr
     if let Some(ms) = milliseconds(options, "keep_warm_ms", "keepWarmMs")? {
         builder = builder.keep_warm(std::time::Duration::from_millis(ms));
     }
-    match options
-        .get("keep_warm_awake")
-        .or_else(|| options.get("keepWarmAwake"))
-    {
-        None | Some(Value::Null) => {}
-        Some(Value::Bool(awake)) => builder = builder.keep_warm_awake(*awake),
-        Some(_) => return Err(bad("`keep_warm_awake` must be true or false")),
+    if let Some(awake) = boolean(options, "keep_warm_awake", "keepWarmAwake")? {
+        builder = builder.keep_warm_awake(awake);
     }
-    match options.get("anticipate") {
-        None | Some(Value::Null) => {}
-        Some(Value::Bool(on)) => builder = builder.anticipate(*on),
-        Some(_) => return Err(bad("`anticipate` must be true or false")),
+    if let Some(on) = boolean(options, "anticipate", "anticipate")? {
+        builder = builder.anticipate(on);
     }
     Ok(builder)
+}
+
+/// A boolean under `name` (or its camelCase `camel`); `None` when absent
+/// or null.
+fn boolean(options: &Value, name: &str, camel: &str) -> Result<Option<bool>, OptionsError> {
+    match options
+        .get(name)
+        .or_else(|| options.get(camel))
+        .filter(|v| !v.is_null())
+    {
+        None => Ok(None),
+        Some(v) => v
+            .as_bool()
+            .map(Some)
+            .ok_or_else(|| bad(format!("`{name}` must be true or false"))),
+    }
 }
 
 /// A whole number of milliseconds under `name` (or its camelCase
