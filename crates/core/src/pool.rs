@@ -107,6 +107,16 @@ struct Shared<S> {
     steady: std::sync::atomic::AtomicBool,
 }
 
+impl<S> Shared<S> {
+    /// The pool's anticipation, while it is turned on: only then does it
+    /// note pauses (a clock read under the lock per run).
+    fn anticipating(&self) -> Option<&Anticipation<S>> {
+        self.anticipation
+            .as_ref()
+            .filter(|a| a.on.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 struct Anticipation<S> {
     /// Whether the worker's state has a rehearsal to run.
     ready: fn(&mut S) -> bool,
@@ -325,7 +335,7 @@ impl<S: 'static> WorkerPool<S> {
                 .lock()
                 .map_err(|_| "worker pool poisoned".to_owned())?;
             let busy = state.threads - state.idle.len();
-            if std::mem::take(&mut first) {
+            if std::mem::take(&mut first) && self.shared.anticipating().is_some() {
                 state.arrivals.arrived(std::time::Instant::now(), busy);
             }
             let (short, long) = self.shared.finishing.count();
@@ -841,13 +851,9 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
             let busy = s.threads.saturating_sub(s.idle.len());
             // The last busy worker going idle: a pause begins, and this
             // worker (the top of the idle stack) takes the run that ends it.
-            let plan = if busy == 0 {
+            let plan = if busy == 0 && shared.anticipating().is_some() {
                 s.arrivals.idle(std::time::Instant::now());
-                let plan = shared
-                    .anticipation
-                    .as_ref()
-                    .filter(|a| a.on.load(std::sync::atomic::Ordering::Relaxed))
-                    .and_then(|_| s.arrivals.plan());
+                let plan = s.arrivals.plan();
                 shared
                     .steady
                     .store(plan.is_some(), std::sync::atomic::Ordering::Relaxed);
