@@ -201,6 +201,11 @@ pub fn arg(i: usize, default: u64) -> u64 {
 /// for the workloads. Process workers are this very binary, which must
 /// call `harness::serve_worker_if_requested` first in `main`.
 pub fn harness(config: Config) -> Harness {
+    harness_with(config, |_| {})
+}
+
+/// [`harness`], with the tools `more` registers beside `echo`.
+pub fn harness_with(config: Config, more: impl FnOnce(&mut ToolRegistry)) -> Harness {
     let mut tools = ToolRegistry::new();
     tools
         .register(FnTool::new(
@@ -210,6 +215,7 @@ pub fn harness(config: Config) -> Harness {
             |a, _| async move { Ok(a) },
         ))
         .expect("echo registers");
+    more(&mut tools);
     let limits = harness::Limits::default()
         .with_isolation(Some(config.isolation))
         .with_max_tool_calls(1000)

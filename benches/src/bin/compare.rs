@@ -19,7 +19,9 @@
 //! time on one core, so its row is its trivial time. `--gap-ms`
 //! idles that long before each timed run (not timed), as between a
 //! model's turns: engines that prepare work ahead (our hardened contexts)
-//! then find it ready, as in production.
+//! then find it ready, as in production; it also times the `trivial` and
+//! `sequential_100` rows back to back in the same rounds ([`TWIN_ROWS`])
+//! and prints them beside the spaced ones.
 
 use harness_benches::{
     engines, harness, parallel_calls, sequential_calls, throughput_window, Config, POLYFILL,
@@ -158,16 +160,16 @@ fn summarise(workload: &str, config: &str, mut samples: Vec<f64>) -> Row {
 }
 
 /// Runs `once` for `warmup`, then times `n` calls of it one by one (each
-/// after `--gap-ms` of idling), in µs.
-fn timed(o: &Options, warmup: Duration, n: usize, mut once: impl FnMut()) -> Vec<f64> {
+/// after `gap` of idling: `--gap-ms`, or none for a back-to-back twin), in µs.
+fn timed(gap: Duration, warmup: Duration, n: usize, mut once: impl FnMut()) -> Vec<f64> {
     let until = Instant::now() + warmup;
     while Instant::now() < until {
         once();
     }
     (0..n)
         .map(|_| {
-            if !o.gap.is_zero() {
-                std::thread::sleep(o.gap);
+            if !gap.is_zero() {
+                std::thread::sleep(gap);
             }
             let t = Instant::now();
             once();
@@ -201,6 +203,14 @@ fn warmup(o: &Options, round: usize) -> Duration {
 /// The rows measured again with the engine kept warm.
 const WARM_ROWS: [&str; 2] = ["trivial", "sequential_100"];
 
+/// The rows that, with `--gap-ms`, are also timed back to back in the
+/// same rounds (their twins), for the targets that set a spaced figure
+/// beside a back-to-back one: on a VM whose speed drifts for minutes,
+/// two `compare` runs minutes apart compare the minutes as much as the
+/// code (docs/performance.md, "Spaced against back to back, in the same
+/// rounds").
+const TWIN_ROWS: [&str; 2] = ["trivial", "sequential_100"];
+
 /// What a row of ours runs.
 enum Work {
     /// A script through `Harness::run`, and the value it must return.
@@ -219,7 +229,17 @@ struct Cell {
     harness: usize,
     workload: String,
     work: Work,
+    /// The idle time before each timed run: `--gap-ms`, or none for the
+    /// back-to-back twin of a [`TWIN_ROWS`] row.
+    gap: Duration,
     samples: Vec<f64>,
+}
+
+/// A row of ours measured with `--gap-ms`, beside its back-to-back twin
+/// timed in the same rounds.
+struct Twin {
+    spaced: Row,
+    back_to_back: Row,
 }
 
 /// The rows of ours for `configs` that `--only` leaves, in the order
@@ -228,26 +248,32 @@ fn cells(configs: &[Config], o: &Options) -> Vec<Cell> {
     let wanted = |name: &str| o.only.as_ref().is_none_or(|w| w == name);
     let mut cells = Vec::new();
     for (harness, &config) in configs.iter().enumerate() {
-        let cell = |workload: &str, work: Work| Cell {
+        let cell = |workload: &str, work: Work, gap: Duration| Cell {
             config,
             harness,
             workload: workload.to_string(),
             work,
+            gap,
             samples: Vec::with_capacity(o.iters),
         };
+        let plain = !config.keep_warm && !config.asleep;
         for (name, src, expect) in workloads() {
             // Kept warm: the trivial and `sequential_100` rows only, to
             // set beside the plain ones.
             if wanted(&name) && (!config.keep_warm || WARM_ROWS.contains(&name.as_str())) {
-                cells.push(cell(&name, Work::Script(src, expect)));
+                if plain && !o.gap.is_zero() && TWIN_ROWS.contains(&name.as_str()) {
+                    let twin = Work::Script(src.clone(), expect.clone());
+                    cells.push(cell(&name, twin, Duration::ZERO));
+                }
+                cells.push(cell(&name, Work::Script(src, expect), o.gap));
             }
         }
         if wanted(THROUGHPUT) && !config.keep_warm {
-            cells.push(cell(THROUGHPUT, Work::Throughput));
+            cells.push(cell(THROUGHPUT, Work::Throughput, o.gap));
         }
         #[cfg(feature = "wasi")]
         if config.to_string() == "wasi" && wanted(SANDBOX) {
-            cells.push(cell(SANDBOX, Work::Sandbox));
+            cells.push(cell(SANDBOX, Work::Sandbox, o.gap));
         }
     }
     cells
@@ -268,7 +294,11 @@ type Peer<R> = Result<(Vec<R>, String), String>;
 /// the code; taking turns spreads every row over the whole run. Every
 /// harness lives for the whole run, so that a row keeps its engine (and
 /// its worker processes) from one round to the next.
-fn measure(configs: &[Config], o: &Options, rt: &tokio::runtime::Runtime) -> (Vec<Row>, Peer<Row>) {
+fn measure(
+    configs: &[Config],
+    o: &Options,
+    rt: &tokio::runtime::Runtime,
+) -> (Vec<Row>, Vec<Twin>, Peer<Row>) {
     let mut cells = cells(configs, o);
     let harnesses: Vec<Option<harness::Harness>> = configs
         .iter()
@@ -304,13 +334,15 @@ fn measure(configs: &[Config], o: &Options, rt: &tokio::runtime::Runtime) -> (Ve
             let h = harnesses[cell.harness].as_ref().expect("a harness per row");
             let (config, workload) = (cell.config, cell.workload.as_str());
             let more = match &cell.work {
-                Work::Script(src, expect) => timed(o, warmup(o, round), share(o, round), || {
-                    let r = rt.block_on(h.run(src));
-                    assert!(
-                        r.ok && r.value.as_ref() == Some(expect),
-                        "{config} {workload}: {r:?}"
-                    );
-                }),
+                Work::Script(src, expect) => {
+                    timed(cell.gap, warmup(o, round), share(o, round), || {
+                        let r = rt.block_on(h.run(src));
+                        assert!(
+                            r.ok && r.value.as_ref() == Some(expect),
+                            "{config} {workload}: {r:?}"
+                        );
+                    })
+                }
                 Work::Throughput => throughput_per_core(h, o, round, rt),
                 #[cfg(feature = "wasi")]
                 Work::Sandbox => sandbox.timed(o, round),
@@ -321,12 +353,27 @@ fn measure(configs: &[Config], o: &Options, rt: &tokio::runtime::Runtime) -> (Ve
             peer_round(round, &mut peer);
         }
     }
-    let ours = cells
+    let (twins, cells): (Vec<Cell>, Vec<Cell>) = cells.into_iter().partition(|c| c.gap != o.gap);
+    let ours: Vec<Row> = cells
         .into_iter()
         .map(|c| summarise(&c.workload, &c.config.to_string(), c.samples))
         .collect();
+    let twins = twins
+        .into_iter()
+        .filter_map(|c| {
+            let back_to_back = summarise(&c.workload, &c.config.to_string(), c.samples);
+            let spaced = ours
+                .iter()
+                .find(|r| r.workload == back_to_back.workload && r.config == back_to_back.config)?
+                .clone();
+            Some(Twin {
+                spaced,
+                back_to_back,
+            })
+        })
+        .collect();
     let peer = peer.map(|(rows, about)| (peer_rows(rows, o), about));
-    (ours, peer)
+    (ours, twins, peer)
 }
 
 /// The workspace sandbox's row's name.
@@ -360,7 +407,7 @@ impl SandboxRow {
 
     fn timed(&self, o: &Options, round: usize) -> Vec<f64> {
         let (sandbox, _) = self.sandbox.as_ref().expect("made for its row");
-        timed(o, warmup(o, round), share(o, round), || {
+        timed(o.gap, warmup(o, round), share(o, round), || {
             let r = sandbox
                 .execute("console.log(1+1)")
                 .expect("the sandbox runs");
@@ -397,7 +444,7 @@ fn throughput_per_core(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let window = || throughput_window(rt, h, cores, RUNS_PER_CALLER);
     // cores × wall ÷ (cores × RUNS_PER_CALLER) runs.
-    timed(o, warmup(o, round), share(o, round), window)
+    timed(o.gap, warmup(o, round), share(o, round), window)
         .into_iter()
         .map(|us| us / RUNS_PER_CALLER as f64)
         .collect()
@@ -655,6 +702,49 @@ fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
     }
 }
 
+/// With `--gap-ms`: each [`TWIN_ROWS`] row spaced beside its twin timed
+/// back to back in the same rounds, the ratio of their medians, and the
+/// spaced row's p99 against its median.
+fn print_twins(twins: &[Twin], o: &Options) {
+    if twins.is_empty() {
+        return;
+    }
+    println!(
+        "\nThe same rows back to back, timed in the same rounds (spaced ÷ back to back: medians):\n"
+    );
+    let line = |cells: [String; 7]| {
+        if o.markdown {
+            println!("| {} |", cells.join(" | "));
+        } else {
+            println!("{}", cells.join("  "));
+        }
+    };
+    line([
+        format!("{:<15}", "workload"),
+        format!("{:<16}", "ours"),
+        format!("{:>14}", "back to back µs"),
+        format!("{:>11}", "spaced µs"),
+        format!("{:>17}", "spaced ÷ b2b"),
+        format!("{:>12}", "spaced p99 µs"),
+        format!("{:>11}", "p99 ÷ p50"),
+    ]);
+    if o.markdown {
+        println!("|---|---|---:|---:|---:|---:|---:|");
+    }
+    for t in twins {
+        let (s, b) = (&t.spaced, &t.back_to_back);
+        line([
+            format!("{:<15}", s.workload),
+            format!("{:<16}", s.config),
+            format!("{:>14.1}", b.median_us),
+            format!("{:>11.1}", s.median_us),
+            format!("{:>16.2}x", s.median_us / b.median_us),
+            format!("{:>12.1}", s.p99_us),
+            format!("{:>10.2}x", s.p99_us / s.median_us),
+        ]);
+    }
+}
+
 // Also this binary's own worker processes (the process boundary).
 harness::main! {
     fn main() -> ExitCode {
@@ -696,7 +786,7 @@ harness::main! {
             })
         });
         let configs: Vec<Config> = plain.clone().into_iter().chain(warm).collect();
-        let (ours, peer) = measure(&configs, &o, &rt);
+        let (ours, twins, peer) = measure(&configs, &o, &rt);
         let steal = steal_before.zip(harness_benches::steal_s()).map(|(a, b)| b - a);
         let steal_line = steal.map_or_else(
             || "hypervisor steal: unknown".to_string(),
@@ -715,9 +805,11 @@ harness::main! {
                     })
                     .collect()
             };
+            let back_to_back: Vec<Row> = twins.iter().map(|t| t.back_to_back.clone()).collect();
             let doc = serde_json::json!({"cpu": cpu_model(), "iters": o.iters, "rounds": o.rounds,
                 "gap_ms": o.gap.as_millis() as u64, "peer": about, "steal_s": steal,
-                "ours": rows(&ours), "peer_results": rows(&peer_rows)});
+                "ours": rows(&ours), "peer_results": rows(&peer_rows),
+                "back_to_back": rows(&back_to_back)});
             println!("{doc}");
         } else {
             // One round: no warm-up again, and nothing to take turns.
@@ -739,6 +831,7 @@ harness::main! {
                 started.elapsed().as_secs_f64()
             );
             print_table(&ours, &peer_rows, &o);
+            print_twins(&twins, &o);
             print_in_process(&o);
         }
         match peer {
