@@ -644,19 +644,12 @@ fn cpu_model() -> String {
 }
 
 fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
-    let (sep, head, rule) = if o.markdown {
-        (" | ", "| ", "|---|---|---:|---:|---:|---|---:|---:|---:|")
+    let rule = if o.markdown {
+        "|---|---|---:|---:|---:|---|---:|---:|---:|"
     } else {
-        ("  ", "", "")
+        ""
     };
-    let line = |cells: [String; 9]| {
-        let body = cells.join(sep);
-        if o.markdown {
-            println!("{head}{body} |");
-        } else {
-            println!("{body}");
-        }
-    };
+    let line = |cells: [String; 9]| print_line(o, &cells);
     line([
         format!("{:<15}", "workload"),
         format!("{:<16}", "ours"),
@@ -702,6 +695,16 @@ fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
     }
 }
 
+/// One line of a table: `| a | b |` with `--markdown`, otherwise the
+/// cells two spaces apart.
+fn print_line(o: &Options, cells: &[String]) {
+    if o.markdown {
+        println!("| {} |", cells.join(" | "));
+    } else {
+        println!("{}", cells.join("  "));
+    }
+}
+
 /// With `--gap-ms`: each [`TWIN_ROWS`] row spaced beside its twin timed
 /// back to back in the same rounds, the ratio of their medians, and the
 /// spaced row's p99 against its median.
@@ -712,13 +715,7 @@ fn print_twins(twins: &[Twin], o: &Options) {
     println!(
         "\nThe same rows back to back, timed in the same rounds (spaced ÷ back to back: medians):\n"
     );
-    let line = |cells: [String; 7]| {
-        if o.markdown {
-            println!("| {} |", cells.join(" | "));
-        } else {
-            println!("{}", cells.join("  "));
-        }
-    };
+    let line = |cells: [String; 7]| print_line(o, &cells);
     line([
         format!("{:<15}", "workload"),
         format!("{:<16}", "ours"),
