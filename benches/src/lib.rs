@@ -204,7 +204,7 @@ pub fn harness(config: Config) -> Harness {
     harness_with(config, |_| {})
 }
 
-/// [`harness`], with the tools `more` registers beside `echo`.
+/// [`harness()`], with the tools `more` registers beside `echo`.
 pub fn harness_with(config: Config, more: impl FnOnce(&mut ToolRegistry)) -> Harness {
     let mut tools = ToolRegistry::new();
     tools
