@@ -130,32 +130,40 @@ pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsEr
 /// A boolean under `name` (or its camelCase `camel`); `None` when absent
 /// or null.
 fn boolean(options: &Value, name: &str, camel: &str) -> Result<Option<bool>, OptionsError> {
-    match options
-        .get(name)
-        .or_else(|| options.get(camel))
-        .filter(|v| !v.is_null())
-    {
-        None => Ok(None),
-        Some(v) => v
-            .as_bool()
-            .map(Some)
-            .ok_or_else(|| bad(format!("`{name}` must be true or false"))),
-    }
+    typed(options, name, camel, Value::as_bool, "true or false")
 }
 
 /// A whole number of milliseconds under `name` (or its camelCase
 /// `camel`); `None` when absent or null.
 fn milliseconds(options: &Value, name: &str, camel: &str) -> Result<Option<u64>, OptionsError> {
+    typed(
+        options,
+        name,
+        camel,
+        Value::as_u64,
+        "a whole number of milliseconds",
+    )
+}
+
+/// The option under `name` (or its camelCase `camel`) as `read` takes it;
+/// `None` when absent or null, an error saying it must be `what` when
+/// `read` refuses it.
+fn typed<T>(
+    options: &Value,
+    name: &str,
+    camel: &str,
+    read: impl FnOnce(&Value) -> Option<T>,
+    what: &str,
+) -> Result<Option<T>, OptionsError> {
     match options
         .get(name)
         .or_else(|| options.get(camel))
         .filter(|v| !v.is_null())
     {
         None => Ok(None),
-        Some(v) => v
-            .as_u64()
+        Some(v) => read(v)
             .map(Some)
-            .ok_or_else(|| bad(format!("`{name}` must be a whole number of milliseconds"))),
+            .ok_or_else(|| bad(format!("`{name}` must be {what}"))),
     }
 }
 
