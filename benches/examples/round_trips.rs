@@ -73,8 +73,13 @@ harness::main! {
         // [spaced, back to back]: per position, the time to the first
         // call, each call after it, and the time after the last.
         let mut kept = [vec![Vec::new(); CALLS + 1], vec![Vec::new(); CALLS + 1]];
+        // How much later than asked each spaced run's caller woke: a cost
+        // the timed run does not see (a poller that held the caller's CPU
+        // would show here).
+        let mut late = Vec::new();
         for k in 0..n {
             let spaced = (k / BLOCK) % 2 == 0 && gap > 0;
+            let slept = now_us();
             if spaced {
                 std::thread::sleep(Duration::from_millis(gap));
             }
@@ -91,12 +96,24 @@ harness::main! {
             if k % BLOCK < SETTLING {
                 continue;
             }
+            if spaced {
+                late.push(start - slept - gap as f64 * 1e3);
+            }
             let per = &mut kept[usize::from(!spaced)];
             per[0].push(stamps[0] - start);
             for i in 1..CALLS {
                 per[i].push(stamps[i] - stamps[i - 1]);
             }
             per[CALLS].push(end - stamps[CALLS - 1]);
+        }
+        if !late.is_empty() {
+            late.sort_by(f64::total_cmp);
+            println!(
+                "{config} gap {gap} ms: the caller woke late by p50 {:.1} / p90 {:.1} / p99 {:.1} µs",
+                quantile(&late, 0.5),
+                quantile(&late, 0.9),
+                quantile(&late, 0.99)
+            );
         }
         for (which, per) in kept.iter_mut().enumerate() {
             if per[0].is_empty() {

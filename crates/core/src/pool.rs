@@ -207,8 +207,11 @@ impl<S: 'static> WorkerPool<S> {
     /// sleeps until shortly before the next run is due, then (when
     /// `ready` says its state has a rehearsal) calls `rehearse` once and
     /// polls for the run, holding the spinning flag, until shortly after
-    /// it was due at the latest. It polls only while the machine has CPUs for it, as when
-    /// kept awake; otherwise it rehearses once and sleeps. Needs
+    /// it was due at the latest. It polls only while the machine has a
+    /// CPU for it besides the busy runs' ([`anticipation_fits`]: behind
+    /// the process boundary, where a run keeps two CPUs busy, that is 2
+    /// CPUs with no run in flight); otherwise it rehearses once and
+    /// sleeps. Needs
     /// [`WorkerPool::with_rehearsal`]; unless kept awake, anticipation
     /// comes before the keep-warm window's rehearsals. `forget` drops the
     /// state's plan whenever the worker sleeps with no rehearsal to come,
@@ -733,7 +736,7 @@ fn anticipate<S>(
         return None;
     }
     metrics::counter!("anticipated_wakeups_total", "pool" => shared.name.clone()).increment(1);
-    if !awake_fits(shared, busy) || shared.spinning.swap(true, Ordering::AcqRel) {
+    if !anticipation_fits(shared, busy) || shared.spinning.swap(true, Ordering::AcqRel) {
         // No CPU to wait awake on (or another worker polls): the caches
         // at least are warm when the run comes.
         guarded(shared, state, a.rehearse);
@@ -756,6 +759,22 @@ fn anticipate<S>(
         metrics::counter!("anticipated_runs_total", "pool" => shared.name.clone()).increment(1);
     }
     got
+}
+
+/// Whether an idle worker may poll through an anticipation window beside
+/// `busy` busy ones: a CPU for itself besides the CPUs their runs keep busy
+/// ([`WorkerPool::with_cpus_per_run`] each). Looser than [`awake_fits`],
+/// which also keeps CPUs for the next run and its caller, because the
+/// window is short (a few hundred microseconds per pause, against a whole
+/// keep-warm window) and ends when the run comes. In process it is the
+/// same rule; behind the process boundary on 2 CPUs it lets the host
+/// thread poll beside its worker process (which lingers in the window on
+/// its own CPU): the run then no longer waits for the host thread's
+/// wake-up, and neither the caller's wake-up nor the CPU time grew
+/// (docs/performance.md, "The host thread polls in an anticipation
+/// window").
+fn anticipation_fits<S>(shared: &Shared<S>, busy: usize) -> bool {
+    busy * shared.cpus_per_run + 1 < shared.cores
 }
 
 /// Whether an idle worker may stay awake beside `busy` busy ones: the
@@ -1074,6 +1093,53 @@ mod tests {
         // Pauses that disagree (2 and 40 ms by turns): never.
         let irregular: Vec<u64> = (0..14).map(|i| if i % 2 == 0 { 2 } else { 40 }).collect();
         assert!(anticipated(true, &irregular).iter().all(|&n| n == 0));
+    }
+
+    /// Whether an anticipating worker of a pool as if on `cores` CPUs,
+    /// each run keeping `cpus_per_run` busy, polled for its next job (held
+    /// the spinning flag) in the last 8 ms before any of 16 jobs sent
+    /// 30 ms apart after 8 such pauses: the spin after a job is over by
+    /// then, so only the anticipation window holds the flag there.
+    fn polls_ahead(cores: usize, cpus_per_run: usize) -> bool {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::{Duration, Instant};
+        fn ready(_: &mut Rehearsing) -> bool {
+            true
+        }
+        fn rehearse(s: &mut Rehearsing) {
+            s.rehearsals += 1;
+        }
+        let (pool, _) =
+            rehearsing_pool_on(Arc::new(AtomicBool::new(false)), Some(cores), cpus_per_run);
+        let pool = pool.with_anticipation(ready, rehearse, |_| {}, Arc::new(AtomicBool::new(true)));
+        let pace = Duration::from_millis(30);
+        let mut polled = false;
+        for k in 0..crate::anticipate::SAMPLES + 16 {
+            let sent = Instant::now();
+            rehearsals_since_last_job(&pool);
+            let watch = sent + pace - Duration::from_millis(8);
+            std::thread::sleep(watch.saturating_duration_since(Instant::now()));
+            while Instant::now() < sent + pace {
+                polled |=
+                    k >= crate::anticipate::SAMPLES && pool.shared.spinning.load(Ordering::Acquire);
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        polled
+    }
+
+    /// An anticipating worker polls for the run wherever it has a CPU of
+    /// its own besides the busy runs': behind the process boundary (two
+    /// CPUs a run) on 2 CPUs too, where a worker kept awake would not.
+    #[test]
+    fn an_anticipating_worker_polls_where_it_has_a_cpu_of_its_own() {
+        for (cores, cpus_per_run, polls) in [(2, 1, true), (2, 2, true), (1, 1, false)] {
+            assert_eq!(
+                polls_ahead(cores, cpus_per_run),
+                polls,
+                "{cores} CPUs, {cpus_per_run} per run"
+            );
+        }
     }
 
     /// A worker stays awake only where the CPUs allow: its run (two CPUs

@@ -889,8 +889,10 @@ impl Slot {
 
     /// A rehearsal ahead of an anticipated run: the worker lingers after
     /// it (where the CPUs allow, as when kept awake), polling for the run
-    /// that is due shortly instead of halting its CPU; the host thread
-    /// sleeps (on 2 CPUs its poll would hold up the worker).
+    /// that is due shortly instead of halting its CPU; the pool then lets
+    /// the host thread poll for the run too where it has a CPU for it
+    /// (`pool::anticipation_fits`: 2 CPUs with no run in flight), so that
+    /// the run does not wait for the host thread's wake-up.
     fn rehearse_ahead(&mut self) {
         self.rehearse_lingering(true);
     }
@@ -1161,8 +1163,9 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
     /// Anticipates behind the boundary (on by default): ahead of a run
     /// due shortly, the host thread rehearses through its worker process,
     /// which then polls for the run (`process::WORKER_LINGER` at most) on
-    /// 2 CPUs or more; the host thread itself polls only with CPUs for a
-    /// run's two sides and its caller besides (as when kept awake).
+    /// 2 CPUs or more; the host thread polls for it as well while no other
+    /// run is in flight there (the anticipation window is short, unlike a
+    /// keep-awake window, whose host-side poller needs more CPUs).
     fn anticipate(&self, on: bool) -> bool {
         self.keep_warm.set_anticipate(on);
         on
