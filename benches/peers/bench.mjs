@@ -173,10 +173,19 @@ const workloads = [
   },
 ];
 
-/** Warm up for WARMUP_MS, then time ITERS runs of `once` one by one (µs, sorted). */
+// Untimed runs at the timed runs' pace after the warm-up, with a gap: as
+// `compare`'s SETTLE, so that both sides time a steady pace, not the
+// change from the back-to-back warm-up to it.
+const SETTLE = 16;
+
+/** Warm up for WARMUP_MS (then SETTLE runs at the pace), then time ITERS runs of `once` one by one (µs, sorted). */
 async function sample(once) {
   const until = performance.now() + WARMUP_MS;
   while (performance.now() < until) await once();
+  for (let i = 0; GAP_MS > 0 && i < SETTLE; i++) {
+    await new Promise((r) => setTimeout(r, GAP_MS));
+    await once();
+  }
   const samples = [];
   for (let i = 0; i < ITERS; i++) {
     if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));

@@ -159,12 +159,28 @@ fn summarise(workload: &str, config: &str, mut samples: Vec<f64>) -> Row {
     }
 }
 
-/// Runs `once` for `warmup`, then times `n` calls of it one by one (each
-/// after `gap` of idling: `--gap-ms`, or none for a back-to-back twin), in µs.
+/// Untimed runs at the timed runs' pace after a warm-up, with `--gap-ms`:
+/// the warm-up runs back to back, and a pool anticipates a steady pace
+/// only once 8 pauses agree, so without them the first runs of every
+/// round measured the change of pace instead of the pace (2026-11-29: the
+/// first 10 of each round's 100 spaced runs took 85 against 22 µs on
+/// QuickJS, 134 against 53 on Boa, and took Boa's 99th percentile from
+/// 112 to 153 µs). The peer's script settles the same way.
+const SETTLE: usize = 16;
+
+/// Runs `once` for `warmup` and then, with a `gap`, [`SETTLE`] more times
+/// at that pace, then times `n` calls of it one by one (each after `gap`
+/// of idling: `--gap-ms`, or none for a back-to-back twin), in µs.
 fn timed(gap: Duration, warmup: Duration, n: usize, mut once: impl FnMut()) -> Vec<f64> {
     let until = Instant::now() + warmup;
     while Instant::now() < until {
         once();
+    }
+    if !gap.is_zero() {
+        for _ in 0..SETTLE {
+            std::thread::sleep(gap);
+            once();
+        }
     }
     (0..n)
         .map(|_| {
