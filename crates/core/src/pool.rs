@@ -834,7 +834,57 @@ fn guarded<S>(shared: &Shared<S>, state: &mut S, f: fn(&mut S)) {
     }
 }
 
-fn work<S>(shared: &Shared<S>, first: Job<S>) {
+/// Keeps the pool's books when a worker thread ends, however it ends: the
+/// pool closing, or a panic outside a job's `catch_unwind` (the state's
+/// factory, rebuilding after a job panicked) or a poisoned lock. The
+/// thread is no longer counted in `threads` (else a pool at its maximum
+/// would queue every later run for a thread that is gone, and they would
+/// never run), nor as tidying up (else runs would keep queueing for it);
+/// and if runs are queued and the pool is open, a new thread takes them.
+struct Leaving<'a, S: 'static>(&'a Arc<Shared<S>>);
+
+impl<S: 'static> Drop for Leaving<'_, S> {
+    fn drop(&mut self) {
+        let shared = self.0;
+        finished_tidying(shared);
+        let mut s = shared
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.threads = s.threads.saturating_sub(1);
+        if s.closed || s.threads >= shared.max_threads {
+            return;
+        }
+        if let Some(job) = s.backlog.pop_front() {
+            s.threads += 1;
+            drop(s);
+            if spawn(shared, job).is_err() {
+                // The job is dropped with its reply: its caller hears that
+                // the worker stopped.
+                let mut s = shared
+                    .state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                s.threads = s.threads.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// This thread's answered job is done tidying up ([`ANSWERED`]).
+fn finished_tidying<S>(shared: &Shared<S>) {
+    if let Some(long) = ANSWERED.take() {
+        use std::sync::atomic::Ordering;
+        // `long` down first (see `Reply::send`).
+        if long {
+            shared.finishing.long.fetch_sub(1, Ordering::AcqRel);
+        }
+        shared.finishing.all.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn work<S: 'static>(shared: &Arc<Shared<S>>, first: Job<S>) {
+    let _leaving = Leaving(shared);
     let mut state = (shared.factory)();
     let mut job = first;
     loop {
@@ -850,14 +900,7 @@ fn work<S>(shared: &Shared<S>, first: Job<S>) {
             };
             // Done tidying up: under the lock, so that a run queued for
             // this worker while it tidied is in the backlog it drains now.
-            if let Some(long) = ANSWERED.take() {
-                use std::sync::atomic::Ordering;
-                // `long` down first (see `Reply::send`).
-                if long {
-                    shared.finishing.long.fetch_sub(1, Ordering::AcqRel);
-                }
-                shared.finishing.all.fetch_sub(1, Ordering::AcqRel);
-            }
+            finished_tidying(shared);
             if s.closed {
                 return;
             }
@@ -1166,6 +1209,53 @@ mod tests {
             }
             due.store(0, Ordering::SeqCst);
         }
+    }
+
+    /// A worker thread that dies outside a job's `catch_unwind` (here its
+    /// state's factory, rebuilding after a job panicked) leaves the pool's
+    /// books right: a pool of one thread runs the next jobs on a new one,
+    /// and the runs queued meanwhile are not stranded.
+    #[test]
+    fn a_worker_thread_that_dies_is_replaced_and_strands_no_run() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use std::time::Duration;
+        static MADE: AtomicU32 = AtomicU32::new(0);
+        // The second state panics as it is made: after the first job's
+        // panic, so the thread dies.
+        let pool = WorkerPool::new("t", 1, 1 << 20, || {
+            let n = MADE.fetch_add(1, Ordering::SeqCst);
+            assert!(n != 1, "the factory panics");
+            n
+        });
+        let (tx, rx) = mpsc::channel();
+        let (go, wait) = mpsc::channel::<()>();
+        // Held until the jobs below are queued behind it.
+        pool.submit(move |_| {
+            let _ = wait.recv();
+            panic!("the job panics");
+        })
+        .unwrap();
+        for i in 0..3 {
+            let tx = tx.clone();
+            pool.submit(move |s| tx.send((i, *s)).unwrap()).unwrap();
+        }
+        go.send(()).unwrap();
+        let mut got: Vec<(i32, u32)> = (0..3)
+            .map(|_| {
+                rx.recv_timeout(Duration::from_secs(10))
+                    .expect("a queued run ran")
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![(0, 2), (1, 2), (2, 2)],
+            "on the new thread's state"
+        );
+        wait_for(|| pool.threads() == 1);
+        let tx = tx.clone();
+        pool.submit(move |s| tx.send((3, *s)).unwrap()).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), (3, 2));
     }
 
     #[test]
