@@ -617,15 +617,14 @@ fn print_in_process(o: &Options) {
             return;
         }
     }
-    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let me = std::env::current_exe().ok().and_then(|p| modified(&p));
-    if let (Some(l), Some(me)) = (modified(&lib), me) {
-        if l < me {
-            println!(
-                "\nnote: {} is older than this binary; rebuild it for current figures",
-                lib.display()
-            );
-        }
+    if let Some(changed) = changed_since_built(&lib) {
+        println!(
+            "\nnote: {} was built before {} of its sources changed (such as {}); \
+             rebuild it (cargo build --release -p script-harness-node) for current figures",
+            lib.display(),
+            changed.len(),
+            changed[0].display()
+        );
     }
     let out = Command::new("node")
         .arg(o.peer_dir.join("bench.mjs"))
@@ -855,4 +854,24 @@ harness::main! {
             }
         }
     }
+}
+
+/// The sources `lib` was built from (Cargo's dep-info file beside it,
+/// `NAME.d`) that changed after it was built, newest first; `None` when
+/// none did or there is no dep-info to tell.
+fn changed_since_built(lib: &std::path::Path) -> Option<Vec<PathBuf>> {
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let built = modified(lib)?;
+    let info = std::fs::read_to_string(lib.with_extension("d")).ok()?;
+    // `TARGET: SOURCE SOURCE …`, a space inside a path escaped as `\ `.
+    let (_, sources) = info.lines().next()?.split_once(": ")?;
+    let mut changed: Vec<(std::time::SystemTime, PathBuf)> = sources
+        .replace("\\ ", "\u{0}")
+        .split_whitespace()
+        .map(|p| PathBuf::from(p.replace('\u{0}', " ")))
+        .filter_map(|p| Some((modified(&p)?, p)))
+        .filter(|(m, _)| *m > built)
+        .collect();
+    changed.sort_by_key(|c| std::cmp::Reverse(c.0));
+    (!changed.is_empty()).then(|| changed.into_iter().map(|(_, p)| p).collect())
 }
