@@ -46,11 +46,16 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
 
 /// Bytes of frames each ring holds.
 pub(crate) const CAPACITY: usize = 64 << 10;
-/// Positions and the sleep flag, each on a cache line of its own.
+/// Positions, the sleep flag and the writer's CPU, each on a cache line
+/// of its own.
 const HEADER: usize = 256;
 const HEAD: usize = 0;
 const TAIL: usize = 64;
 const SLEEPING: usize = 128;
+/// The CPU the writer was on when it last published, plus one (0: not
+/// known). Only a hint for where the reader should not be
+/// ([`Rings::writer_cpu`]).
+const WRITER_CPU: usize = 192;
 const RING: usize = HEADER + CAPACITY;
 /// The whole region: the host's ring, then the worker's.
 const REGION: usize = 2 * RING;
@@ -371,6 +376,10 @@ impl Rings {
         } else {
             return Ok((Pushed::Full, false));
         };
+        let cpu = crate::spin::current_cpu().map_or(0, |c| c.wrapping_add(1));
+        self.region
+            .word(self.out, WRITER_CPU)
+            .store(cpu, Ordering::Relaxed);
         self.region
             .word(self.out, HEAD)
             .store(self.head, Ordering::Release);
@@ -448,6 +457,17 @@ impl Rings {
         self.region
             .word(self.inp, SLEEPING)
             .store(0, Ordering::SeqCst);
+    }
+
+    /// The CPU the other side was on when it last published a frame, if
+    /// it said. The host's word is only a hint to the worker; the host
+    /// never acts on the worker's.
+    pub(crate) fn writer_cpu(&self) -> Option<u32> {
+        let cpu = self
+            .region
+            .word(self.inp, WRITER_CPU)
+            .load(Ordering::Relaxed);
+        cpu.checked_sub(1)
     }
 
     /// Whether the outgoing ring has room for a marker again.
@@ -529,6 +549,20 @@ mod tests {
         // Something is there: the reader does not sleep.
         assert!(!worker.sleep());
         assert_eq!(host.push(b"c").unwrap(), (Pushed::Ring, false));
+    }
+
+    #[test]
+    fn each_side_says_which_cpu_it_published_from() {
+        let (mut host, mut worker) = pair();
+        assert_eq!(worker.writer_cpu(), None, "nothing published yet");
+        host.push(b"a").unwrap();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        // The CPU numbers the kernel uses may run past the count where
+        // some are offline; it is only a hint, so a loose check.
+        assert!(worker.writer_cpu().is_some_and(|c| c < cpus.max(1024)));
+        assert_eq!(host.writer_cpu(), None, "the worker has not published");
+        worker.push(b"b").unwrap();
+        assert!(host.writer_cpu().is_some());
     }
 
     #[test]

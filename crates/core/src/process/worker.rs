@@ -119,6 +119,16 @@ impl Pipe {
         }
     }
 
+    /// Takes the host's word on spinning (its last message's `spin`);
+    /// where the run may spin, makes sure this thread is not on the host
+    /// thread's CPU ([`Link::keep_apart`]).
+    fn allow_spin(&self, spin: bool) {
+        self.spin.set(spin);
+        if spin {
+            self.link.borrow().keep_apart();
+        }
+    }
+
     /// The host's next command, between runs: [`Pipe::recv`], but if
     /// nothing has come when it would block (after its spin, if any), it
     /// calls `idle` first, once; then, just after a run that said to
@@ -162,7 +172,7 @@ impl Host for PipeHost {
         });
         match self.0.recv(true) {
             ToWorker::Reply { value, spin } => {
-                self.0.spin.set(spin);
+                self.0.allow_spin(spin);
                 value
             }
             _ => std::process::exit(2),
@@ -272,7 +282,7 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
                     return 2;
                 };
                 let config = &last_config;
-                pipe.spin.set(spin);
+                pipe.allow_spin(spin);
                 pipe.linger.set(linger);
                 let extra = if enforces { BACKSTOP_SLACK_BYTES } else { 0 };
                 // Counted, without a cap, until the engine has loaded the
@@ -444,7 +454,7 @@ fn serve_run(
     loop {
         match pipe.recv(true) {
             ToWorker::Drain { settles, spin } => {
-                pipe.spin.set(spin);
+                pipe.allow_spin(spin);
                 let r = settle_all(engine, &settles).and_then(|()| guarded(|| engine.run_jobs()));
                 step(engine, StepPhase::Jobs, r);
             }
