@@ -85,10 +85,55 @@ pub fn serve(find: impl FnOnce() -> Option<EngineDescriptor> + Send + 'static) -
 /// `Init`, which brought the rings' descriptor), then the rest.
 type FromHost = io::Chain<io::Cursor<Vec<u8>>, StdinLock<'static>>;
 
+/// When a worker moves off its host thread's CPU. Two sides of an
+/// exchange that poll for each other's frames on one CPU hand it over at
+/// every frame (a context switch each way, about 3.5 µs on the
+/// development VM, where two CPUs pass a frame in a fraction of a
+/// microsecond), and the scheduler does not part them within a run: a
+/// wake-up through a pipe or socket tells it the waker is about to sleep,
+/// so the woken worker lands on the host thread's CPU whenever no other
+/// is idle at that instant, and both then count as too cache-hot to move.
+/// Moving costs too: 40–75 µs on that VM, where the other CPU is halted
+/// and must wake (`spin::move_off`). So a worker moves only once
+/// [`Apart::AFTER`] host messages in a row of one run found it on the host
+/// thread's CPU: a run of many round trips (100 sequential tool calls:
+/// 1.8 against 1.1 ms) pays the move back within itself, and a short one
+/// never makes it (docs/performance.md, "The worker process moves off its
+/// host thread's CPU").
+#[derive(Debug, Default)]
+pub(crate) struct Apart {
+    /// Host messages in a row, in this run, that found this thread on the
+    /// host thread's CPU.
+    together: u32,
+}
+
+impl Apart {
+    /// Messages in a row on one CPU before the worker moves.
+    pub(crate) const AFTER: u32 = 8;
+
+    /// A new run: nothing shared yet.
+    pub(crate) fn new_run(&mut self) {
+        self.together = 0;
+    }
+
+    /// One host message that found this thread on the host thread's CPU
+    /// (`sharing`) or not; says whether to move now.
+    pub(crate) fn note(&mut self, sharing: bool) -> bool {
+        self.together = if sharing { self.together + 1 } else { 0 };
+        if self.together >= Self::AFTER {
+            self.together = 0;
+            return true;
+        }
+        false
+    }
+}
+
 struct Pipe {
     link: RefCell<Link<FromHost, StdoutLock<'static>>>,
     /// The host's last message let this worker spin for its next answer.
     spin: std::cell::Cell<bool>,
+    /// How long this worker has shared its host thread's CPU.
+    apart: RefCell<Apart>,
     /// The last `Run` told this worker to linger after it
     /// ([`super::WORKER_LINGER`]).
     linger: std::cell::Cell<bool>,
@@ -120,12 +165,19 @@ impl Pipe {
     }
 
     /// Takes the host's word on spinning (its last message's `spin`);
-    /// where the run may spin, makes sure this thread is not on the host
-    /// thread's CPU ([`Link::keep_apart`]).
+    /// where the run may spin, and this thread has shared the host
+    /// thread's CPU for a while, moves off it ([`Apart`]).
     fn allow_spin(&self, spin: bool) {
         self.spin.set(spin);
-        if spin {
-            self.link.borrow().keep_apart();
+        let here = if spin {
+            self.link.borrow().on_host_cpu()
+        } else {
+            None
+        };
+        if self.apart.borrow_mut().note(here.is_some()) {
+            if let Some(cpu) = here {
+                crate::spin::move_off(cpu);
+            }
         }
     }
 
@@ -198,6 +250,7 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
             None,
         )),
         spin: std::cell::Cell::new(false),
+        apart: RefCell::new(Apart::default()),
         linger: std::cell::Cell::new(false),
         failures: RefCell::new(Vec::new()),
     });
@@ -282,6 +335,7 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
                     return 2;
                 };
                 let config = &last_config;
+                pipe.apart.borrow_mut().new_run();
                 pipe.allow_spin(spin);
                 pipe.linger.set(linger);
                 let extra = if enforces { BACKSTOP_SLACK_BYTES } else { 0 };
@@ -787,6 +841,23 @@ pub(super) mod sys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_moves_only_after_a_streak_on_its_host_threads_cpu() {
+        let mut a = Apart::default();
+        let streak = |a: &mut Apart, n: u32| (0..n).map(|_| a.note(true)).collect::<Vec<_>>();
+        // A short run on the host thread's CPU: no move.
+        assert!(streak(&mut a, Apart::AFTER - 1).iter().all(|&m| !m));
+        // The count is per run, and a message elsewhere breaks it.
+        a.new_run();
+        assert!(streak(&mut a, Apart::AFTER - 1).iter().all(|&m| !m));
+        assert!(!a.note(false));
+        assert!(streak(&mut a, Apart::AFTER - 1).iter().all(|&m| !m));
+        // The streak's last message moves it, once; then it counts again.
+        assert!(a.note(true));
+        assert!(streak(&mut a, Apart::AFTER - 1).iter().all(|&m| !m));
+        assert!(a.note(true));
+    }
 
     #[test]
     fn a_failure_gives_the_names_the_host_classifies() {
