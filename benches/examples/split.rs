@@ -14,7 +14,8 @@
 //! `asleep` (anticipation off, `HarnessBuilder::anticipate(false)`):
 //! `cargo build --release -p harness-benches --example split &&
 //!  target/release/examples/split 0 && target/release/examples/split 0 500 1000 process`;
-//! `SPLIT_DUMP=FILE` also writes each run's wall and inside µs, in order;
+//! `SPLIT_DUMP=FILE` also writes each run's wall and inside µs and its
+//! start (Unix seconds), in order;
 //! `SPLIT_SCRIPT='…'` times that script instead (an error path, a tool
 //! call: `tools.echo` is there).
 use harness_benches::{arg, harness, quantile, script_from_options, Config};
@@ -36,10 +37,12 @@ harness::main! {
         }
         let steal_before = harness_benches::steal_s();
         let (mut wall, mut inner) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let mut started = Vec::with_capacity(n);
         for _ in 0..n {
             if gap > 0 {
                 std::thread::sleep(std::time::Duration::from_millis(gap));
             }
+            started.push(std::time::SystemTime::now());
             let t = std::time::Instant::now();
             let r = run();
             wall.push(t.elapsed().as_secs_f64() * 1e6);
@@ -48,14 +51,19 @@ harness::main! {
         let steal = steal_before
             .zip(harness_benches::steal_s())
             .map_or_else(|| "unknown".to_string(), |(a, b)| format!("{:.2} s", b - a));
-        // SPLIT_DUMP=FILE: each run's wall and inside times, in run order
-        // (to see whether slow runs come at a period, e.g. after an idle
-        // collection).
+        // SPLIT_DUMP=FILE: each run's wall and inside times, in run order,
+        // and when it started (Unix seconds: to line slow runs up with a
+        // monitor of `/proc`, or see whether they come at a period).
         if let Some(path) = std::env::var_os("SPLIT_DUMP") {
+            let since_epoch = |t: &std::time::SystemTime| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64())
+            };
             let lines: String = wall
                 .iter()
                 .zip(&inner)
-                .map(|(w, i)| format!("{w:.1} {i:.1}\n"))
+                .zip(&started)
+                .map(|((w, i), s)| format!("{w:.1} {i:.1} {:.4}\n", since_epoch(s)))
                 .collect();
             std::fs::write(&path, lines).expect("SPLIT_DUMP file");
         }
