@@ -595,7 +595,7 @@ fn answer_soon<T>(
 ) -> Soon<T> {
     use tokio::sync::oneshot::error::TryRecvError;
     let mut soon = Soon::Later;
-    crate::spin::until(budget, || match rx.try_recv() {
+    crate::spin::until_in_place(budget, || match rx.try_recv() {
         Ok(answer) => {
             soon = Soon::Answer(answer);
             true

@@ -43,18 +43,90 @@ pub(crate) fn cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// A yield that kept the thread away from its CPU at least this long
+/// handed the CPU to another task until a scheduler tick: the CPU is
+/// crowded. A yield to nothing takes about a microsecond, a yield to the
+/// other side polling on the same CPU a few.
+const CROWDED_YIELD: Duration = Duration::from_micros(100);
+
+/// How long after leaving a crowded CPU a worker stays off the move that
+/// parts it from its host thread (`process::worker::Apart`): that move
+/// would take it back to the CPU it left.
+pub(crate) const CROWDED_MEMORY: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// When this thread last left a crowded CPU.
+    static LEFT_CROWDED: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether the calling thread left a crowded CPU ([`until`]) within
+/// `window`.
+pub(crate) fn left_crowded_within(window: Duration) -> bool {
+    LEFT_CROWDED.get().is_some_and(|t| t.elapsed() < window)
+}
+
 /// Polls `ready` until it says true or `budget` has passed, yielding the
 /// CPU to anything runnable between polls; whether `ready` said true.
-pub(crate) fn until(budget: Duration, mut ready: impl FnMut() -> bool) -> bool {
+///
+/// A yield that took [`CROWDED_YIELD`] or more found the CPU crowded: a
+/// busy task there takes the CPU at each yield until the next scheduler
+/// tick (4 ms at 250 Hz), while the poller stays runnable, so it is
+/// never woken and the scheduler never places it anew. So the poller
+/// moves off that CPU ([`move_off`]) and polls on (docs/performance.md,
+/// "A poller leaves a crowded CPU": with one busy task on one of 2 CPUs,
+/// 13-17% of the runs of 100 tool calls behind the boundary took 30-418
+/// ms before, instead of about 2).
+pub(crate) fn until(budget: Duration, ready: impl FnMut() -> bool) -> bool {
+    poll(budget, true, ready)
+}
+
+/// [`until`] on a caller's thread (one of the embedding program's, a
+/// tokio worker perhaps), which it never moves: a crowded CPU costs that
+/// caller one tick at most, since it polls for 200 µs at most and then
+/// blocks.
+pub(crate) fn until_in_place(budget: Duration, ready: impl FnMut() -> bool) -> bool {
+    poll(budget, false, ready)
+}
+
+fn poll(budget: Duration, may_move: bool, mut ready: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + budget;
     loop {
         if ready() {
             return true;
         }
-        if Instant::now() >= end {
+        let before = Instant::now();
+        if before >= end {
             return false;
         }
+        let cpu = this_cpu();
         std::thread::yield_now();
+        if may_move && before.elapsed() >= CROWDED_YIELD {
+            leave_crowded(cpu);
+        }
+    }
+}
+
+/// The CPU the calling thread is on, where the platform says.
+fn this_cpu() -> Option<u32> {
+    #[cfg(target_os = "linux")]
+    return current_cpu();
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// After a long yield that began on `cpu`: moves the calling thread off
+/// that CPU unless the scheduler moved it already, and remembers when it
+/// left.
+fn leave_crowded(cpu: Option<u32>) {
+    let now = this_cpu();
+    let left = match (cpu, now) {
+        (Some(before), Some(now)) if before != now => true,
+        #[cfg(target_os = "linux")]
+        (_, Some(now)) => move_off(now).is_some(),
+        _ => false,
+    };
+    if left {
+        LEFT_CROWDED.set(Some(Instant::now()));
     }
 }
 
@@ -130,6 +202,58 @@ mod tests {
                 .filter(|&c| libc::CPU_ISSET(c, &mask))
                 .collect()
         }
+    }
+
+    #[allow(unsafe_code)]
+    fn set_affinity(cpus: &[usize]) {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: as in `move_off`; every CPU given came from the mask.
+        unsafe {
+            let mut mask: libc::cpu_set_t = std::mem::zeroed();
+            for &c in cpus {
+                libc::CPU_SET(c, &mut mask);
+            }
+            assert_eq!(libc::sched_setaffinity(0, size, &mask), 0);
+        }
+    }
+
+    #[test]
+    fn a_poller_leaves_a_cpu_that_a_busy_task_holds() {
+        std::thread::spawn(|| {
+            let cpus = affinity();
+            if cpus.len() < 2 {
+                eprintln!("one CPU only: leaving a crowded CPU is not tried");
+                return;
+            }
+            let (busy, other) = (cpus[0], cpus[1]);
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let hog = {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    set_affinity(&[busy]);
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            };
+            assert!(!left_crowded_within(Duration::from_secs(3600)));
+            // Onto the busy task's CPU, free to leave it; then poll for
+            // something that never comes. A yield there hands the CPU to
+            // the busy task until a tick, or the scheduler moves us: tries
+            // in case the busy task was not running yet.
+            let left = (0..20).any(|_| {
+                set_affinity(&[busy]);
+                set_affinity(&[busy, other]);
+                assert!(!until(Duration::from_millis(20), || false));
+                left_crowded_within(Duration::from_secs(3600))
+            });
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            hog.join().unwrap();
+            assert!(left, "a poller on a busy task's CPU left it");
+            assert_eq!(affinity(), vec![busy, other], "the mask is kept");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

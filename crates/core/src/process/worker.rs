@@ -166,7 +166,9 @@ impl Pipe {
 
     /// Takes the host's word on spinning (its last message's `spin`);
     /// where the run may spin, and this thread has shared the host
-    /// thread's CPU for a while, moves off it ([`Apart`]).
+    /// thread's CPU for a while, moves off it ([`Apart`]), unless it came
+    /// there from a crowded CPU lately (`spin::until`), where the move
+    /// would take it back.
     fn allow_spin(&self, spin: bool) {
         self.spin.set(spin);
         let here = if spin {
@@ -175,7 +177,9 @@ impl Pipe {
             None
         };
         if self.apart.borrow_mut().note(here.is_some()) {
-            if let Some(cpu) = here {
+            if let Some(cpu) =
+                here.filter(|_| !crate::spin::left_crowded_within(crate::spin::CROWDED_MEMORY))
+            {
                 crate::spin::move_off(cpu);
             }
         }
