@@ -52,17 +52,19 @@ const CROWDED_YIELD: Duration = Duration::from_micros(100);
 /// How long after leaving a crowded CPU a worker stays off the move that
 /// parts it from its host thread (`process::worker::Apart`): that move
 /// would take it back to the CPU it left.
-pub(crate) const CROWDED_MEMORY: Duration = Duration::from_secs(1);
+const CROWDED_MEMORY: Duration = Duration::from_secs(1);
 
 thread_local! {
     /// When this thread last left a crowded CPU.
     static LEFT_CROWDED: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether the calling thread left a crowded CPU ([`until`]) within
-/// `window`.
-pub(crate) fn left_crowded_within(window: Duration) -> bool {
-    LEFT_CROWDED.get().is_some_and(|t| t.elapsed() < window)
+/// Whether the calling thread left a crowded CPU ([`until`]) within the
+/// last [`CROWDED_MEMORY`].
+pub(crate) fn left_crowded_lately() -> bool {
+    LEFT_CROWDED
+        .get()
+        .is_some_and(|t| t.elapsed() < CROWDED_MEMORY)
 }
 
 /// Polls `ready` until it says true or `budget` has passed, yielding the
@@ -236,7 +238,7 @@ mod tests {
                     }
                 })
             };
-            assert!(!left_crowded_within(Duration::from_secs(3600)));
+            assert!(!left_crowded_lately());
             // Onto the busy task's CPU, free to leave it; then poll for
             // something that never comes. A yield there hands the CPU to
             // the busy task until a tick, or the scheduler moves us: tries
@@ -245,7 +247,7 @@ mod tests {
                 set_affinity(&[busy]);
                 set_affinity(&[busy, other]);
                 assert!(!until(Duration::from_millis(20), || false));
-                left_crowded_within(Duration::from_secs(3600))
+                left_crowded_lately()
             });
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             hog.join().unwrap();

@@ -177,9 +177,7 @@ impl Pipe {
             None
         };
         if self.apart.borrow_mut().note(here.is_some()) {
-            if let Some(cpu) =
-                here.filter(|_| !crate::spin::left_crowded_within(crate::spin::CROWDED_MEMORY))
-            {
+            if let Some(cpu) = here.filter(|_| !crate::spin::left_crowded_lately()) {
                 crate::spin::move_off(cpu);
             }
         }
