@@ -21,7 +21,7 @@ use harness_core::source::{decode_source, nesting_depth};
 use oxc::allocator::Allocator;
 use oxc::ast::ast::{
     ComputedMemberExpression, Expression, IdentifierReference, ImportExpression, ImportMeta,
-    ModuleDeclaration, ObjectProperty, PropertyKey, StaticMemberExpression,
+    ModuleDeclaration, ObjectProperty, PropertyKey, StaticMemberExpression, TSModuleBlock,
 };
 use oxc::ast_visit::{walk, Visit};
 use oxc::codegen::Codegen;
@@ -210,6 +210,7 @@ fn prepare_unguarded(source: String, language: Language) -> Result<Prepared, Scr
         scoping: &scoping,
         found: None,
         tools: Vec::new(),
+        in_namespace: 0,
     };
     scan.visit_program(&program);
     if let Some((what, span)) = scan.found {
@@ -312,6 +313,10 @@ struct Scan<'s> {
     scoping: &'s Scoping,
     found: Option<(String, Span)>,
     tools: Vec<String>,
+    /// Inside a TypeScript `namespace` / `module` block, where `export`
+    /// names a member (type stripping makes it a property), not a module
+    /// export.
+    in_namespace: u32,
 }
 
 impl Scan<'_> {
@@ -349,7 +354,23 @@ impl<'a> Visit<'a> for Scan<'_> {
     }
 
     fn visit_module_declaration(&mut self, it: &ModuleDeclaration<'a>) {
-        self.flag("`import` / `export`".to_owned(), it.span());
+        let member = self.in_namespace > 0
+            && matches!(
+                it,
+                ModuleDeclaration::ExportDeclaration(_)
+                    | ModuleDeclaration::ExportNamedDeclaration(_)
+            );
+        if member {
+            walk::walk_module_declaration(self, it);
+        } else {
+            self.flag("`import` / `export`".to_owned(), it.span());
+        }
+    }
+
+    fn visit_ts_module_block(&mut self, it: &TSModuleBlock<'a>) {
+        self.in_namespace += 1;
+        walk::walk_ts_module_block(self, it);
+        self.in_namespace -= 1;
     }
 
     fn visit_import_meta(&mut self, it: &ImportMeta) {
@@ -530,6 +551,34 @@ mod tests {
             p.sha256,
             sha256_hex("const r = await tools.x({}); return r")
         );
+    }
+
+    #[test]
+    fn typescript_namespaces_with_values_are_not_module_syntax() {
+        let opts = PrepareOptions::new(Language::Typescript);
+        for src in [
+            "namespace N { export const x = 1 } return N.x",
+            "namespace A.B { export function f() { return 2 } } return A.B.f()",
+            "declare module \"m\" { export function g(): void }\nreturn 1",
+        ] {
+            let p = prepare_with(src.as_bytes(), opts).unwrap_or_else(|e| panic!("{src}: {e:?}"));
+            assert!(!p.code.contains("export "), "{src}: {}", p.code);
+        }
+        // Module syntax is still refused, inside a namespace too.
+        for src in [
+            "export const x = 1",
+            "namespace N { export * from 'm' }",
+            "namespace N { import x from 'm' }",
+        ] {
+            let e = prepare_with(src.as_bytes(), opts).unwrap_err();
+            assert!(
+                matches!(
+                    e.code,
+                    ErrorCode::BannedIdentifierError | ErrorCode::ScriptSyntaxError
+                ),
+                "{src}: {e:?}"
+            );
+        }
     }
 
     #[test]
