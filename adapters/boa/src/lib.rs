@@ -40,7 +40,7 @@ use boa_engine::{
     JsValue, NativeFunction, Source,
 };
 use harness_core::engine::{
-    parse_error, wrap_source, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    parse_error, Body, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
     EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, TEST262_HOST,
 };
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, Isolation, ScriptError};
@@ -177,6 +177,8 @@ fn new_context(allow_code_generation: bool) -> Result<Context, EngineFault> {
 struct Warm {
     ctx: Context,
     install: JsObject,
+    /// The context's [`Engine::context_id`].
+    id: u64,
 }
 
 /// The prelude as Boa parses it: Boa has no bytecode cache, so every fresh
@@ -230,7 +232,11 @@ fn harden_as(unfrozen: bool) -> Result<Warm, EngineFault> {
         let install = install
             .as_callable()
             .ok_or_else(|| internal("harden did not return a function"))?;
-        Ok(Warm { ctx, install })
+        Ok(Warm {
+            ctx,
+            install,
+            id: harness_core::engine::new_context_id(),
+        })
     })
 }
 
@@ -353,6 +359,8 @@ fn parse_position(message: &str) -> Option<(u32, u32)> {
 /// One run's engine: a hardened context, fresh or handed on by the last run.
 struct BoaEngine {
     ctx: Option<Context>,
+    /// The loaded context's [`Engine::context_id`].
+    context: Option<u64>,
     /// The prelude's `install`, kept to hand the context on.
     install: Option<JsObject>,
     start_fn: Option<JsObject>,
@@ -391,7 +399,8 @@ impl BoaEngine {
             return None;
         }
         let queued = ctx.get_data::<Jobs>().is_none_or(|j| j.0.queued.get());
-        (clean && !queued).then_some(Warm { ctx, install })
+        let id = self.context.take()?;
+        (clean && !queued).then_some(Warm { ctx, install, id })
     }
 
     fn ctx(&mut self) -> Result<&mut Context, EngineFault> {
@@ -423,7 +432,12 @@ impl Engine for BoaEngine {
                 None => harden()?,
             }
         };
-        let Warm { mut ctx, install } = warm;
+        let Warm {
+            mut ctx,
+            install,
+            id,
+        } = warm;
+        self.context = Some(id);
         let limits = ctx.runtime_limits_mut();
         let stack = setup.limits.stack_bytes;
         limits.set_recursion_limit(((stack / BYTES_PER_FRAME) as usize).clamp(64, 100_000));
@@ -456,7 +470,8 @@ impl Engine for BoaEngine {
         Ok(())
     }
 
-    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
+    fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
+        let wrapped_source = body.wrapped();
         guard_nesting(wrapped_source)?;
         let start = self
             .start_fn
@@ -499,6 +514,10 @@ impl Engine for BoaEngine {
 
     /// Boa does not count its heap; behind the process boundary the
     /// worker's allocator does.
+    fn context_id(&self) -> Option<u64> {
+        self.context
+    }
+
     fn memory_used(&mut self) -> Option<u64> {
         None
     }
@@ -529,6 +548,7 @@ impl BoaThread {
     fn engine(&mut self) -> BoaEngine {
         BoaEngine {
             ctx: None,
+            context: None,
             install: None,
             start_fn: None,
             settle_fn: None,
@@ -571,7 +591,7 @@ fn warm_up(engine: &mut BoaEngine, config: &str) -> Option<Warm> {
         cancel: &cancel,
     };
     engine.load(&setup, Rc::new(Quiet)).ok()?;
-    engine.start(&wrap_source("return 0")).ok()?;
+    engine.start(&Body::parse("return 0").ok()?).ok()?;
     engine.run_jobs().ok()?;
     engine.end_run()
 }
@@ -611,10 +631,11 @@ impl EngineThread for BoaThread {
             catch_unwind(AssertUnwindSafe(|| engine.end_run())).unwrap_or(None)
         };
         // A private realm's run hands back the shared context it did not
-        // use, and leaves a whole set of intrinsics to collect.
+        // use, and leaves a whole set of intrinsics to collect; so does a
+        // run refused before it loaded (a source that is not one body).
         let private = engine.private;
         let reuse = match reuse {
-            None if private && !tainted => engine.pre.take(),
+            None if !tainted && (private || engine.ctx.is_none()) => engine.pre.take(),
             r => r,
         };
         // A shared run hands back the private realm it did not use.
@@ -670,15 +691,15 @@ impl EngineThread for BoaThread {
         }
     }
 
-    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        let wrapped = wrap_source(source);
-        let fault = |f: EngineFault| parse_error(&f, source);
-        guard_nesting(&wrapped).map_err(fault)?;
+    fn check(&mut self, body: &Body) -> Result<(), ScriptError> {
+        let wrapped = body.wrapped();
+        let fault = |f: EngineFault| parse_error(&f, body.source());
+        guard_nesting(wrapped).map_err(fault)?;
         let mut ctx = new_context(false).map_err(|f| ScriptError::internal(f.message))?;
         guarded(|| {
             ctx.strict(true);
             let path = Path::new(harness_core::error::SCRIPT_FILE);
-            let src = Source::from_bytes(&wrapped).with_path(path);
+            let src = Source::from_bytes(wrapped).with_path(path);
             Script::parse(src, None, &mut ctx)
                 .map(|_| ())
                 .map_err(|e| syntax_fault(&e, &mut ctx))

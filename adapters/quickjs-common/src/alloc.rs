@@ -267,6 +267,10 @@ impl Drop for CountingAllocator {
 // Null pointers are never passed on.
 unsafe impl Allocator for CountingAllocator {
     fn alloc(&mut self, size: usize) -> *mut u8 {
+        if size > isize::MAX as usize / 2 {
+            self.state.refused.store(true, Ordering::Relaxed);
+            return std::ptr::null_mut();
+        }
         if !self.state.admit(size) {
             return std::ptr::null_mut();
         }
@@ -282,10 +286,16 @@ unsafe impl Allocator for CountingAllocator {
 
     fn calloc(&mut self, count: usize, size: usize) -> *mut u8 {
         // RustAllocator panics on overflow; a panic here would cross FFI.
-        let Some(total) = count.checked_mul(size) else {
+        // A request no limit admits is refused like one over the limit:
+        // recorded, so that a caught out-of-memory still ends the runtime.
+        let total = count
+            .checked_mul(size)
+            .filter(|t| *t <= isize::MAX as usize / 2);
+        let Some(total) = total else {
+            self.state.refused.store(true, Ordering::Relaxed);
             return std::ptr::null_mut();
         };
-        if total > isize::MAX as usize / 2 || !self.state.admit(total) {
+        if !self.state.admit(total) {
             return std::ptr::null_mut();
         }
         let p = self.inner.calloc(count, size);
@@ -316,6 +326,10 @@ unsafe impl Allocator for CountingAllocator {
         }
         // SAFETY: `ptr` came from this allocator.
         let old = unsafe { RustAllocator::usable_size(ptr) };
+        if new_size > isize::MAX as usize / 2 {
+            self.state.refused.store(true, Ordering::Relaxed);
+            return std::ptr::null_mut();
+        }
         if new_size > old && !self.state.admit(new_size - old) {
             return std::ptr::null_mut();
         }

@@ -26,7 +26,7 @@
 //! ```
 
 use harness_core::engine::{
-    parse_error, wrap_source, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    parse_error, Body, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
     EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, PRELUDE_FILE, TEST262_HOST,
 };
 use harness_core::CancellationToken;
@@ -90,6 +90,43 @@ fn load_prelude<'js>(ctx: &Ctx<'js>, bytes: &'static [u8]) -> rquickjs::Result<F
     module.get("default")
 }
 
+/// Compiles `body` as strict global code named `script.js` and, unless
+/// `compile_only`, evaluates it (to the script's function). QuickJS is
+/// given the text's length: a NUL inside a string literal or a comment is
+/// JavaScript, which rquickjs's `eval` (a C string) would refuse.
+#[allow(unsafe_code)]
+fn compile<'js>(ctx: &Ctx<'js>, body: &Body, compile_only: bool) -> rquickjs::Result<Value<'js>> {
+    use rquickjs::qjs;
+    debug_assert_eq!(harness_core::error::SCRIPT_FILE, "script.js");
+    let text = body.wrapped();
+    let mut input = Vec::with_capacity(text.len() + 1);
+    input.extend_from_slice(text.as_bytes());
+    input.push(0);
+    let mut flags = qjs::JS_EVAL_TYPE_GLOBAL | qjs::JS_EVAL_FLAG_STRICT;
+    if compile_only {
+        flags |= qjs::JS_EVAL_FLAG_COMPILE_ONLY;
+    }
+    // SAFETY: `input` is NUL-terminated and `text.len()` leaves the NUL
+    // out, as JS_Eval requires; the file name is a static C string; the
+    // context is the one `ctx` borrows, and the value JS_Eval returns is
+    // owned by us, so `Value` may free it.
+    let value = unsafe {
+        let v = qjs::JS_Eval(
+            ctx.as_raw().as_ptr(),
+            input.as_ptr().cast(),
+            text.len() as _,
+            c"script.js".as_ptr(),
+            flags as i32,
+        );
+        Value::from_raw(ctx.clone(), v)
+    };
+    if value.is_exception() {
+        Err(rquickjs::Error::Exception)
+    } else {
+        Ok(value)
+    }
+}
+
 /// Where a context's native host function finds the current run.
 type HostSlot = Rc<RefCell<Option<HostHandle>>>;
 
@@ -99,6 +136,8 @@ struct Warm {
     install: Persistent<Function<'static>>,
     host: HostSlot,
     ctx: Context,
+    /// The context's [`Engine::context_id`].
+    id: u64,
 }
 
 fn context_fault(e: rquickjs::Error) -> EngineFault {
@@ -142,7 +181,12 @@ fn harden_as(rt: &Runtime, unfrozen: bool) -> Result<Warm, EngineFault> {
             Err(e) => Err(context_fault(e)),
         }
     })?;
-    Ok(Warm { install, host, ctx })
+    Ok(Warm {
+        install,
+        host,
+        ctx,
+        id: harness_core::engine::new_context_id(),
+    })
 }
 
 /// What the interrupt handler checks; set for each run.
@@ -453,16 +497,14 @@ impl Engine for QjsEngine<'_> {
         Ok(())
     }
 
-    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
+    fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
         let start = self
             .start_fn
             .clone()
             .ok_or_else(|| internal("not loaded"))?;
         self.with(|ctx| {
-            let mut opts = EvalOptions::default();
-            opts.strict = true;
-            opts.filename = Some(harness_core::error::SCRIPT_FILE.to_owned());
-            let script: Function = match ctx.eval_with_options(wrapped_source, opts) {
+            let script = compile(ctx, body, false).and_then(|v| v.get::<Function>());
+            let script: Function = match script {
                 Ok(f) => f,
                 Err(e) => {
                     let mut f = self.fault(ctx, e);
@@ -525,6 +567,10 @@ impl Engine for QjsEngine<'_> {
     }
 
     /// Peak heap during the run, as the allocator saw it.
+    fn context_id(&self) -> Option<u64> {
+        self.ctx.as_ref().map(|w| w.id)
+    }
+
     fn memory_used(&mut self) -> Option<u64> {
         Some(self.slot.alloc.peak() as u64)
     }
@@ -706,24 +752,17 @@ impl EngineThread for QuickJsThread {
         outcome
     }
 
-    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        let wrapped = wrap_source(source);
+    fn check(&mut self, body: &Body) -> Result<(), ScriptError> {
         let slot = self.slot().map_err(|f| ScriptError::internal(f.message))?;
         let ctx = Context::custom::<Intrinsics>(&slot.rt)
             .map_err(|e| ScriptError::internal(e.to_string()))?;
-        let result = ctx.with(|ctx| {
-            match Module::declare(
-                ctx.clone(),
-                harness_core::error::SCRIPT_FILE,
-                wrapped.as_str(),
-            ) {
-                Ok(_) => Ok(()),
-                Err(rquickjs::Error::Exception) => {
-                    let f = exception_fault(ctx.catch());
-                    Err(parse_error(&f, source))
-                }
-                Err(e) => Err(ScriptError::internal(e.to_string())),
+        let result = ctx.with(|ctx| match compile(&ctx, body, true) {
+            Ok(_) => Ok(()),
+            Err(rquickjs::Error::Exception) => {
+                let f = exception_fault(ctx.catch());
+                Err(parse_error(&f, body.source()))
             }
+            Err(e) => Err(ScriptError::internal(e.to_string())),
         });
         drop(ctx);
         self.recycle(false, None);

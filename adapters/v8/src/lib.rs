@@ -36,7 +36,7 @@
 //!   stacks keep only `script.js` frames.
 
 use harness_core::engine::{
-    parse_error, wrap_source, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    parse_error, Body, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
     EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, PRELUDE_FILE, TEST262_HOST,
 };
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
@@ -229,6 +229,8 @@ struct Prints(RefCell<Vec<String>>);
 struct Warm {
     install: v8::Global<v8::Function>,
     context: v8::Global<v8::Context>,
+    /// The context's [`Engine::context_id`].
+    id: u64,
 }
 
 /// One isolate, owned by one worker thread. Field order is drop order:
@@ -516,6 +518,7 @@ fn new_context_as(slot: &mut IsolateSlot, raw: bool, unfrozen: bool) -> Result<W
     Ok(Warm {
         install,
         context: global_context,
+        id: harness_core::engine::new_context_id(),
     })
 }
 
@@ -564,7 +567,11 @@ impl V8Thread {
             self.slot = None;
             return;
         }
-        self.warm = reuse;
+        // A run refused before it loaded (a source that is not one body)
+        // left the warm context where it was: it stays.
+        if reuse.is_some() {
+            self.warm = reuse;
+        }
         let heap = slot.isolate.get_heap_statistics().used_heap_size();
         if slot.buffers.used() > 0 || heap > slot.after_gc.saturating_add(GC_SLACK_BYTES) {
             // Backing stores a run left count against the next run's
@@ -627,8 +634,9 @@ impl EngineThread for V8Thread {
         self.prewarm();
     }
 
-    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
-        let wrapped = strict_source(&wrap_source(source));
+    fn check(&mut self, body: &Body) -> Result<(), ScriptError> {
+        let source = body.source();
+        let wrapped = strict_source(body.wrapped());
         let key = self
             .slot
             .as_ref()
@@ -747,6 +755,8 @@ struct RunHandles {
     /// The prelude's `install`, kept to hand the context on.
     install: v8::Global<v8::Function>,
     generation: u64,
+    /// The context's [`Engine::context_id`].
+    id: u64,
 }
 
 /// One run's engine: a hardened context on the worker's isolate.
@@ -790,6 +800,7 @@ impl V8Engine<'_> {
         (clean && !self.private).then_some(Warm {
             install: handles.install,
             context: handles.context,
+            id: handles.id,
         })
     }
 
@@ -884,6 +895,7 @@ impl Engine for V8Engine<'_> {
                 context: warm.context.clone(),
                 install: warm.install.clone(),
                 generation,
+                id: warm.id,
             })
         })());
         let handles = self.finish(r)?;
@@ -892,7 +904,8 @@ impl Engine for V8Engine<'_> {
         Ok(())
     }
 
-    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
+    fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
+        let wrapped_source = body.wrapped();
         self.drained = false;
         let r = (|| {
             let (handles, slot) = self.run_parts()?;
@@ -946,6 +959,10 @@ impl Engine for V8Engine<'_> {
             })
         })();
         self.finish(r)
+    }
+
+    fn context_id(&self) -> Option<u64> {
+        self.handles.as_ref().map(|h| h.id)
     }
 
     fn memory_used(&mut self) -> Option<u64> {
@@ -1054,8 +1071,9 @@ mod tests {
 
     #[test]
     fn scripts_are_strict_without_moving_lines() {
-        let wrapped = wrap_source("return 1");
-        let s = strict_source(&wrapped);
+        let body = Body::parse("return 1").unwrap();
+        let wrapped = body.wrapped();
+        let s = strict_source(wrapped);
         assert!(s.starts_with("'use strict'; (async function"));
         assert_eq!(s.lines().count(), wrapped.lines().count());
     }

@@ -31,7 +31,7 @@
 //! ```
 
 use harness_core::engine::{
-    parse_error, wrap_source, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    parse_error, Body, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
     EngineThread, FaultKind, HostHandle, Pooled,
 };
 use harness_core::process::ProcessOptions;
@@ -104,6 +104,8 @@ struct Guest {
     /// The first trap: the instance is dead after it, and every later call
     /// reports the same fault.
     trapped: Option<EngineFault>,
+    /// The instance's [`Engine::context_id`].
+    id: u64,
 }
 
 fn internal(msg: impl Into<String>) -> EngineFault {
@@ -159,6 +161,7 @@ impl Guest {
             memory_refused: func!("harness_memory_refused"),
             heap_peak: func!("harness_heap_peak"),
             trapped: None,
+            id: harness_core::engine::new_context_id(),
             memory,
             store,
         })
@@ -373,8 +376,8 @@ impl Engine for WasiEngine<'_> {
         )
     }
 
-    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
-        self.primitive(Some(wrapped_source.as_bytes()), |g| &g.start, ())
+    fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
+        self.primitive(Some(body.wrapped().as_bytes()), |g| &g.start, ())
             .map_err(|mut f| {
                 if f.kind == FaultKind::Thrown && f.name == "SyntaxError" {
                     f.kind = FaultKind::Syntax;
@@ -398,6 +401,10 @@ impl Engine for WasiEngine<'_> {
     /// Peak QuickJS heap of the run, context included, as the guest's
     /// allocator counted it (what `memory_bytes` limits, as on the native
     /// engine); unknown once the instance trapped.
+    fn context_id(&self) -> Option<u64> {
+        self.guest.as_ref().map(|g| g.id)
+    }
+
     fn memory_used(&mut self) -> Option<u64> {
         let g = self.guest.as_mut()?;
         g.call(|g| &g.heap_peak, ()).ok()
@@ -507,12 +514,12 @@ impl EngineThread for WasiThread {
         }
     }
 
-    fn check(&mut self, source: &str) -> Result<(), ScriptError> {
+    fn check(&mut self, body: &Body) -> Result<(), ScriptError> {
         let loaded = self
             .loaded()
             .map_err(|f| ScriptError::internal(f.message))?;
-        let wrapped = wrap_source(source);
-        check_source(&loaded, &wrapped, CHECK_HARNESS_SCRIPT).map_err(|f| parse_error(&f, source))
+        check_source(&loaded, body.wrapped(), CHECK_HARNESS_SCRIPT)
+            .map_err(|f| parse_error(&f, body.source()))
     }
 
     fn eval_global(&mut self, _eval: GlobalEval) -> GlobalEvalOutcome {

@@ -62,8 +62,6 @@
   const mapSet = Map.prototype.set;
   const mapHas = Map.prototype.has;
   const mapDelete = Map.prototype.delete;
-  const weakSetAdd = WeakSet.prototype.add;
-  const weakSetHas = WeakSet.prototype.has;
   const weakMapGet = WeakMap.prototype.get;
   const weakMapSet = WeakMap.prototype.set;
   const origRace = Promise.race;
@@ -87,15 +85,21 @@
   const mapSize = getOwnPropertyDescriptor(Map.prototype, 'size').get;
   const getOwnPropertyDescriptors = O.getOwnPropertyDescriptors;
   const fnBind = Function.prototype.bind;
+  const stringToWellFormed = String.prototype.toWellFormed;
+  const stringReplace = String.prototype.replace;
+  const loneSurrogates = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
-  const hostErrors = new WeakSet();
+  // What the harness knows of each error it made (code, tool, call id):
+  // the error's own properties are the script's to change, this is not.
+  const hostErrors = new WeakMap();
   const toolPromises = new WeakMap();
   // The installed run (its globals, pending calls and host access), or
   // null between runs.
   let active = null;
 
-  // An error made by the harness: its code is trusted, unlike a name a
-  // script could set on its own errors.
+  // An error made by the harness: its code, tool and call id are reported
+  // from the record kept here, never from the error's properties, which a
+  // script could rewrite before rethrowing it.
   function hostError(code, message, tool, callId, stderr) {
     const e = new ErrorCtor(message);
     defineProperty(e, 'name', { value: code, writable: true, configurable: true });
@@ -103,7 +107,7 @@
     if (tool !== undefined) defineProperty(e, 'tool', { value: tool, writable: true, configurable: true });
     if (callId !== undefined) defineProperty(e, 'callId', { value: callId, writable: true, configurable: true });
     if (typeof stderr === 'string') defineProperty(e, 'stderr', { value: stderr, writable: true, configurable: true });
-    apply(weakSetAdd, hostErrors, [e]);
+    apply(weakMapSet, hostErrors, [e, { code, message, tool, callId, stderr }]);
     return e;
   }
 
@@ -413,9 +417,16 @@
   // ---- Shared by every run: reporting, console, the return value ----------
   // The installed run's host, for the functions below (made once per
   // context). A run's own functions (tools, context) use its `call`.
+  // Strings reach the host as UTF-8, which has no lone surrogates: each
+  // becomes U+FFFD, as on every engine (QuickJS's conversion would throw).
+  function wellFormed(s) {
+    if (typeof s !== 'string') return s;
+    if (stringToWellFormed !== undefined) return apply(stringToWellFormed, s, []);
+    return apply(stringReplace, s, [loneSurrogates, '\uFFFD']);
+  }
   function hostCall(op, a, b) {
     if (active === null) throw new TypeErrorCtor('no run is installed');
-    return host(op, a === undefined ? '' : a, b === undefined ? '' : b);
+    return host(op, a === undefined ? '' : wellFormed(a), b === undefined ? '' : wellFormed(b));
   }
   function describeMessage(e) {
     try {
@@ -463,17 +474,25 @@
 
   // ---- 9. Run the script, report its outcome --------------------------------
   function describe(e) {
-    const d = { host: false, name: 'Error', message: '', stack: '' };
+    // Every key is an own property from the start, so that no assignment
+    // below reaches a setter a private realm's script put on a prototype
+    // (JSON leaves the undefined ones out).
+    const d = { host: false, name: 'Error', message: '', stack: '', code: undefined,
+      tool: undefined, call_id: undefined, stderr: undefined, non_error: undefined };
     if (e !== null && (typeof e === 'object' || typeof e === 'function')) {
-      d.host = apply(weakSetHas, hostErrors, [e]);
-      try { d.name = StringCtor(e.name); } catch (_) { /* keep default */ }
-      try { d.message = StringCtor(e.message); } catch (_) { /* keep default */ }
+      const known = apply(weakMapGet, hostErrors, [e]);
+      d.host = known !== undefined;
       try { d.stack = StringCtor(e.stack); } catch (_) { /* keep default */ }
       if (d.host) {
-        d.code = e.code;
-        if (e.tool !== undefined) d.tool = e.tool;
-        if (e.callId !== undefined) d.call_id = e.callId;
-        if (typeof e.stderr === 'string') d.stderr = e.stderr;
+        d.name = known.code;
+        d.message = known.message;
+        d.code = known.code;
+        if (known.tool !== undefined) d.tool = known.tool;
+        if (known.callId !== undefined) d.call_id = known.callId;
+        if (typeof known.stderr === 'string') d.stderr = known.stderr;
+      } else {
+        try { d.name = StringCtor(e.name); } catch (_) { /* keep default */ }
+        try { d.message = StringCtor(e.message); } catch (_) { /* keep default */ }
       }
     } else {
       d.name = 'Error';
@@ -638,10 +657,18 @@
         }
         for (let i = 0; i < st.promises.length; i++) {
           const pr = st.promises[i][0];
-          apply(promiseThen, pr, [
-            function (x) { apply(mapSet, st.settled, [pr, { ok: true, value: x }]); },
-            function (r) { apply(mapSet, st.settled, [pr, { ok: false, state: 'rejected', value: r }]); },
-          ]);
+          // A fake (`Object.create(Promise.prototype)`) or one whose species
+          // constructor throws cannot be waited on: say where it is.
+          try {
+            apply(promiseThen, pr, [
+              function (x) { apply(mapSet, st.settled, [pr, { ok: true, value: x }]); },
+              function (r) { apply(mapSet, st.settled, [pr, { ok: false, state: 'rejected', value: r }]); },
+            ]);
+          } catch (e) {
+            serialisationFail('the return value holds a Promise at ' + st.promises[i][1] +
+              ' that cannot be awaited: ' + describeMessage(e), e);
+            return;
+          }
         }
         const tick = function (n) { return n === 0 ? attempt : function () { apply(promiseThen, promiseResolve(), [tick(n - 1)]); }; };
         apply(promiseThen, promiseResolve(), [tick(2)]);

@@ -63,10 +63,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::body::Body;
 pub use crate::event_loop::{
-    parse_error, run_script, syntax_error, wrap_source, RunOutput, PRELUDE, PRELUDE_FILE,
-    REFUSED_CALLS_KEPT, WRAPPER_LINE_OFFSET,
+    parse_error, run_script, syntax_error, RunOutput, PRELUDE, PRELUDE_FILE, REFUSED_CALLS_KEPT,
 };
+
+/// A new id for a context an engine made ([`Engine::context_id`]):
+/// unique in this process.
+pub fn new_context_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
 /// What kind of failure an engine primitive hit (shared with the WASI
 /// guest through `harness-abi`).
@@ -142,9 +149,10 @@ pub trait Engine {
     /// time on a fresh context.) Arms the interrupt handler with the
     /// deadline and cancel token, and sets the memory and stack limits.
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault>;
-    /// Compiles the wrapped source as `script.js` and passes the function to
-    /// the prelude's `start`. A compile error is a [`FaultKind::Syntax`] fault.
-    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault>;
+    /// Compiles the body's wrapped text ([`Body::wrapped`]) as `script.js`,
+    /// in the script goal and strict, and passes the function to the
+    /// prelude's `start`. A compile error is a [`FaultKind::Syntax`] fault.
+    fn start(&mut self, body: &Body) -> Result<(), EngineFault>;
     /// Runs pending jobs (microtasks) until none is left.
     fn run_jobs(&mut self) -> Result<(), EngineFault>;
     /// Calls the prelude's `settle(id, ok, payload)`.
@@ -160,6 +168,14 @@ pub trait Engine {
     /// throw from a script's own `throw null`.
     fn memory_exhausted(&mut self) -> bool {
         false
+    }
+    /// Which context this run is in, once loaded: two runs with the same
+    /// id met the same context (the second reused what the first left).
+    /// Never shown to scripts; the cross-run suite reads it to prove that
+    /// its pairs met a reused context. `None` where the engine does not
+    /// say. Adapters draw ids from [`new_context_id`].
+    fn context_id(&self) -> Option<u64> {
+        None
     }
     /// A callback the watchdog calls (from another thread) when the run
     /// passes its deadline or is cancelled, for engines that can stop work
@@ -344,7 +360,10 @@ fn split_site(a: &str) -> (&str, Option<crate::error::Location>) {
     let Some((tool, stack)) = a.split_once('\0') else {
         return (a, None);
     };
-    (tool, crate::error::call_site(stack, WRAPPER_LINE_OFFSET))
+    (
+        tool,
+        crate::error::call_site(stack, crate::body::LINE_OFFSET),
+    )
 }
 
 /// The engine state one thread owns (a runtime, an isolate, a compiled
@@ -365,8 +384,9 @@ pub trait EngineThread {
     /// delay a run, such as a garbage collection. A run sent meanwhile
     /// waits for it, so keep it short. Does nothing by default.
     fn idle(&mut self) {}
-    /// Parses a script body without running any of it.
-    fn check(&mut self, source: &str) -> Result<(), ScriptError>;
+    /// Compiles a script body as [`Engine::start`] would, without running
+    /// any of it.
+    fn check(&mut self, body: &Body) -> Result<(), ScriptError>;
     /// Runs standalone global code (test262). Engines that cannot say so.
     fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
         let _ = eval;
@@ -892,8 +912,8 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
     }
 
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
-        let source = source.to_owned();
-        self.pool.ask(move |t| t.check(&source)).await?
+        let body = Body::parse(source)?;
+        self.pool.ask(move |t| t.check(&body)).await?
     }
 
     async fn execute(&self, mut request: ExecutionRequest) -> ExecutionReport {

@@ -34,18 +34,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use harness_abi::{PRELUDE, PRELUDE_FILE};
 
+use crate::body::Body;
 /// Lines the wrapper adds before the user's first line.
-pub const WRAPPER_LINE_OFFSET: u32 = 1;
-
-/// Wraps a script body as an async function expression, so that top-level
-/// `await` and `return` work.
-pub fn wrap_source(source: &str) -> String {
-    let mut s = String::with_capacity(source.len() + 32);
-    s.push_str("(async function () {\n");
-    s.push_str(source);
-    s.push_str("\n})");
-    s
-}
+use crate::body::LINE_OFFSET as WRAPPER_LINE_OFFSET;
 
 /// How the script's own promise ended.
 #[derive(Debug, Clone)]
@@ -985,6 +976,7 @@ fn run<E: Engine + ?Sized>(
     let end = ctl.drive(&setup, &request.source, &rx);
     let memory_used = ctl.engine.memory_used();
     let fuel_consumed = ctl.engine.fuel_consumed();
+    let context_id = ctl.engine.context_id();
     let memory_exhausted = ctl.engine.memory_exhausted();
     let pending_at_end = host.borrow().tracker.pending_count() as u32;
     let timed_out = matches!(end, End::Timeout);
@@ -1019,7 +1011,7 @@ fn run<E: Engine + ?Sized>(
         });
         e
     });
-    let report = build_report(
+    let mut report = build_report(
         &host.borrow(),
         &facade,
         engine_name,
@@ -1027,6 +1019,7 @@ fn run<E: Engine + ?Sized>(
         (value, error),
         (memory_used, fuel_consumed),
     );
+    report.context_id = context_id;
     if told == Told::Everyone {
         crate::telemetry::record_run(&report, orphans.len());
     }
@@ -1178,6 +1171,7 @@ fn build_report(
         },
         warnings: h.warnings.clone(),
         retried: false,
+        context_id: None,
         metrics: Metrics {
             engine: engine_name.to_owned(),
             duration_ms: ms(started.elapsed()),
@@ -1281,6 +1275,8 @@ enum End {
     Fault(EngineFault),
     /// Compiling the script failed (syntax, or nesting too deep).
     ParseFailed(EngineFault),
+    /// The source is not one function body ([`Body::parse`]); no engine saw it.
+    Refused(ScriptError),
     Timeout,
     Cancelled,
     Deadlock,
@@ -1307,6 +1303,12 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         rx: &mpsc::Receiver<LoopEvent>,
     ) -> End {
         let _driving = crate::spin::Counted::begin(&DRIVING);
+        // Nothing reaches an engine but a source parsed as one function
+        // body: a source that would close its wrapper never runs.
+        let body = match Body::parse(source) {
+            Ok(body) => body,
+            Err(e) => return End::Refused(e),
+        };
         if let Err(f) = self.engine.load(setup, self.host.clone() as HostHandle) {
             return self.fault_end(f);
         }
@@ -1322,7 +1324,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 let _ = tx.send(LoopEvent::Stop);
             },
         ));
-        if let Err(f) = self.engine.start(&wrap_source(source)) {
+        if let Err(f) = self.engine.start(&body) {
             // Script code runs inside the prelude's async wrapper, so a
             // stack overflow escaping `start` happened while parsing.
             return if is_parse_failure(&f) {
@@ -1514,6 +1516,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 )),
             ),
             End::ParseFailed(f) => (None, Some(parse_error(&f, source))),
+            End::Refused(e) => (None, Some(e)),
             End::Fault(f) => (None, Some(fault_error(&f, limits))),
             End::Settled => {
                 let outcome = self.host.borrow().outcome.clone();
@@ -1572,7 +1575,17 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         }
         let (name, message) = failure.error();
         let (name, message) = (name.to_owned(), message.to_owned());
-        match self.engine.classify(&name, &message) {
+        let kind = match self.engine.classify(&name, &message) {
+            // Only the host knows whether it stopped the run: a script's
+            // own `throw new InternalError('interrupted')` is its error.
+            FaultKind::Interrupted
+                if !self.cancel.is_cancelled() && Instant::now() < self.deadline =>
+            {
+                FaultKind::Thrown
+            }
+            kind => kind,
+        };
+        match kind {
             FaultKind::Thrown | FaultKind::Syntax => {
                 let message = if non_error {
                     message

@@ -12,6 +12,7 @@
 pub mod adapter;
 mod anticipate;
 pub mod approval;
+pub mod body;
 pub mod engine;
 pub mod error;
 pub mod event_loop;

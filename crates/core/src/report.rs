@@ -55,6 +55,12 @@ pub struct ExecutionReport {
     /// engine; this is the second run's report.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retried: bool,
+    /// The engine context the run was in ([`crate::engine::Engine::context_id`]):
+    /// two reports with the same id ran in the same context, the second
+    /// reusing what the first left. For tests and operators; never
+    /// serialised, never shown to scripts.
+    #[serde(skip)]
+    pub context_id: Option<u64>,
 }
 
 /// A lossy conversion of the return value.
@@ -89,6 +95,7 @@ impl ExecutionReport {
             detached_tasks: Vec::new(),
             warnings: Vec::new(),
             retried: false,
+            context_id: None,
         }
     }
 

@@ -133,8 +133,8 @@ impl Engine for Fake {
         Ok(())
     }
 
-    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
-        assert!(wrapped_source.starts_with("(async function () {\n"));
+    fn start(&mut self, body: &harness_core::body::Body) -> Result<(), EngineFault> {
+        assert!(body.wrapped().starts_with("(async function () {\n"));
         self.used();
         let steps = std::mem::take(&mut self.on_start);
         self.perform(steps)
@@ -283,7 +283,7 @@ fn a_compile_fault_is_a_syntax_error_with_a_location() {
         fn load(&mut self, s: &EngineSetup<'_>, h: HostHandle) -> Result<(), EngineFault> {
             self.0.load(s, h)
         }
-        fn start(&mut self, _: &str) -> Result<(), EngineFault> {
+        fn start(&mut self, _: &harness_core::body::Body) -> Result<(), EngineFault> {
             Err(self.1.clone())
         }
         fn run_jobs(&mut self) -> Result<(), EngineFault> {
@@ -303,7 +303,8 @@ fn a_compile_fault_is_a_syntax_error_with_a_location() {
     let out = run_script(
         &mut Broken(Fake::default(), fault),
         "fake",
-        ExecutionRequest::new("let x =\nfoo bar"),
+        // A body oxc accepts: the fault is the engine's own.
+        ExecutionRequest::new("let x =\nfoo"),
         rt.handle(),
     );
     let err = out.report.error.unwrap();
@@ -434,10 +435,12 @@ fn the_loop_says_once_that_it_is_finished_with_the_engine_after_its_last_use() {
             None,
         ),
         (
+            // An engine's `interrupted` that the host did not cause (no
+            // deadline passed, nothing cancelled) is the script's own throw.
             Fake::script(vec![Step::Fail(
                 json!({"name": "InternalError", "message": "interrupted"}),
             )]),
-            Some(ErrorCode::ScriptTimeoutError),
+            Some(ErrorCode::ScriptRuntimeError),
         ),
         (
             Fake::script(vec![Step::Fault(FaultKind::OutOfMemory)]),

@@ -401,12 +401,15 @@ async fn source_checks_happen_before_anything_runs() {
         h.check("while (true) {}").await.is_ok(),
         "check must not run the script"
     );
-    // Closing the wrapper early runs code at top level, but in the same
-    // hardened context: nothing more is reachable from there.
-    let r = h
-        .run("}); const escaped = [typeof process, typeof require, Object.isFrozen(Object.prototype)]; (async function () { return escaped")
-        .await;
-    expect_value(&r, json!(["undefined", "undefined", true]));
+    // A script that would close its function early is not a function
+    // body: refused by check and by run alike, before anything runs.
+    let escape = "}); const escaped = [typeof process, typeof require, Object.isFrozen(Object.prototype)]; (async function () { return escaped";
+    let err = h.check(escape).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::ScriptSyntaxError);
+    assert_eq!(err.location.map(|l| (l.line, l.column)), Some((1, 1)));
+    let r = h.run(escape).await;
+    expect_code(&r, ErrorCode::ScriptSyntaxError);
+    assert!(r.console.is_empty() && r.tool_calls.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

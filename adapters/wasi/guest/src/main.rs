@@ -33,7 +33,7 @@ use std::sync::Arc;
 // The hardening prelude shared by every engine, built in so that a
 // pre-initialised snapshot of the guest holds the hardened context; fault
 // kinds and QuickJS's error classification as the host knows them.
-use harness_abi::{FaultKind as Kind, PRELUDE, PRELUDE_FILE, SCRIPT_FILE};
+use harness_abi::{FaultKind as Kind, PRELUDE, PRELUDE_FILE};
 /// QuickJS's stack limit in sandbox mode, inside the shadow stack the
 /// linker reserves (`build.rs`).
 const SANDBOX_STACK_BYTES: usize = 1024 * 1024;
@@ -439,10 +439,9 @@ pub extern "C" fn harness_start() -> i32 {
             .clone()
             .ok_or_else(|| Fault::internal("not loaded"))?;
         state.ctx.with(|ctx| {
-            let mut opts = EvalOptions::default();
-            opts.strict = true;
-            opts.filename = Some(SCRIPT_FILE.to_owned());
-            let script: Function = ctx.eval_with_options(source, opts).map_err(|e| {
+            let script = eval_raw(&ctx, &source, c"script.js", STRICT_SCRIPT)
+                .and_then(|v| v.get::<Function>());
+            let script: Function = script.map_err(|e| {
                 let mut f = js_fault(&ctx, e);
                 if matches!(f.kind, Kind::Thrown) && f.name == "SyntaxError" {
                     f.kind = Kind::Syntax;
@@ -529,8 +528,8 @@ pub extern "C" fn harness_memory_refused() -> i32 {
 }
 
 /// Parses the input without running it: `kind` 0 is a wrapped harness
-/// script (checked as a module, as the native engine does), 1 a sandbox
-/// program (global code, compiled only). A syntax error is a fault.
+/// script (compiled as `harness_start` compiles it), 1 a sandbox program
+/// (global code). A syntax error is a fault.
 #[no_mangle]
 pub extern "C" fn harness_check(kind: i32) -> i32 {
     let source = take_input();
@@ -539,11 +538,12 @@ pub extern "C" fn harness_check(kind: i32) -> i32 {
         rt.set_max_stack_size(256 * 1024);
         let ctx = Context::custom::<Intrinsics>(&rt).map_err(|e| Fault::internal(e.to_string()))?;
         ctx.with(|ctx| {
-            let parsed = if kind == 0 {
-                rquickjs::Module::declare(ctx.clone(), SCRIPT_FILE, source).map(|_| ())
+            let (file, flags) = if kind == 0 {
+                (c"script.js", STRICT_SCRIPT)
             } else {
-                compile_global(&ctx, &source)
+                (c"user_code.js", 0)
             };
+            let parsed = eval_raw(&ctx, &source, file, flags | COMPILE_ONLY).map(|_| ());
             parsed.map_err(|e| {
                 let mut f = js_fault(&ctx, e);
                 if matches!(f.kind, Kind::Thrown) {
@@ -559,31 +559,44 @@ pub extern "C" fn harness_check(kind: i32) -> i32 {
     }
 }
 
-/// Compiles global code without running it (rquickjs has no safe call
-/// for this; wrapping the code in a function would let it escape).
+/// Strict global code: a harness script's wrapped source.
+const STRICT_SCRIPT: u32 = rquickjs::qjs::JS_EVAL_FLAG_STRICT;
+/// Compiled, not run.
+const COMPILE_ONLY: u32 = rquickjs::qjs::JS_EVAL_FLAG_COMPILE_ONLY;
+
+/// Evaluates (or with [`COMPILE_ONLY`], compiles) `source` as global code
+/// named `file`. QuickJS is given the text's length: a NUL in a string
+/// literal or a comment is JavaScript, which rquickjs's `eval` (a C
+/// string) would refuse; and rquickjs has no safe call that only compiles.
 #[allow(unsafe_code)]
-fn compile_global(ctx: &Ctx<'_>, source: &str) -> rquickjs::Result<()> {
+fn eval_raw<'js>(
+    ctx: &Ctx<'js>,
+    source: &str,
+    file: &std::ffi::CStr,
+    flags: u32,
+) -> rquickjs::Result<rquickjs::Value<'js>> {
     use rquickjs::qjs;
-    let mut code = source.as_bytes().to_vec();
+    let mut code = Vec::with_capacity(source.len() + 1);
+    code.extend_from_slice(source.as_bytes());
     code.push(0);
-    let file = c"user_code.js";
     // SAFETY: `code` is NUL-terminated and outlives the call (QuickJS reads
-    // `len` bytes and wants the terminator); the result is freed once.
-    unsafe {
-        let raw = ctx.as_raw().as_ptr();
+    // `len` bytes and wants the terminator); the value returned is owned,
+    // and `Value` frees it once.
+    let value = unsafe {
         let v = qjs::JS_Eval(
-            raw,
+            ctx.as_raw().as_ptr(),
             code.as_ptr().cast(),
             source.len() as _,
             file.as_ptr(),
-            (qjs::JS_EVAL_TYPE_GLOBAL | qjs::JS_EVAL_FLAG_COMPILE_ONLY) as _,
+            (qjs::JS_EVAL_TYPE_GLOBAL | flags) as _,
         );
-        if qjs::JS_IsException(v) {
-            return Err(rquickjs::Error::Exception);
-        }
-        qjs::JS_FreeValue(raw, v);
+        rquickjs::Value::from_raw(ctx.clone(), v)
+    };
+    if value.is_exception() {
+        Err(rquickjs::Error::Exception)
+    } else {
+        Ok(value)
     }
-    Ok(())
 }
 
 fn main() -> std::process::ExitCode {

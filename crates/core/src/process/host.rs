@@ -101,6 +101,8 @@ impl ProcessOptions {
 
 /// One worker process. Dropping it kills and reaps the process.
 struct Proc {
+    /// The worker's process id.
+    pid: u32,
     child: Arc<Mutex<Child>>,
     /// Frames from the worker's stdout; frames to its stdin (a pipe, or
     /// with rings a Unix socket).
@@ -208,7 +210,9 @@ impl Proc {
         };
         #[cfg(unix)]
         let stdout_fd = std::os::fd::AsRawFd::as_raw_fd(&stdout);
+        let pid = child.id();
         let mut proc = Proc {
+            pid,
             child: Arc::new(Mutex::new(child)),
             link: Link::new(
                 stdout,
@@ -490,6 +494,9 @@ pub(crate) struct RemoteEngine {
     /// How the worker's engine classified the errors the script failed
     /// with, sent with its Steps: `classify` answers from these.
     kinds: Vec<Classified>,
+    /// The worker's context for this run ([`Engine::context_id`]), its
+    /// pid in the high half.
+    context: Option<u64>,
     /// The worker died, broke the protocol or reported an internal fault.
     broken: bool,
     /// The worker was sent this run's `Run` (a run the host refused before
@@ -521,6 +528,7 @@ impl RemoteEngine {
             fuel_consumed: None,
             exhausted: false,
             kinds: Vec::new(),
+            context: None,
             broken: false,
             run_sent: false,
             finish_sent: false,
@@ -572,8 +580,13 @@ impl RemoteEngine {
                     exhausted,
                     fuel_consumed,
                     kinds,
+                    context,
                 }) => {
                     self.kinds.extend(kinds);
+                    // Ids count contexts within a worker: with its pid, unique on the host.
+                    if let Some(c) = context {
+                        self.context = Some(u64::from(proc.pid) << 32 | (c & 0xffff_ffff));
+                    }
                     self.memory_used = memory_used.or(self.memory_used);
                     self.fuel_consumed = fuel_consumed.or(self.fuel_consumed);
                     self.exhausted |= exhausted;
@@ -668,7 +681,7 @@ impl Engine for RemoteEngine {
         Ok(())
     }
 
-    fn start(&mut self, wrapped_source: &str) -> Result<(), EngineFault> {
+    fn start(&mut self, body: &crate::body::Body) -> Result<(), EngineFault> {
         let Some(run) = self.run.take() else {
             return Err(EngineFault::new(FaultKind::Internal, "Error", "not loaded"));
         };
@@ -679,7 +692,7 @@ impl Engine for RemoteEngine {
                 run.config,
                 run.limits,
                 run.timeout_ms,
-                wrapped_source.to_owned(),
+                body.wrapped().to_owned(),
             )
         };
         match self.exchange(msg) {
@@ -732,6 +745,10 @@ impl Engine for RemoteEngine {
 
     fn memory_used(&mut self) -> Option<u64> {
         self.memory_used
+    }
+
+    fn context_id(&self) -> Option<u64> {
+        self.context
     }
 
     fn fuel_consumed(&mut self) -> Option<u64> {
@@ -1101,6 +1118,7 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
     }
 
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+        crate::body::Body::parse(source)?;
         let msg = ToWorker::Check {
             source: source.to_owned(),
         };

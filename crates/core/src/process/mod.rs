@@ -220,6 +220,10 @@ pub(crate) enum FromWorker {
         /// ([`ToWorker::Classify`] is one more round trip).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         kinds: Vec<Classified>,
+        /// The engine's [`crate::engine::Engine::context_id`] (the context
+        /// the run is in), once loaded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context: Option<u64>,
     },
     Kind {
         kind: FaultKind,

@@ -5,6 +5,7 @@ use super::{
     PROTOCOL_VERSION, WORKER_ARG,
 };
 use crate::adapter::GlobalEvalOutcome;
+use crate::body::Body;
 use crate::engine::{
     Engine, EngineDescriptor, EngineFault, EngineSetup, EngineThread, FaultKind, Host, HostHandle,
     HostOp, PRELUDE,
@@ -348,7 +349,7 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
                     config,
                     limits,
                     timeout_ms,
-                    source: &source,
+                    body: &Body::trusted(source),
                     budget_bytes: limits.memory_bytes.saturating_add(extra),
                 };
                 let mut panicked = false;
@@ -379,7 +380,9 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
                 after_run = true;
             }
             ToWorker::Check { source } => {
-                let error = guarded(|| Ok(host.check(&source)));
+                // Parsed here again: the worker never compiles what it was
+                // not given as a body.
+                let error = guarded(|| Ok(Body::parse(&source).and_then(|b| host.check(&b))));
                 let error = match error {
                     Ok(r) => r.err(),
                     Err(f) => Some(ScriptError::internal(f.message)),
@@ -401,7 +404,7 @@ struct RunMsg<'a> {
     config: &'a str,
     limits: &'a Limits,
     timeout_ms: u64,
-    source: &'a str,
+    body: &'a Body,
     /// The heap the script may grow, counted from the end of `load`.
     budget_bytes: u64,
 }
@@ -416,6 +419,7 @@ fn answer_failed_run(pipe: &Pipe, f: EngineFault) {
         exhausted: false,
         fuel_consumed: None,
         kinds: Vec::new(),
+        context: None,
     });
     loop {
         match pipe.recv(false) {
@@ -430,6 +434,7 @@ fn answer_failed_run(pipe: &Pipe, f: EngineFault) {
                 exhausted: false,
                 fuel_consumed: None,
                 kinds: Vec::new(),
+                context: None,
             }),
         }
     }
@@ -483,6 +488,7 @@ fn serve_run(
             })
             .collect();
         let fuel_consumed = engine.fuel_consumed();
+        let context = engine.context_id();
         pipe.send(&FromWorker::Step {
             phase,
             fault: r.err(),
@@ -490,6 +496,7 @@ fn serve_run(
             exhausted,
             fuel_consumed,
             kinds,
+            context,
         });
     };
     let loaded = guarded(|| engine.load(&setup, host));
@@ -501,7 +508,7 @@ fn serve_run(
     budget::arm(run.budget_bytes);
     let (phase, r) = match loaded {
         Err(f) => (StepPhase::Load, Err(f)),
-        Ok(()) => match guarded(|| engine.start(run.source)) {
+        Ok(()) => match guarded(|| engine.start(run.body)) {
             Err(f) => (StepPhase::Start, Err(f)),
             Ok(()) => (StepPhase::Jobs, guarded(|| engine.run_jobs())),
         },

@@ -1,0 +1,289 @@
+//! A script's source, parsed as what it must be: the body of one async
+//! function.
+//!
+//! Every engine compiles a script as `(async function () {` + source +
+//! `})`, because that is what gives top-level `await` and `return`. Text
+//! spliced into a wrapper is only safe once it is known to stay inside
+//! it: a source such as `}); const x = 1; (async function () {` would
+//! otherwise close the function and run at the top level of a reused
+//! context, where its declarations outlive the run. So a [`Body`] can be
+//! made only by [`Body::parse`], which parses the wrapped text with
+//! [oxc](https://oxc.rs) in the goal the engines compile it in (a strict
+//! script) and accepts it only when the whole text is one async function
+//! expression whose body is exactly the source; an engine's
+//! [`Engine::start`](crate::engine::Engine::start) and
+//! [`EngineThread::check`](crate::engine::EngineThread::check) take
+//! nothing else.
+//!
+//! HTML-like comments (`<!--`, `-->` at a line's start) are where parsers
+//! of the script goal are most likely to disagree, so a source with such
+//! a token is parsed in the module goal too, where they are not comments,
+//! and must be one function body there as well.
+
+use crate::error::{ErrorCode, Location, Phase, ScriptError};
+use crate::source::nesting_depth;
+use oxc_allocator::Allocator;
+use oxc_ast::ast::{Expression, Statement};
+use oxc_parser::{ParseOptions, Parser};
+use oxc_span::SourceType;
+
+/// What the engines compile before the source.
+const HEAD: &str = "(async function () {\n";
+/// What they compile after it.
+const TAIL: &str = "\n})";
+/// What oxc is given before the engines' text: they compile it strict.
+const STRICT: &str = "\"use strict\";";
+
+/// Lines the wrapper adds before the source's first line.
+pub(crate) const LINE_OFFSET: u32 = 1;
+
+/// Deepest bracket nesting parsed (oxc's parser recurses).
+pub const MAX_NESTING: usize = 1_000;
+
+/// A script source known to be one function body, and the text an engine
+/// compiles for it.
+///
+/// # Examples
+/// ```
+/// use harness_core::body::Body;
+/// let body = Body::parse("return 1 + 1").unwrap();
+/// assert_eq!(body.source(), "return 1 + 1");
+/// let e = Body::parse("}); (async function () { return 1").unwrap_err();
+/// assert_eq!(e.code, harness_core::ErrorCode::ScriptSyntaxError);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    wrapped: String,
+}
+
+impl Body {
+    /// Parses `source` as the body of an async function, in strict mode.
+    /// A source that does not parse, or that would close the function it
+    /// is compiled in, is a `ScriptSyntaxError` at its first fault; one
+    /// nested deeper than [`MAX_NESTING`] a `StackOverflowError`.
+    pub fn parse(source: &str) -> Result<Body, ScriptError> {
+        if nesting_depth(source) > MAX_NESTING {
+            return Err(ScriptError::new(
+                ErrorCode::StackOverflowError,
+                Phase::Parsing,
+                format!("the script is nested more than {MAX_NESTING} levels deep"),
+            ));
+        }
+        let body = Body::wrap(source);
+        // A parser panic must not take the host down: it refuses the script.
+        let checked = std::panic::catch_unwind(|| {
+            check(&body, SourceType::script())?;
+            if has_html_comment_token(source) {
+                check(&body, SourceType::mjs())?;
+            }
+            Ok(())
+        });
+        match checked {
+            Ok(Ok(())) => Ok(body),
+            Ok(Err(e)) => Err(e),
+            Err(payload) => Err(ScriptError::internal(format!(
+                "the JavaScript parser failed on this script: {}",
+                crate::error::panic_message(payload.as_ref())
+            ))),
+        }
+    }
+
+    /// The wrapped text of a source the host already parsed (a worker
+    /// process is sent what its host made with [`Body::parse`]).
+    pub(crate) fn trusted(wrapped: String) -> Body {
+        Body { wrapped }
+    }
+
+    fn wrap(source: &str) -> Body {
+        let mut wrapped = String::with_capacity(HEAD.len() + source.len() + TAIL.len());
+        wrapped.push_str(HEAD);
+        wrapped.push_str(source);
+        wrapped.push_str(TAIL);
+        Body { wrapped }
+    }
+
+    /// The text an engine compiles, as `script.js`: an async function
+    /// expression whose body is the source.
+    pub fn wrapped(&self) -> &str {
+        &self.wrapped
+    }
+
+    /// The source as written.
+    pub fn source(&self) -> &str {
+        self.wrapped
+            .get(HEAD.len()..self.wrapped.len().saturating_sub(TAIL.len()))
+            .unwrap_or("")
+    }
+}
+
+/// Whether `source` has `<!--`, or `-->` after only blanks on its line,
+/// anywhere (strings included: it only asks for a second parse).
+fn has_html_comment_token(source: &str) -> bool {
+    source.contains("<!--") || source.contains("-->")
+}
+
+/// Parses `body` in the goal `source_type` and checks that it is exactly
+/// one async function expression around the source.
+fn check(body: &Body, source_type: SourceType) -> Result<(), ScriptError> {
+    let mut text = String::with_capacity(STRICT.len() + body.wrapped.len());
+    text.push_str(STRICT);
+    text.push_str(&body.wrapped);
+    let allocator = Allocator::default();
+    let parsed = Parser::new(&allocator, &text, source_type)
+        .with_options(ParseOptions::default())
+        .parse();
+    let source = body.source();
+    let at = |offset: usize| locate(source, offset.saturating_sub(STRICT.len() + HEAD.len()));
+    if let Some(d) = parsed.diagnostics.errors().next() {
+        let offset = d.labels.first().map_or(0, |l| l.offset() as usize);
+        let ends_early = offset >= STRICT.len() + HEAD.len() + source.len();
+        let detail = if ends_early {
+            format!(
+                "unexpected end of script: something is not closed or finished ({})",
+                d.message
+            )
+        } else {
+            d.message.to_string()
+        };
+        return Err(syntax(detail, at(offset)));
+    }
+    if parsed.panicked {
+        return Err(syntax("the script could not be parsed".to_owned(), None));
+    }
+    let program = &parsed.program;
+    // The function's closing brace: where the source, if it stays inside,
+    // ends (its last character is the brace before `)`).
+    let body_end = text.len() - 1;
+    let closed_at = match program.body.first() {
+        Some(Statement::ExpressionStatement(s)) => match &s.expression {
+            Expression::ParenthesizedExpression(p) => match &p.expression {
+                Expression::FunctionExpression(f)
+                    if f.r#async
+                        && !f.generator
+                        && f.params.items.is_empty()
+                        && f.params.rest.is_none() =>
+                {
+                    Some(f.span.end as usize)
+                }
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    };
+    match closed_at {
+        Some(end) if end == body_end && program.body.len() == 1 => Ok(()),
+        // The source closed the function early: point at the brace that did.
+        Some(end) if end < body_end => Err(syntax(
+            "unexpected '}': the script closes the function it runs in".to_owned(),
+            at(end - 1),
+        )),
+        _ => Err(syntax(
+            "the script is not the body of one function".to_owned(),
+            None,
+        )),
+    }
+}
+
+fn syntax(detail: String, at: Option<Location>) -> ScriptError {
+    let message = match at {
+        Some(l) => format!("{detail} (script.js:{}:{})", l.line, l.column),
+        None => detail,
+    };
+    ScriptError::new(ErrorCode::ScriptSyntaxError, Phase::Parsing, message)
+        .with_name("SyntaxError")
+        .with_location(at)
+}
+
+/// The 1-based line and column of byte `offset` in `source` (clamped to
+/// its end), columns counted in characters.
+fn locate(source: &str, offset: usize) -> Option<Location> {
+    let mut offset = offset.min(source.len());
+    while !source.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &source[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = source[line_start..offset].chars().count() + 1;
+    Some(Location::new(line as u32, column as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(source: &str) -> ScriptError {
+        match Body::parse(source) {
+            Ok(_) => panic!("accepted {source:?}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn a_body_is_accepted_and_kept_as_written() {
+        for s in [
+            "return 1",
+            "",
+            "// only a comment",
+            "const x = await tools.a({}); return x",
+            "return `}); (async function () {`",
+            "return '\\u2028'",
+            "return /}\\)/.source",
+            "return 'a\0b'",
+            "/* }) */ return 1",
+            "return 1 <!--x\n",
+        ] {
+            let b = Body::parse(s).unwrap_or_else(|e| panic!("{s:?}: {e:?}"));
+            assert_eq!(b.source(), s);
+            assert_eq!(b.wrapped(), format!("{HEAD}{s}{TAIL}"));
+        }
+    }
+
+    #[test]
+    fn a_source_that_closes_the_function_is_a_syntax_error() {
+        for s in [
+            "}); (async function () { return 'escaped'",
+            "}); const stash = []; (async function () {",
+            "}) ; (async function () {",
+            "}\n)\n(async function () {",
+            "}); //",
+            "}); /*",
+            "}, async function () {",
+            "}); class X {}; (async function () {",
+            "}\u{2028}); (async function () {",
+        ] {
+            let e = refused(s);
+            assert_eq!(e.code, ErrorCode::ScriptSyntaxError, "{s:?}: {e:?}");
+        }
+        let e = refused("return 1\n}); (async function () {");
+        assert_eq!(e.location, Some(Location::new(2, 1)), "{e:?}");
+    }
+
+    #[test]
+    fn html_like_comments_cannot_hide_a_breakout() {
+        // In the script goal `-->` at a line's start is a comment; in the
+        // module goal it is `--` and `>`: either way the text must be one
+        // function, so a source that relies on one reading is refused.
+        for s in [
+            "x = 1\n--> }); (async function () {",
+            "let a = 1, b = 2; a <!--b + `\n}); (async function () {\n`",
+        ] {
+            refused(s);
+        }
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line_in_the_source() {
+        let e = refused("let x = 1;\nlet y = ;");
+        assert_eq!(e.location.map(|l| l.line), Some(2), "{e:?}");
+        let e = refused("if (x) {");
+        assert!(e.message.contains("unexpected end of script"), "{e:?}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_the_parser_recurses() {
+        let s = format!("return {}1{}", "(".repeat(5000), ")".repeat(5000));
+        assert_eq!(refused(&s).code, ErrorCode::StackOverflowError);
+    }
+}
