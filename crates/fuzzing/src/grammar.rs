@@ -136,6 +136,20 @@ const PLANTS: &[&str] = &[
     "Object.defineProperty(Number.prototype, 'planted', { value: $, configurable: true });",
 ];
 
+/// Sources that close the function a script runs in (`$` is an
+/// expression): no engine may run any of such a script
+/// ([`harness::core::body::Body`] refuses it before an engine sees it).
+const BREAKOUTS: &[&str] = &[
+    "}); globalThis.escaped = $; (async function () {",
+    "}); let escaped = $; (async function () { //",
+    "/* } */ }) /* ) */; const escaped = $; (async function () {",
+    "`${'}'}`; }); let escaped = $; (async function () {",
+    "/[})]/; }); var escaped = $; (async function () {",
+    "x\n--> }); let escaped = $; (async function () {",
+    "// \u{2028}}); let escaped = $; (async function () {",
+    "}, async function () {",
+];
+
 /// A deterministic script built from `u`.
 pub fn program(u: &mut Unstructured<'_>) -> String {
     let mut g = Gen {
@@ -148,6 +162,14 @@ pub fn program(u: &mut Unstructured<'_>) -> String {
     g.out.push_str("let caught = [];\n");
     while g.statements < MAX_STATEMENTS && g.more() {
         g.statement(true);
+    }
+    // Now and then a breakout, last, so that the rest of the script is
+    // what the same bytes always made.
+    if g.more() && g.pick(8) == 0 {
+        let b = BREAKOUTS[g.pick(BREAKOUTS.len())];
+        let line = g.fill(b, 1);
+        g.out.push_str(&line);
+        g.out.push('\n');
     }
     g.out.push_str("return [caught");
     for i in 0..g.vars {

@@ -450,6 +450,9 @@ impl Differential {
 
     /// Runs `source` on every engine and compares the outcomes.
     pub fn check_source(&self, source: &str) -> Vec<Outcome> {
+        if harness::core::body::Body::parse(source).is_err() {
+            self.check_refused(source);
+        }
         let outcomes = self.outcomes(source);
         let (first, a) = &outcomes[0];
         for (other, b) in &outcomes[1..] {
@@ -462,6 +465,32 @@ impl Differential {
         }
         outcomes.into_iter().map(|(_, o)| o).collect()
     }
+}
+
+impl Differential {
+    /// A source that is not one function body ran on no engine: each
+    /// reports a parse-phase error, with no console line or tool call.
+    fn check_refused(&self, source: &str) {
+        for (engine, h) in &self.engines {
+            let r = self.rt.block_on(h.run(source));
+            assert_refused(&format!("{engine}"), source, &r);
+        }
+    }
+}
+
+/// `r` is the report of a script that never ran.
+fn assert_refused(label: &str, source: &str, r: &ExecutionReport) {
+    let refused = r
+        .error
+        .as_ref()
+        .is_some_and(|e| e.phase == harness::core::Phase::Parsing)
+        && r.console.is_empty()
+        && r.tool_calls.is_empty();
+    assert!(
+        refused,
+        "{label}: a source that is not one function body ran\n--- script\n{source}\n--- report\n{:#}",
+        normalised(r)
+    );
 }
 
 /// The cross-run oracle: script A, then script B on the same harness
@@ -734,7 +763,10 @@ impl CrossRun {
         for c in &self.configs {
             let (engine, isolation) = (&c.engine, &c.isolation);
             let (shared, how) = c.harness(kept);
-            let _ = self.rt.block_on(shared.run(first));
+            let before = self.rt.block_on(shared.run(first));
+            if harness::core::body::Body::parse(first).is_err() {
+                assert_refused(&format!("{engine} ({isolation:?}{how})"), first, &before);
+            }
             leak_check(&format!(
                 "after the first run on {engine} ({isolation:?}{how})"
             ));
