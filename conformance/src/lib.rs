@@ -597,6 +597,129 @@ async fn run_case_steps(adapter: &dyn ScriptRuntimeAdapter, case: &Case) -> Stat
     }
 }
 
+/// How many cross-run pairs provably met a reused context: the last
+/// run of a case (its probe) ran in a context an earlier run of the case
+/// (or the warm-up run before it) had already run in, by the engines'
+/// [`ExecutionReport::context_id`]. Counted over the cases whose earlier
+/// runs ended without a fault (after a fault the context is dropped, and
+/// that is checked instead); a pair whose context was dropped for what
+/// its first run left (a queued job, a pending call) counts as not met.
+#[derive(Debug, Default)]
+pub struct ReuseTally {
+    met: std::sync::atomic::AtomicU32,
+    expected: std::sync::atomic::AtomicU32,
+    /// The cases whose pairs lacked the proof, with how often.
+    missing: std::sync::Mutex<Vec<(&'static str, u32)>>,
+}
+
+/// The tally of this process's cross-run pairs.
+pub static REUSE: ReuseTally = ReuseTally {
+    met: std::sync::atomic::AtomicU32::new(0),
+    expected: std::sync::atomic::AtomicU32::new(0),
+    missing: std::sync::Mutex::new(Vec::new()),
+};
+
+impl ReuseTally {
+    /// Pairs that met a reused context, and pairs counted.
+    pub fn counts(&self) -> (u32, u32) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.met.load(Relaxed), self.expected.load(Relaxed))
+    }
+
+    /// A line for the suite's output, and whether the proof holds: it may
+    /// be missing for at most a tenth of the pairs (judged from 10 pairs).
+    pub fn summary(&self) -> Option<(String, bool)> {
+        let (met, expected) = self.counts();
+        (expected > 0).then(|| {
+            let holds = expected < 10 || (expected - met) * 10 <= expected;
+            let missing = self
+                .missing
+                .lock()
+                .map(|m| {
+                    m.iter()
+                        .map(|(case, n)| format!("{case} ×{n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default();
+            (
+                format!(
+                    "cross-run pairs that met a reused context: {met} of {expected}{}{}",
+                    if holds {
+                        ""
+                    } else {
+                        " (more than a tenth without proof: FAILED)"
+                    },
+                    if missing.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; without: {missing}")
+                    }
+                ),
+                holds,
+            )
+        })
+    }
+
+    fn record(&self, case: &'static str, met: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.expected.fetch_add(1, Relaxed);
+        if met {
+            self.met.fetch_add(1, Relaxed);
+        } else if let Ok(mut m) = self.missing.lock() {
+            match m.iter_mut().find(|(c, _)| *c == case) {
+                Some((_, n)) => *n += 1,
+                None => m.push((case, 1)),
+            }
+        }
+    }
+}
+
+/// A fault after which the engine drops the context (and its runtime).
+fn drops_the_context(report: &ExecutionReport) -> bool {
+    matches!(
+        report.code(),
+        Some(
+            ErrorCode::ScriptTimeoutError
+                | ErrorCode::ScriptMemoryError
+                | ErrorCode::StackOverflowError
+                | ErrorCode::ScriptCancelledError
+                | ErrorCode::HarnessInternalError
+        )
+    )
+}
+
+/// After a cross-run case's steps: the proof that its probe met the
+/// context its earlier runs left, or, where one of them faulted, that
+/// the faulted run's context was not used again.
+fn check_reuse(
+    case: &'static str,
+    warm_up: &ExecutionReport,
+    steps: &[ExecutionReport],
+) -> Result<(), String> {
+    let Some((probe, before)) = steps.split_last() else {
+        return Ok(());
+    };
+    let faulted: Vec<&ExecutionReport> = before.iter().filter(|r| drops_the_context(r)).collect();
+    if !faulted.is_empty() {
+        for f in faulted {
+            if f.context_id.is_some() && f.context_id == probe.context_id {
+                return Err(format!(
+                    "the run after a {} ran in the context that run faulted in",
+                    f.code().map_or("fault", |c| c.as_str())
+                ));
+            }
+        }
+        return Ok(());
+    }
+    let met = probe.context_id.is_some()
+        && std::iter::once(warm_up)
+            .chain(before)
+            .any(|r| r.context_id == probe.context_id);
+    REUSE.record(case, met);
+    Ok(())
+}
+
 async fn run_case_steps_in(
     adapter: &dyn ScriptRuntimeAdapter,
     case: &Case,
@@ -604,6 +727,24 @@ async fn run_case_steps_in(
 ) -> Status {
     let mut notes = Vec::new();
     let mut earlier = Vec::new();
+    // A cross-run case starts on a context that served a run already, so
+    // that its probe's context can be compared with one the case did not
+    // make (a plant in a private realm leaves the shared context waiting).
+    let warm_up = match case.is_cross_run() {
+        true => {
+            let spec =
+                Spec::new("return 0", |o| expect_value(o, serde_json::json!(0))).shared_realm();
+            let o = run_step(adapter, &spec).await;
+            if let Err(why) = (spec.check)(&o) {
+                return Status::Failed {
+                    reason: format!("the warm-up run failed: {why}"),
+                };
+            }
+            tokio::time::sleep(STEP_GAP).await;
+            Some(o.report)
+        }
+        false => None,
+    };
     for (i, step) in case.steps.iter().enumerate() {
         if i > 0 {
             // Let the engine thread that ran the last step go idle: pools
@@ -631,6 +772,17 @@ async fn run_case_steps_in(
                     reason: format!("{step}{why}"),
                 };
             }
+        }
+    }
+    // A probe in a private realm runs in a context made for it alone.
+    let private_probe = case.steps.last().is_some_and(|step| {
+        let mut limits = Limits::default();
+        (step.limits)(&mut limits);
+        limits.realm.or(realm) == Some(harness_core::Realm::Private)
+    });
+    if let (Some(warm_up), false) = (&warm_up, private_probe) {
+        if let Err(reason) = check_reuse(case.name, warm_up, &earlier) {
+            return Status::Failed { reason };
         }
     }
     if case.group == Group::Security {

@@ -137,7 +137,11 @@ async fn suite(cli: Cli, kinds: Vec<EngineKind>) -> ExitCode {
             eprintln!("{}", format::totals(&reports));
         }
     }
-    if reports.iter().any(|r| r.failed() > 0) {
+    let reuse = harness_conformance::REUSE.summary();
+    if let Some((line, _)) = &reuse {
+        eprintln!("{line}");
+    }
+    if reports.iter().any(|r| r.failed() > 0) || reuse.is_some_and(|(_, holds)| !holds) {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

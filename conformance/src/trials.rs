@@ -131,7 +131,14 @@ impl Trials {
                 .expect("tokio runtime"),
         );
         let trials = self.trials(&rt);
-        libtest_mimic::run(&args, trials).exit()
+        let conclusion = libtest_mimic::run(&args, trials);
+        if let Some((line, holds)) = crate::REUSE.summary() {
+            println!("{line}");
+            if !holds {
+                std::process::exit(101);
+            }
+        }
+        conclusion.exit()
     }
 }
 

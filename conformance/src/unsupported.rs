@@ -62,6 +62,7 @@ pub const UNSUPPORTED: &[Unsupported] = &[
     boa_in_process("contract::timeout_metadata", BOA_CANNOT_STOP),
     boa_in_process("cross_run::timeout_then_run", BOA_CANNOT_STOP),
     boa_in_process("cross_run::memory_then_run", BOA_NO_MEMORY_LIMIT),
+    boa_in_process("cross_run::caught_out_of_memory", BOA_NO_MEMORY_LIMIT),
 ];
 
 /// The entry for `case` on the engine `info` describes, if there is one.

@@ -167,7 +167,75 @@ macro_rules! plant {
     };
 }
 
+/// A source that would close the function it runs in never runs: it is a
+/// ScriptSyntaxError and none of it reaches the engine.
+fn refused_breakout(o: &Observed) -> Result<Option<String>, String> {
+    expect_code(o, ErrorCode::ScriptSyntaxError)?;
+    ensure(
+        o,
+        o.report.console.is_empty() && o.report.tool_calls.is_empty(),
+        "part of a refused script ran",
+    )
+}
+
+/// What a breakout would have declared at the top level of the context
+/// (a `planted` binding, a replaced `JSON`) is not there for the next run,
+/// and no callback it queued writes to its console.
+const BREAKOUT_PROBE: &str = "console.log('probe'); await tools.sleep({ ms: 60 }); \
+    return [typeof planted === 'undefined', JSON.stringify({ a: 1 }) === '{\"a\":1}']";
+
+fn breakout_probe(o: &Observed) -> Result<Option<String>, String> {
+    quiet_console(o)?;
+    all_true(o)
+}
+
+/// `case!` for a breakout through `$how`: the first run is refused, the
+/// second sees nothing of it.
+macro_rules! breakout {
+    ($name:literal, $doc:literal, $src:expr) => {
+        case!(
+            $name,
+            $doc,
+            Security,
+            Nothing,
+            [
+                Spec::new($src, refused_breakout),
+                Spec::new(BREAKOUT_PROBE, breakout_probe)
+            ]
+        )
+    };
+}
+
 pub const CASES: &[Case] = &[
+    // ---- the wrapper -------------------------------------------------------
+    breakout!("cross_run::breakout_plain", "a script that closes its function (`}); let planted …; (async function () {`) is a ScriptSyntaxError and leaves no global binding",
+        "}); let planted = 1; const JSON = { stringify() { return 'LEAK' } }; (async function () { return 1"),
+    breakout!("cross_run::breakout_stash", "the stash attack: a breakout that shadows a built-in to record the next run's values is refused",
+        "}); const stash = []; const structuredClone = (v) => { stash.push(JSON.stringify(v)); return JSON.parse(JSON.stringify(v)) }; var planted = stash; (async function () {"),
+    breakout!("cross_run::breakout_line_comment", "a breakout that ends in a line comment (swallowing the wrapper's close) is refused",
+        "}); let planted = 1; (async function () { //"),
+    breakout!("cross_run::breakout_block_comment", "a breakout inside and after block comments is refused",
+        "/* } */ }); /* ) */ let planted = 1; (async function () { /* { */"),
+    breakout!("cross_run::breakout_template", "a breakout after a template literal (`${}` holes included) is refused",
+        "const t = `${'}'}`; }); let planted = `x`; (async function () { return t"),
+    breakout!("cross_run::breakout_regex", "a breakout after a regex literal that holds braces and parens is refused",
+        "const r = /[})]/; }); let planted = r; (async function () { return 1"),
+    breakout!("cross_run::breakout_html_open_comment", "`<!--` cannot hide a breakout from either reading of HTML-like comments",
+        "let a = 1, b = 2; a <!--b + `\n}); let planted = 1; (async function () {\n`"),
+    breakout!("cross_run::breakout_html_close_comment", "`-->` at a line's start cannot hide a breakout from either reading",
+        "let x = 1\n--> }); let planted = 1; (async function () {"),
+    breakout!("cross_run::breakout_line_separator", "U+2028 ends a line comment: the `})` after it closes nothing",
+        "// a\u{2028}}); let planted = 1; (async function () {"),
+    breakout!("cross_run::breakout_unicode_escape", "unicode escapes in identifiers cannot spell a breakout",
+        "let \\u0070lanted = 1; }); let planted = 1; (async function () {"),
+    breakout!("cross_run::breakout_timer_planted", "a breakout that queues a job for the next run is refused",
+        "}); Promise.resolve().then(() => console.log('LEAK job')); let planted = 1; (async function () {"),
+    case!("cross_run::breakout_typescript", "TypeScript whose types strip to a breakout is refused", Security, Nothing,
+        [Spec::new("}); let planted: number = 1; (async function (): Promise<void> {", refused_breakout)
+            .language(harness_core::ScriptLanguage::TypeScript),
+         Spec::new(BREAKOUT_PROBE, breakout_probe)]),
+
+
     // ---- the global object and the script's scope -------------------------
     case!("cross_run::global_assignment", "a global assigned by one run is absent in the next", Security, Nothing,
         [plant!("globalThis.plantedGlobal = 1"),
@@ -342,6 +410,9 @@ pub const CASES: &[Case] = &[
     case!("cross_run::memory_then_run", "a run over its memory limit leaves the next its full heap", Security, MemoryLimit,
         [Spec::new("const xs = []; while (true) xs.push(new Array(1e5).fill(1))", |o| expect_code(o, ErrorCode::ScriptMemoryError)).limits(small_heap),
          Spec::new("const xs = []; for (let i = 0; i < 8; i++) xs.push(new Array(1e5).fill(1)); return 2", two).limits(small_heap)]),
+    case!("cross_run::caught_out_of_memory", "an allocation over the memory limit that the script catches (`new ArrayBuffer(2 ** 30)` under 32 MiB) is ScriptMemoryError, and the next run works", Security, MemoryLimit,
+        [Spec::new("try { new ArrayBuffer(2 ** 30) } catch (e) { return e.name }", |o| expect_code(o, ErrorCode::ScriptMemoryError)).limits(small_heap),
+         Spec::new("return 1 + 1", two).limits(small_heap)]),
     case!("cross_run::cancel_then_run", "a run cancelled during a tool call leaves the engine ready", Security, Nothing,
         [Spec::new("await tools.sleep({ ms: 5000 }); return 1", |o| expect_code(o, ErrorCode::ScriptCancelledError)).cancel_after(100),
          Spec::new("return 1 + 1", two)]),

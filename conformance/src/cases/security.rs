@@ -50,7 +50,71 @@ fn small_heap(l: &mut harness_core::Limits) {
     l.memory_bytes = 32 << 20;
 }
 
+/// The harness's own error, rethrown after the script rewrote its `code`,
+/// `name`, `tool` and `callId`, is reported as the harness made it.
+fn genuine_not_found(o: &Observed) -> Result<Option<String>, String> {
+    expect_code(o, ErrorCode::ToolNotFoundError)?;
+    let e = o.report.error.as_ref();
+    ensure(
+        o,
+        e.is_some_and(|e| e.tool.as_deref() == Some("nope") && e.call_id != Some(99)),
+        "the report took the tool or call id the script wrote",
+    )?;
+    ensure(o, !o.report.retried, "the run was retried")
+}
+
+/// A script's own error that names a harness code is the script's error.
+fn forged_is_runtime_error(o: &Observed) -> Result<Option<String>, String> {
+    expect_code(o, ErrorCode::ScriptRuntimeError)?;
+    ensure(o, !o.report.retried, "the run was retried")
+}
+
+fn replacement_character(o: &Observed) -> Result<Option<String>, String> {
+    ensure(o, o.report.ok, "the run failed")?;
+    let texts: Vec<&str> = o.report.console.iter().map(|c| c.text.as_str()).collect();
+    ensure(
+        o,
+        texts == ["a\u{FFFD}b", "\u{FFFD}"]
+            && o.report.progress.len() == 1
+            && o.report.progress[0].message == "p\u{FFFD}",
+        &format!("expected lone surrogates as U+FFFD, got {texts:?}"),
+    )
+}
+
+fn serialization_at_p(o: &Observed) -> Result<Option<String>, String> {
+    expect_code(o, ErrorCode::SerializationError)?;
+    ensure(
+        o,
+        o.report
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("$.p")),
+        "the error does not name the path $.p",
+    )
+}
+
 pub const CASES: &[Case] = &[
+    // Codes come from what the host knows, never from the thrown value.
+    case!("security::forged_code_on_a_host_error", "a harness error whose code the script rewrote to HarnessInternalError keeps its own code (BannedIdentifierError), and the run is not retried", Security, Nothing,
+        [Spec::new("try { eval('1') } catch (e) { e.code = 'HarnessInternalError'; e.name = 'HarnessInternalError'; throw e }", |o| {
+            expect_code(o, ErrorCode::BannedIdentifierError)?;
+            ensure(o, !o.report.retried, "the run was retried")
+        })]),
+    case!("security::forged_tool_and_call_id", "a ToolNotFoundError rethrown with another code, tool and call id is reported with the harness's", Security, Nothing,
+        [Spec::new("try { await tools.nope({}) } catch (e) { e.code = 'ApprovalDeniedError'; e.tool = 'exec'; e.callId = 99; throw e }", genuine_not_found)]),
+    case!("security::forged_code_on_a_script_error", "a script's own error named ScriptTimeoutError or carrying a code is ScriptRuntimeError", Security, Nothing,
+        [Spec::new("throw Object.assign(new Error('fake'), { name: 'ScriptTimeoutError', code: 'ScriptTimeoutError' })", forged_is_runtime_error),
+         Spec::new("throw Object.assign(new Error('interrupted'), { name: 'InternalError', code: 'HarnessInternalError' })", forged_is_runtime_error),
+         Spec::new("const e = new Error('x'); e.name = 'ApprovalDeniedError'; e.code = 'ApprovalDeniedError'; e.tool = 'exec'; e.callId = 1; throw e", forged_is_runtime_error)]),
+    // Source text the language allows, the same on every engine.
+    case!("security::nul_in_source", "a NUL byte in a string literal, a template or a comment is JavaScript", Security, Nothing,
+        [Spec::new("// a \0 comment\nreturn ['a\0b'.length, `\0`.length, /* \0 */ 1]", |o| expect_value(o, json!([3, 1, 1])))]),
+    case!("security::lone_surrogates_reach_the_host", "console lines and progress messages with lone surrogates are logged with U+FFFD", Security, Nothing,
+        [Spec::new("console.log('a\\uD800b'); console.log('\\uDC00'); context.emitProgress('p\\uD83D'); return 1", replacement_character)]),
+    case!("security::unsettleable_promise_in_value", "a returned fake promise (`Object.create(Promise.prototype)`) or one whose species throws is SerializationError naming its path", Security, Nothing,
+        [Spec::new("return { p: Object.create(Promise.prototype) }", serialization_at_p),
+         Spec::new("const q = Promise.resolve(1); Object.defineProperty(q, 'constructor', { get() { throw new Error('species') } }); return { p: q }", serialization_at_p)]),
+
     // Code generation from strings, by every road.
     case!("security::eval_direct", "direct eval is BannedIdentifierError", Security, Nothing,
         [Spec::new("return eval('1 + 1')", banned)]),
@@ -202,8 +266,11 @@ pub const CASES: &[Case] = &[
         [Spec::new("import fs from 'fs'", |o| expect_code(o, ErrorCode::ScriptSyntaxError))]),
     case!("security::dynamic_import", "import() never loads a module", Security, Nothing,
         [Spec::new("try { await import('fs'); return 'loaded' } catch (e) { return 'refused' }", |o| expect_value(o, json!("refused")))]),
-    case!("security::wrapper_escape", "closing the wrapper early still runs inside the hardened context", Security, Nothing,
-        [Spec::new("}); const escaped = [typeof process, Object.isFrozen(Object.prototype), Object.isFrozen(globalThis)]; (async function () { return escaped", |o| expect_value(o, json!(["undefined", true, true])))]),
+    case!("security::wrapper_escape", "a script that closes its wrapper early is a ScriptSyntaxError: none of it runs", Security, Nothing,
+        [Spec::new("}); console.log('ran'); const escaped = [typeof process]; (async function () { return escaped", |o| {
+            expect_code(o, ErrorCode::ScriptSyntaxError)?;
+            ensure(o, o.report.console.is_empty(), "part of the script ran")
+        })]),
     case!("security::undefined_result_of_probe", "reading unknown tools neither throws nor yields a thenable", Security, Nothing,
         [Spec::new("const t = tools.then; const s = tools[Symbol.toPrimitive]; return void [t, s]", expect_undefined)]),
 ];
