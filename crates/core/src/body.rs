@@ -70,6 +70,9 @@ impl Body {
             ));
         }
         let body = Body::wrap(source);
+        if accepted_lately(source) {
+            return Ok(body);
+        }
         // A parser panic must not take the host down: it refuses the script.
         let checked = std::panic::catch_unwind(|| {
             check(&body, SourceType::script())?;
@@ -79,7 +82,10 @@ impl Body {
             Ok(())
         });
         match checked {
-            Ok(Ok(())) => Ok(body),
+            Ok(Ok(())) => {
+                remember(source);
+                Ok(body)
+            }
             Ok(Err(e)) => Err(e),
             Err(payload) => Err(ScriptError::internal(format!(
                 "the JavaScript parser failed on this script: {}",
@@ -114,6 +120,42 @@ impl Body {
             .get(HEAD.len()..self.wrapped.len().saturating_sub(TAIL.len()))
             .unwrap_or("")
     }
+}
+
+thread_local! {
+    /// Sources this thread accepted lately, most recent first: a script
+    /// run again (a retry, a loop of the same script) is not parsed
+    /// again. The check is a pure function of the text, which is compared
+    /// whole.
+    static ACCEPTED: std::cell::RefCell<Vec<Box<str>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Sources remembered per thread, and the longest one remembered.
+const ACCEPTED_ENTRIES: usize = 16;
+const ACCEPTED_MAX_BYTES: usize = 16 << 10;
+
+fn accepted_lately(source: &str) -> bool {
+    ACCEPTED.with(|a| {
+        let mut a = a.borrow_mut();
+        match a.iter().position(|s| &**s == source) {
+            Some(i) => {
+                a[..=i].rotate_right(1);
+                true
+            }
+            None => false,
+        }
+    })
+}
+
+fn remember(source: &str) {
+    if source.len() > ACCEPTED_MAX_BYTES {
+        return;
+    }
+    ACCEPTED.with(|a| {
+        let mut a = a.borrow_mut();
+        a.insert(0, source.into());
+        a.truncate(ACCEPTED_ENTRIES);
+    });
 }
 
 /// Whether `source` has `<!--`, or `-->` after only blanks on its line,
@@ -279,6 +321,14 @@ mod tests {
         assert_eq!(e.location.map(|l| l.line), Some(2), "{e:?}");
         let e = refused("if (x) {");
         assert!(e.message.contains("unexpected end of script"), "{e:?}");
+    }
+
+    #[test]
+    fn a_source_accepted_before_is_accepted_again_and_a_refused_one_refused() {
+        for _ in 0..3 {
+            assert!(Body::parse("return 42").is_ok());
+            refused("}); (async function () {");
+        }
     }
 
     #[test]
