@@ -992,6 +992,13 @@ fn run<E: Engine + ?Sized>(
     let (value, error) = ctl.conclude(end, &limits, memory_exhausted, &request.source);
     ctl.engine.finished();
     let (value, error) = final_error(value, error, memory_exhausted, &orphans, &limits);
+    // A stack overflow the script's promise rejected with (caught and
+    // rethrown, or uncaught in an async frame) is a fault too: the engine
+    // hit its stack limit in this context.
+    let engine_tainted = engine_tainted
+        || error
+            .as_ref()
+            .is_some_and(|e| e.code == ErrorCode::StackOverflowError && e.phase != Phase::Parsing);
 
     // The engine may keep the host state alive (its native function holds
     // it until the context is collected); the observer must not outlive

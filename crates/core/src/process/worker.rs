@@ -486,7 +486,10 @@ fn serve_run(
                     kind,
                 }
             })
-            .collect();
+            .collect::<Vec<Classified>>();
+        // The script failed with a stack overflow: the same rule as in
+        // process (`run_script`), the context goes.
+        tainted |= kinds.iter().any(|k| k.kind == FaultKind::StackOverflow);
         let fuel_consumed = engine.fuel_consumed();
         let context = engine.context_id();
         pipe.send(&FromWorker::Step {
