@@ -93,7 +93,34 @@ fn serialization_at_p(o: &Observed) -> Result<Option<String>, String> {
     )
 }
 
+/// Room for a 65 MiB string and its copies on the way out (Boa's worker
+/// counts them all).
+fn big_heap(l: &mut harness_core::Limits) {
+    l.memory_bytes = 1 << 30;
+}
+
+/// A console line over the process boundary's frame limit (64 MiB, as
+/// JSON) is cut as in process.
+fn huge_line_cut(o: &Observed) -> Result<Option<String>, String> {
+    expect_value(o, json!(1))?;
+    let line = o.report.console.first().map_or("", |c| c.text.as_str());
+    ensure(
+        o,
+        line.len() < (1 << 20) && line.contains("truncated"),
+        &format!(
+            "expected the line cut with a marker, got {} bytes",
+            line.len()
+        ),
+    )
+}
+
 pub const CASES: &[Case] = &[
+    // Output larger than a frame of the process boundary meets the
+    // limits it meets in process, not a dead worker.
+    case!("security::output_over_the_frame_limit", "a console line and a return value over the boundary's 64 MiB frame as JSON (12 Mi control characters, 6 bytes each escaped) are cut and ReturnValueTooLargeError, in process and behind the boundary alike", Security, Nothing,
+        [Spec::new("console.log('\\x01'.repeat(12 * 1048576)); return 1", huge_line_cut).limits(big_heap),
+         Spec::new("return ['\\x01'.repeat(12 * 1048576)]", |o| expect_code(o, ErrorCode::ReturnValueTooLargeError)).limits(big_heap)]),
+
     // Codes come from what the host knows, never from the thrown value.
     case!("security::forged_code_on_a_host_error", "a harness error whose code the script rewrote to HarnessInternalError keeps its own code (BannedIdentifierError), and the run is not retried", Security, Nothing,
         [Spec::new("try { eval('1') } catch (e) { e.code = 'HarnessInternalError'; e.name = 'HarnessInternalError'; throw e }", |o| {

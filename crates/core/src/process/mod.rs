@@ -93,6 +93,18 @@ pub const EXIT_OUT_OF_MEMORY: i32 = 86;
 /// make the reader allocate gigabytes).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
 
+/// Largest message either side sends or accepts: a message over
+/// [`MAX_FRAME_BYTES`] (a console line, a return value or a tool's
+/// arguments that large) goes as frames of parts, each [`PART`] and a
+/// piece of the message, then a last frame with the rest, so that a run
+/// behind the boundary meets the limits it meets in process (the line
+/// cut, ReturnValueTooLargeError) instead of a dead worker.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+/// The first byte of a frame that holds a part of a longer message (no
+/// JSON text starts with it).
+const PART: u8 = 0;
+
 /// Host to worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
@@ -292,6 +304,7 @@ pub(crate) fn readable(fd: std::os::fd::RawFd) -> bool {
 }
 
 /// Writes one frame and flushes.
+#[cfg(test)]
 pub(crate) fn write_frame<W: Write, T: Serialize>(w: &mut W, msg: &T) -> io::Result<()> {
     write_body(w, &frame_body(msg)?)?;
     w.flush()
@@ -305,6 +318,7 @@ fn write_body<W: Write>(w: &mut W, body: &[u8]) -> io::Result<()> {
 }
 
 /// Reads one frame. End of stream before a frame is `UnexpectedEof`.
+#[cfg(test)]
 pub(crate) fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> io::Result<T> {
     parse_body(&read_body(r)?)
 }
@@ -374,27 +388,53 @@ impl<R: Read, W: Write> Link<R, W> {
         self.rings = Some(rings);
     }
 
-    /// Sends one frame.
+    /// Sends one message: one frame, or parts and a last frame when it is
+    /// over [`MAX_FRAME_BYTES`].
     pub(crate) fn send<T: Serialize>(&mut self, msg: &T) -> io::Result<()> {
+        let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
+        if body.len() > MAX_MESSAGE_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a message of {} bytes is over the limit of {MAX_MESSAGE_BYTES}",
+                    body.len()
+                ),
+            ));
+        }
+        let mut rest = &body[..];
+        // The last frame keeps at least two bytes: never an empty frame
+        // (a doorbell).
+        while rest.len() > MAX_FRAME_BYTES {
+            let (piece, tail) = rest.split_at(MAX_FRAME_BYTES - 1);
+            let mut part = Vec::with_capacity(MAX_FRAME_BYTES);
+            part.push(PART);
+            part.extend_from_slice(piece);
+            self.send_body(&part)?;
+            rest = tail;
+        }
+        self.send_body(rest)
+    }
+
+    fn send_body(&mut self, body: &[u8]) -> io::Result<()> {
         #[cfg(target_os = "linux")]
         if self.rings.is_some() {
-            return self.send_by_ring(msg);
+            return self.send_by_ring(body);
         }
-        write_frame(&mut self.output, msg)
+        write_body(&mut self.output, body)?;
+        self.output.flush()
     }
 
     #[cfg(target_os = "linux")]
-    fn send_by_ring<T: Serialize>(&mut self, msg: &T) -> io::Result<()> {
-        let body = frame_body(msg)?;
+    fn send_by_ring(&mut self, body: &[u8]) -> io::Result<()> {
         loop {
             let rings = self.rings.as_mut().expect("rings in use");
-            let (pushed, doorbell) = rings.push(&body)?;
+            let (pushed, doorbell) = rings.push(body)?;
             if doorbell {
                 write_body(&mut self.output, &[])?;
             }
             match pushed {
                 ring::Pushed::Ring => {}
-                ring::Pushed::Marker => write_body(&mut self.output, &body)?,
+                ring::Pushed::Marker => write_body(&mut self.output, body)?,
                 ring::Pushed::Full => {
                     self.wait_for_room()?;
                     continue;
@@ -495,26 +535,53 @@ impl<R: Read, W: Write> Link<R, W> {
         }
     }
 
-    /// The next frame; `spin`: poll for it first ([`Link::spin_for_input`],
-    /// [`may_spin`]).
+    /// The next message (one frame, or its parts and last frame); `spin`:
+    /// poll for it first ([`Link::spin_for_input`], [`may_spin`]).
     pub(crate) fn recv<T: DeserializeOwned>(&mut self, spin: bool) -> io::Result<T> {
         if spin {
             self.spin_for_input();
         }
+        let mut parts = Vec::new();
+        loop {
+            let message = self.with_next_body(|body| match body.split_first() {
+                Some((&PART, piece)) => {
+                    parts.extend_from_slice(piece);
+                    None
+                }
+                _ if parts.is_empty() => Some(parse_body(body)),
+                _ => {
+                    parts.extend_from_slice(body);
+                    Some(parse_body(&parts))
+                }
+            })?;
+            if let Some(m) = message {
+                return m;
+            }
+            if parts.len() > MAX_MESSAGE_BYTES {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("a message over the limit of {MAX_MESSAGE_BYTES} bytes"),
+                ));
+            }
+        }
+    }
+
+    /// Hands the next frame's body to `f`.
+    fn with_next_body<O>(&mut self, f: impl FnOnce(&[u8]) -> O) -> io::Result<O> {
         #[cfg(target_os = "linux")]
         if self.rings.is_some() {
-            return self.recv_by_ring();
+            return self.recv_by_ring(f);
         }
-        read_frame(&mut self.input)
+        Ok(f(&read_body(&mut self.input)?))
     }
 
     #[cfg(target_os = "linux")]
-    fn recv_by_ring<T: DeserializeOwned>(&mut self) -> io::Result<T> {
+    fn recv_by_ring<O>(&mut self, f: impl FnOnce(&[u8]) -> O) -> io::Result<O> {
         loop {
             let rings = self.rings.as_mut().expect("rings in use");
             match rings.pop(&mut self.body)? {
-                ring::Popped::Frame => return parse_body(&self.body),
-                ring::Popped::OnPipe => return self.frame_from_pipe(),
+                ring::Popped::Frame => return Ok(f(&self.body)),
+                ring::Popped::OnPipe => return Ok(f(&self.frame_from_pipe()?)),
                 ring::Popped::Empty => {}
             }
             if !rings.sleep() {
@@ -529,7 +596,7 @@ impl<R: Read, W: Write> Link<R, W> {
                 // Sent on the pipe after its marker, which is in the ring
                 // by now.
                 return match rings.pop(&mut self.body)? {
-                    ring::Popped::OnPipe => parse_body(&frame),
+                    ring::Popped::OnPipe => Ok(f(&frame)),
                     _ => Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "a frame on the pipe without its marker",
@@ -542,10 +609,10 @@ impl<R: Read, W: Write> Link<R, W> {
     /// The frame a marker announced: the next one on the pipe, after any
     /// doorbells.
     #[cfg(target_os = "linux")]
-    fn frame_from_pipe<T: DeserializeOwned>(&mut self) -> io::Result<T> {
+    fn frame_from_pipe(&mut self) -> io::Result<Vec<u8>> {
         loop {
             if let Some(frame) = read_item(&mut self.input)? {
-                return parse_body(&frame);
+                return Ok(frame);
             }
         }
     }
@@ -644,6 +711,51 @@ mod tests {
         junk.extend_from_slice(b"hello");
         let e = read_frame::<_, ToWorker>(&mut &junk[..]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn a_message_over_the_frame_limit_goes_in_parts_and_comes_back_whole() {
+        let line = "é".repeat(MAX_FRAME_BYTES / 2 + 7) + "\u{1}x";
+        let mut out = Link::new(
+            io::empty(),
+            Vec::new(),
+            #[cfg(unix)]
+            -1,
+            None,
+        );
+        let msg = FromWorker::Notice {
+            op: "console".into(),
+            a: "log".into(),
+            b: line.clone(),
+        };
+        out.send(&msg).unwrap();
+        out.send(&FromWorker::Ready).unwrap();
+        let bytes = out.output.into_inner().unwrap();
+        // More than one frame, none over the limit.
+        let mut r = &bytes[..];
+        let mut frames = 0;
+        while !r.is_empty() {
+            let len = u32::from_le_bytes(r[..4].try_into().unwrap()) as usize;
+            assert!(len <= MAX_FRAME_BYTES);
+            r = &r[4 + len..];
+            frames += 1;
+        }
+        assert!(frames >= 3, "{frames} frames");
+        let mut back = Link::new(
+            &bytes[..],
+            io::sink(),
+            #[cfg(unix)]
+            -1,
+            None,
+        );
+        match back.recv::<FromWorker>(false).unwrap() {
+            FromWorker::Notice { op, b, .. } => assert!(op == "console" && b == line),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            back.recv::<FromWorker>(false).unwrap(),
+            FromWorker::Ready
+        ));
     }
 }
 
