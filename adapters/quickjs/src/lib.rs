@@ -299,6 +299,8 @@ struct QjsEngine<'w> {
     pre_private_bytes: usize,
     /// The run has a private realm: its context is never reused.
     private: bool,
+    /// A fault of the script's first steps, for `run_jobs` to report.
+    deferred: Option<EngineFault>,
     slot: &'w RuntimeSlot,
 }
 
@@ -515,13 +517,21 @@ impl Engine for QjsEngine<'_> {
                 }
             };
             let start = start.restore(ctx).map_err(|e| self.fault(ctx, e))?;
-            start
+            Ok(start
                 .call::<_, ()>((script,))
-                .map_err(|e| self.fault(ctx, e))
+                .err()
+                .map(|e| self.fault(ctx, e)))
         })
+        // The script's own first steps failed (a stack overflow in its
+        // synchronous part that the prelude could not catch): a fault of
+        // the run, reported by `run_jobs`, never taken for one of compiling.
+        .map(|deferred| self.deferred = deferred)
     }
 
     fn run_jobs(&mut self) -> Result<(), EngineFault> {
+        if let Some(f) = self.deferred.take() {
+            return Err(self.finish_fault(f));
+        }
         let mut n: u32 = 0;
         loop {
             match self.slot.rt.execute_pending_job() {
@@ -702,6 +712,7 @@ impl EngineThread for QuickJsThread {
             pre_private,
             pre_private_bytes,
             private: false,
+            deferred: None,
             slot,
         };
         let tainted = run(Ok(&mut engine));

@@ -416,6 +416,12 @@ pub const CASES: &[Case] = &[
     case!("cross_run::stack_overflow_then_run", "a run that overflowed its stack (caught or not) leaves the next run another context, which works", Security, Nothing,
         [Spec::new("function f(n) { return f(n + 1) + 1 } try { f(0) } catch (e) { throw e }", |o| expect_code(o, ErrorCode::StackOverflowError)),
          Spec::new("return 1 + 1", two)]),
+    case!("cross_run::plain_recursion_then_run", "a plain synchronous recursion that overflows is a StackOverflowError while executing (not parsing), and the next run is in another context", Security, Nothing,
+        [Spec::new("function f(n) { return f(n + 1) + 1 } return f(0)", |o| {
+            expect_code(o, ErrorCode::StackOverflowError)?;
+            ensure(o, o.report.error.as_ref().is_some_and(|e| e.phase == harness_core::Phase::Executing), "reported as a parse error")
+        }),
+         Spec::new("return 1 + 1", two)]),
     case!("cross_run::cancel_then_run", "a run cancelled during a tool call leaves the engine ready", Security, Nothing,
         [Spec::new("await tools.sleep({ ms: 5000 }); return 1", |o| expect_code(o, ErrorCode::ScriptCancelledError)).cancel_after(100),
          Spec::new("return 1 + 1", two)]),

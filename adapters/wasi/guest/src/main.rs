@@ -71,6 +71,11 @@ struct State {
     /// The context is a private realm (`harness_private`): it serves one
     /// run, and the instance is not reused after it.
     private: bool,
+    /// The fault of the script's own first steps, which `harness_start`
+    /// compiled and called: reported by the next `harness_run_jobs`, so
+    /// that the host never takes it for a fault of compiling (a stack
+    /// overflow there is a run's fault, which ends the instance).
+    deferred: Option<Fault>,
 }
 
 thread_local! {
@@ -250,6 +255,7 @@ fn init_state(private: bool) -> Result<State, Fault> {
         alloc,
         after_gc: 0,
         private,
+        deferred: None,
     })
 }
 
@@ -364,6 +370,7 @@ pub extern "C" fn harness_private() -> i32 {
         if state.start.is_some() {
             return Err(Fault::internal("a run is installed already"));
         }
+        state.deferred = None;
         if state.private {
             return Ok(());
         }
@@ -438,21 +445,25 @@ pub extern "C" fn harness_start() -> i32 {
             .start
             .clone()
             .ok_or_else(|| Fault::internal("not loaded"))?;
-        state.ctx.with(|ctx| {
-            let script = eval_raw(&ctx, &source, c"script.js", STRICT_SCRIPT)
-                .and_then(|v| v.get::<Function>());
-            let script: Function = script.map_err(|e| {
-                let mut f = js_fault(&ctx, e);
-                if matches!(f.kind, Kind::Thrown) && f.name == "SyntaxError" {
-                    f.kind = Kind::Syntax;
-                }
-                f
-            })?;
-            let start = start.restore(&ctx).map_err(|e| js_fault(&ctx, e))?;
-            start
-                .call::<_, ()>((script,))
-                .map_err(|e| js_fault(&ctx, e))
-        })
+        state
+            .ctx
+            .with(|ctx| {
+                let script = eval_raw(&ctx, &source, c"script.js", STRICT_SCRIPT)
+                    .and_then(|v| v.get::<Function>());
+                let script: Function = script.map_err(|e| {
+                    let mut f = js_fault(&ctx, e);
+                    if matches!(f.kind, Kind::Thrown) && f.name == "SyntaxError" {
+                        f.kind = Kind::Syntax;
+                    }
+                    f
+                })?;
+                let start = start.restore(&ctx).map_err(|e| js_fault(&ctx, e))?;
+                Ok(start
+                    .call::<_, ()>((script,))
+                    .err()
+                    .map(|e| js_fault(&ctx, e)))
+            })
+            .map(|deferred| state.deferred = deferred)
     })
 }
 
@@ -460,6 +471,9 @@ pub extern "C" fn harness_start() -> i32 {
 #[no_mangle]
 pub extern "C" fn harness_run_jobs() -> i32 {
     with_state(|state| loop {
+        if let Some(f) = state.deferred.take() {
+            return Err(f);
+        }
         match state.rt.execute_pending_job() {
             Ok(true) => {}
             Ok(false) => return Ok(()),

@@ -95,7 +95,7 @@ pub const MAX_FRAME_BYTES: usize = 64 << 20;
 
 /// Largest message either side sends or accepts: a message over
 /// [`MAX_FRAME_BYTES`] (a console line, a return value or a tool's
-/// arguments that large) goes as frames of parts, each [`PART`] and a
+/// arguments that large) goes as frames of parts, each a `0` byte and a
 /// piece of the message, then a last frame with the rest, so that a run
 /// behind the boundary meets the limits it meets in process (the line
 /// cut, ReturnValueTooLargeError) instead of a dead worker.
