@@ -25,6 +25,10 @@ pub const CASES: &[Case] = &[
          Spec::new("type N = number;\nconst n: N = 2;\nreturn n", |o| expect_value(o, json!(2))).language(ScriptLanguage::TypeScript),
          Spec::new("return [1, 2].map((x) => x * 2)", |o| expect_value(o, json!([2, 4]))).language(ScriptLanguage::TypeScript),
          Spec::new("const xs: number[] = [1]; return xs", |o| expect_code(o, ErrorCode::ScriptSyntaxError)).language(ScriptLanguage::JavaScript)]),
+    case!("contract::typescript_namespace_values", "a TypeScript namespace with values (`namespace N { export const x = 1 }`) and an ambient `declare module` run; module syntax stays refused", Semantics, Nothing,
+        [Spec::new("namespace N { export const x = 1; export function twice(n: number) { return 2 * n } }\nreturn N.twice(N.x)", |o| expect_value(o, json!(2))).language(ScriptLanguage::TypeScript),
+         Spec::new("declare module \"m\" { export function g(): void }\nreturn 3", |o| expect_value(o, json!(3))).language(ScriptLanguage::TypeScript),
+         Spec::new("export const x: number = 1", |o| expect_code(o, ErrorCode::BannedIdentifierError)).language(ScriptLanguage::TypeScript)]),
     case!("contract::typescript_positions", "stripped TypeScript keeps every line and column: stacks and syntax errors point into the original", Semantics, Nothing,
         [Spec::new("const label: string = 'x';\nfunction f(a: string): never {\n  throw new RangeError(a);\n}\nf(label)", |o| {
             expect_code(o, ErrorCode::ScriptRuntimeError)?;
