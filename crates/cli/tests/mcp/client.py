@@ -81,6 +81,29 @@ async def exercise(session: ClientSession, root: str) -> None:
     r = await session.call_tool("check_script", {"code": "return 1"})
     assert structured(r)["ok"] is True
 
+    # One tenant's run cannot reach the next through the long-lived server
+    # (issue 68): a script that closes its function to plant a
+    # structuredClone that stashes what later runs pass it is refused, by
+    # check_script and run_script alike, and nothing of it is there for
+    # the next runs, 30 ms apart so that they meet the context it left.
+    breakout = (
+        "}); const stash = []; const structuredClone = (v) => { stash.push(JSON.stringify(v)); "
+        "return JSON.parse(JSON.stringify(v)) }; (async function () {"
+    )
+    r = await session.call_tool("check_script", {"code": breakout})
+    assert structured(r)["ok"] is False, structured(r)
+    r = await session.call_tool("run_script", {"code": breakout})
+    assert r.is_error and structured(r)["error"]["code"] == "ScriptSyntaxError", structured(r)
+    await asyncio.sleep(0.03)
+    r = await session.call_tool(
+        "run_script",
+        {"code": "return typeof structuredClone === 'function' ? structuredClone({apiKey: 'tenant-b-secret'}).apiKey.length : 15"},
+    )
+    assert structured(r)["value"] == 15, structured(r)
+    await asyncio.sleep(0.03)
+    r = await session.call_tool("run_script", {"code": "return typeof stash"})
+    assert structured(r)["value"] == "undefined", structured(r)
+
     # search_tools and describe_tools.
     r = await session.call_tool("search_tools", {"query": "read text file", "limit": 3})
     names = [t["name"] for t in structured(r)["tools"]]
