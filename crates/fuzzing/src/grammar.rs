@@ -148,6 +148,7 @@ const BREAKOUTS: &[&str] = &[
     "x\n--> }); let escaped = $; (async function () {",
     "// \u{2028}}); let escaped = $; (async function () {",
     "}, async function () {",
+    "}); let escaped = $; /*",
 ];
 
 /// A deterministic script built from `u`.
