@@ -49,6 +49,7 @@ pub const UNSUPPORTED: &[Unsupported] = &[
     boa_in_process("security::proxy_huge_own_keys", BOA_NO_MEMORY_LIMIT),
     boa_in_process("security::proxy_deep_chain", BOA_NO_STACK_GUARD),
     boa_in_process("security::infinite_loop", BOA_CANNOT_STOP),
+    boa_in_process("security::native_loop_deadline", BOA_CANNOT_STOP),
     boa_in_process("security::catch_all_loop", BOA_CANNOT_STOP),
     boa_in_process("security::regex_backtracking", BOA_CANNOT_STOP),
     boa_in_process("security::native_call_loop", BOA_CANNOT_STOP),

@@ -235,6 +235,12 @@ pub const CASES: &[Case] = &[
     case!("security::runtime_stack_exhaustion", "runaway recursion through toString is StackOverflowError", Security, Nothing,
         [Spec::new("const o = {toString() { return `${{toString: this.toString}}` }}; return `${o}`", |o| expect_code(o, ErrorCode::StackOverflowError))]),
     // CPU and memory bombs.
+    case!("security::native_loop_deadline", "a native loop the engine never interrupts (`Array(2**32 - 1).join('x')` under 32 MiB) still ends at its deadline, as ScriptTimeoutError or ScriptMemoryError", Security, Stop,
+        [Spec::new("return Array(2 ** 32 - 1).join('x').length", |o| {
+            let code = o.report.code();
+            ensure(o, matches!(code, Some(ErrorCode::ScriptTimeoutError | ErrorCode::ScriptMemoryError)), "expected a timeout or the memory limit")?;
+            ensure(o, o.wall < std::time::Duration::from_millis(3000), &format!("answered after {:?}, deadline 1 s", o.wall))
+        }).limits(|l| { l.timeout_ms = 1000; l.memory_bytes = 32 << 20; })]),
     case!("security::infinite_loop", "while(true){} times out", Security, Stop,
         [Spec::new("while (true) {}", timeout).limits(short)]),
     case!("security::catch_all_loop", "a loop that catches every error still stops at the deadline, also when heavy native work makes interrupt checks rare", Security, Stop,

@@ -468,13 +468,45 @@ impl<S: 'static> WorkerPool<S> {
         let finishing = self.shared.finishing.clone();
         let long = self.shared.private_tidy_long && request.limits.private_realm();
         let submitted_at = std::time::Instant::now();
+        // A run that outlives its deadline and grace inside the engine (a
+        // native loop over 2**32 array slots in QuickJS checks for no
+        // interrupt) is answered then, and its worker retired: see
+        // `retire`. A watchdog timer, so that no tokio timer is needed.
+        let stuck_after = request
+            .limits
+            .timeout()
+            .saturating_add(request.limits.orphan_grace())
+            .saturating_add(STUCK_SLACK);
+        let timeout_ms = request.limits.timeout_ms;
+        let (stuck_tx, mut stuck_rx) = tokio::sync::oneshot::channel::<()>();
+        let shared = self.shared.clone();
         let submitted = self.place(Box::new(move |s| {
+            let race = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
+            let watched = race.clone();
+            let _watch = std::time::Instant::now()
+                .checked_add(stuck_after)
+                .map(|at| {
+                    crate::watchdog::watch(
+                        at,
+                        tokio_util::sync::CancellationToken::new(),
+                        move || retire(&shared, &watched, stuck_tx),
+                    )
+                });
             let reply = Reply {
                 tx,
                 finishing,
                 long,
             };
-            run(s, request, &tokio, reply)
+            run(s, request, &tokio, reply);
+            let ended = race.compare_exchange(
+                RUNNING,
+                ENDED,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Acquire,
+            );
+            if ended.is_err() {
+                RETIRED.with(|r| r.set(true));
+            }
         }));
         let report = match submitted {
             Err(e) => ExecutionReport::failed(engine, ScriptError::internal(e)),
@@ -488,7 +520,10 @@ impl<S: 'static> WorkerPool<S> {
                 let answer = match soon {
                     Soon::Answer(report) => Some(report),
                     Soon::Closed => None,
-                    Soon::Later => rx.await.ok(),
+                    Soon::Later => tokio::select! {
+                        answer = &mut rx => answer.ok(),
+                        Ok(()) = &mut stuck_rx => Some(stuck_report(engine, timeout_ms)),
+                    },
                 };
                 let answer = answer.unwrap_or_else(|| {
                     ExecutionReport::failed(engine, ScriptError::internal(self.stopped()))
@@ -500,6 +535,63 @@ impl<S: 'static> WorkerPool<S> {
         guard.disarm();
         report
     }
+}
+
+/// How long past its deadline and orphan grace a run may take to answer
+/// before its worker is taken for stuck inside the engine.
+const STUCK_SLACK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// From the watchdog thread: the run is past its deadline and grace and
+/// has not ended. Unless it ended meanwhile, its worker is counted gone
+/// (a new one may take its place, and the backlog), it leaves when the
+/// engine returns, and the caller is told to answer ScriptTimeoutError.
+fn retire<S: 'static>(
+    shared: &Arc<Shared<S>>,
+    race: &std::sync::atomic::AtomicU8,
+    stuck: tokio::sync::oneshot::Sender<()>,
+) {
+    use std::sync::atomic::Ordering;
+    if race
+        .compare_exchange(RUNNING, STUCK, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    tracing::warn!(pool = %shared.name, "a run did not stop at its deadline inside the engine; its worker thread is retired");
+    metrics::counter!("worker_threads_retired_total", "pool" => shared.name.clone()).increment(1);
+    let mut s = shared
+        .state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    s.threads = s.threads.saturating_sub(1);
+    if !s.closed && s.threads < shared.max_threads {
+        if let Some(job) = s.backlog.pop_front() {
+            s.threads += 1;
+            drop(s);
+            if spawn(shared, job).is_err() {
+                let mut s = shared
+                    .state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                s.threads = s.threads.saturating_sub(1);
+            }
+        }
+    }
+    let _ = stuck.send(());
+}
+
+/// The answer for a run whose worker was retired ([`retire`]).
+fn stuck_report(engine: &str, timeout_ms: u64) -> ExecutionReport {
+    ExecutionReport::failed(
+        engine,
+        ScriptError::new(
+            crate::error::ErrorCode::ScriptTimeoutError,
+            crate::error::Phase::Executing,
+            format!(
+                "script exceeded its time limit of {timeout_ms} ms (stopped inside a long engine operation)"
+            ),
+        ),
+    )
 }
 
 impl<S> Drop for WorkerPool<S> {
@@ -843,10 +935,31 @@ fn guarded<S>(shared: &Shared<S>, state: &mut S, f: fn(&mut S)) {
 /// and if runs are queued and the pool is open, a new thread takes them.
 struct Leaving<'a, S: 'static>(&'a Arc<Shared<S>>);
 
+thread_local! {
+    /// Set on a worker whose run outlived its deadline inside the engine
+    /// ([`WorkerPool::execute`]): the pool counted it gone already, and it
+    /// leaves once the run returns.
+    static RETIRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn is_retired() -> bool {
+    RETIRED.with(std::cell::Cell::get)
+}
+
+/// A run's race between its end and its retirement: whichever moves
+/// [`RUNNING`] first wins.
+const RUNNING: u8 = 0;
+const ENDED: u8 = 1;
+const STUCK: u8 = 2;
+
 impl<S: 'static> Drop for Leaving<'_, S> {
     fn drop(&mut self) {
         let shared = self.0;
         finished_tidying(shared);
+        if is_retired() {
+            // Its place in the pool was given up when it was retired.
+            return;
+        }
         let mut s = shared
             .state
             .lock()
@@ -890,6 +1003,9 @@ fn work<S: 'static>(shared: &Arc<Shared<S>>, first: Job<S>) {
     loop {
         if catch_unwind(AssertUnwindSafe(|| job(&mut state))).is_err() {
             state = (shared.factory)();
+        }
+        if is_retired() {
+            return;
         }
         // Take queued work, or go idle on a fresh channel whose only sender
         // sits in the idle stack: when the pool closes, the stack is
