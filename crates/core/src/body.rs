@@ -158,8 +158,8 @@ fn remember(source: &str) {
     });
 }
 
-/// Whether `source` has `<!--`, or `-->` after only blanks on its line,
-/// anywhere (strings included: it only asks for a second parse).
+/// Whether `source` has `<!--` or `-->` anywhere (strings included: it
+/// only asks for a second parse).
 fn has_html_comment_token(source: &str) -> bool {
     source.contains("<!--") || source.contains("-->")
 }
