@@ -559,24 +559,7 @@ fn retire<S: 'static>(
     }
     tracing::warn!(pool = %shared.name, "a run did not stop at its deadline inside the engine; its worker thread is retired");
     metrics::counter!("worker_threads_retired_total", "pool" => shared.name.clone()).increment(1);
-    let mut s = shared
-        .state
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    s.threads = s.threads.saturating_sub(1);
-    if !s.closed && s.threads < shared.max_threads {
-        if let Some(job) = s.backlog.pop_front() {
-            s.threads += 1;
-            drop(s);
-            if spawn(shared, job).is_err() {
-                let mut s = shared
-                    .state
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                s.threads = s.threads.saturating_sub(1);
-            }
-        }
-    }
+    give_up_place(shared);
     let _ = stuck.send(());
 }
 
@@ -960,26 +943,32 @@ impl<S: 'static> Drop for Leaving<'_, S> {
             // Its place in the pool was given up when it was retired.
             return;
         }
-        let mut s = shared
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        s.threads = s.threads.saturating_sub(1);
-        if s.closed || s.threads >= shared.max_threads {
-            return;
-        }
-        if let Some(job) = s.backlog.pop_front() {
-            s.threads += 1;
-            drop(s);
-            if spawn(shared, job).is_err() {
-                // The job is dropped with its reply: its caller hears that
-                // the worker stopped.
-                let mut s = shared
-                    .state
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                s.threads = s.threads.saturating_sub(1);
-            }
+        give_up_place(shared);
+    }
+}
+
+/// A worker leaves the pool (it exits, or was retired): one thread fewer,
+/// and a new one for the backlog if there is room.
+fn give_up_place<S: 'static>(shared: &Arc<Shared<S>>) {
+    let mut s = shared
+        .state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    s.threads = s.threads.saturating_sub(1);
+    if s.closed || s.threads >= shared.max_threads {
+        return;
+    }
+    if let Some(job) = s.backlog.pop_front() {
+        s.threads += 1;
+        drop(s);
+        if spawn(shared, job).is_err() {
+            // The job is dropped with its reply: its caller hears that
+            // the worker stopped.
+            let mut s = shared
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.threads = s.threads.saturating_sub(1);
         }
     }
 }
