@@ -21,7 +21,7 @@
 //! and must be one function body there as well.
 
 use crate::error::{ErrorCode, Location, Phase, ScriptError};
-use crate::source::nesting_depth;
+use crate::source::{location, nesting_depth};
 use oxc_allocator::Allocator;
 use oxc_ast::ast::{Expression, Statement};
 use oxc_parser::{ParseOptions, Parser};
@@ -175,7 +175,12 @@ fn check(body: &Body, source_type: SourceType) -> Result<(), ScriptError> {
         .with_options(ParseOptions::default())
         .parse();
     let source = body.source();
-    let at = |offset: usize| locate(source, offset.saturating_sub(STRICT.len() + HEAD.len()));
+    let at = |offset: usize| {
+        Some(location(
+            source,
+            offset.saturating_sub(STRICT.len() + HEAD.len()),
+        ))
+    };
     if let Some(d) = parsed.diagnostics.errors().next() {
         let offset = d.labels.first().map_or(0, |l| l.offset() as usize);
         let ends_early = offset >= STRICT.len() + HEAD.len() + source.len();
@@ -235,20 +240,6 @@ fn syntax(detail: String, at: Option<Location>) -> ScriptError {
     ScriptError::new(ErrorCode::ScriptSyntaxError, Phase::Parsing, message)
         .with_name("SyntaxError")
         .with_location(at)
-}
-
-/// The 1-based line and column of byte `offset` in `source` (clamped to
-/// its end), columns counted in characters.
-fn locate(source: &str, offset: usize) -> Option<Location> {
-    let mut offset = offset.min(source.len());
-    while !source.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &source[..offset];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = source[line_start..offset].chars().count() + 1;
-    Some(Location::new(line as u32, column as u32))
 }
 
 #[cfg(test)]

@@ -1,6 +1,28 @@
 //! Turning raw bytes into a script source: UTF-8, BOM, size cap.
 
-use crate::error::{ErrorCode, Phase, ScriptError};
+use crate::error::{ErrorCode, Location, Phase, ScriptError};
+
+/// The 1-based line and column of byte `offset` in `source` (clamped to
+/// its end, and back to a character boundary), columns counted in
+/// characters: where parsers' byte offsets point in the user's script.
+///
+/// # Examples
+/// ```
+/// use harness_core::source::location;
+/// let l = location("let a = 1;\nlet é = ;", 20);
+/// assert_eq!((l.line, l.column), (2, 9));
+/// ```
+pub fn location(source: &str, offset: usize) -> Location {
+    let mut offset = offset.min(source.len());
+    while !source.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &source[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = source[line_start..offset].chars().count() + 1;
+    Location::new(line as u32, column as u32)
+}
 
 /// ScriptTooLargeError when a source of `len` bytes is over `max_bytes`.
 pub fn check_size(len: usize, max_bytes: u64) -> Result<(), ScriptError> {

@@ -16,8 +16,8 @@
 //! fastest of the Rust parsers (swc's API is larger and slower to build).
 
 use crate::detect::Language;
-use harness_core::error::{ErrorCode, Location, Phase, ScriptError};
-use harness_core::source::{decode_source, nesting_depth};
+use harness_core::error::{ErrorCode, Phase, ScriptError};
+use harness_core::source::{decode_source, location, nesting_depth};
 use oxc::allocator::Allocator;
 use oxc::ast::ast::{
     ComputedMemberExpression, Expression, IdentifierReference, ImportExpression, ImportMeta,
@@ -293,19 +293,6 @@ fn strip_with_transformer<'a>(
         .with_name("SyntaxError"));
     }
     Ok(code)
-}
-
-/// 1-based line and column (in characters) of byte `offset`.
-fn location(source: &str, offset: usize) -> Location {
-    let mut offset = offset.min(source.len());
-    while !source.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &source[..offset];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = source[line_start..offset].chars().count() + 1;
-    Location::new(line as u32, column as u32)
 }
 
 /// Walks the AST for what scripts may not use; keeps the first finding.
