@@ -53,7 +53,10 @@ pub const MAX_NESTING: usize = 1_000;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Body {
-    wrapped: String,
+    /// The wrapped text, after `start` bytes of [`STRICT`] where oxc is
+    /// given it (one string for both, made once).
+    text: String,
+    start: usize,
 }
 
 impl Body {
@@ -97,27 +100,35 @@ impl Body {
     /// The wrapped text of a source the host already parsed (a worker
     /// process is sent what its host made with [`Body::parse`]).
     pub(crate) fn trusted(wrapped: String) -> Body {
-        Body { wrapped }
+        Body {
+            text: wrapped,
+            start: 0,
+        }
     }
 
     fn wrap(source: &str) -> Body {
-        let mut wrapped = String::with_capacity(HEAD.len() + source.len() + TAIL.len());
-        wrapped.push_str(HEAD);
-        wrapped.push_str(source);
-        wrapped.push_str(TAIL);
-        Body { wrapped }
+        let mut text = String::with_capacity(STRICT.len() + HEAD.len() + source.len() + TAIL.len());
+        text.push_str(STRICT);
+        text.push_str(HEAD);
+        text.push_str(source);
+        text.push_str(TAIL);
+        Body {
+            text,
+            start: STRICT.len(),
+        }
     }
 
     /// The text an engine compiles, as `script.js`: an async function
     /// expression whose body is the source.
     pub fn wrapped(&self) -> &str {
-        &self.wrapped
+        self.text.get(self.start..).unwrap_or("")
     }
 
     /// The source as written.
     pub fn source(&self) -> &str {
-        self.wrapped
-            .get(HEAD.len()..self.wrapped.len().saturating_sub(TAIL.len()))
+        let wrapped = self.wrapped();
+        wrapped
+            .get(HEAD.len()..wrapped.len().saturating_sub(TAIL.len()))
             .unwrap_or("")
     }
 }
@@ -167,11 +178,11 @@ fn has_html_comment_token(source: &str) -> bool {
 /// Parses `body` in the goal `source_type` and checks that it is exactly
 /// one async function expression around the source.
 fn check(body: &Body, source_type: SourceType) -> Result<(), ScriptError> {
-    let mut text = String::with_capacity(STRICT.len() + body.wrapped.len());
-    text.push_str(STRICT);
-    text.push_str(&body.wrapped);
+    // Made by `Body::wrap`: the text starts with STRICT.
+    debug_assert_eq!(body.start, STRICT.len());
+    let text = &body.text;
     let allocator = Allocator::default();
-    let parsed = Parser::new(&allocator, &text, source_type)
+    let parsed = Parser::new(&allocator, text, source_type)
         .with_options(ParseOptions::default())
         .parse();
     let source = body.source();
