@@ -1321,6 +1321,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         }
         let stopper = self.engine.stopper();
         let tx = self.tx.clone();
+        let at_deadline = crate::pool::take_at_deadline();
         self.watch = Some(crate::watchdog::watch(
             self.deadline,
             self.cancel.clone(),
@@ -1329,6 +1330,9 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                     stop();
                 }
                 let _ = tx.send(LoopEvent::Stop);
+                if let Some(f) = at_deadline {
+                    f();
+                }
             },
         ));
         if let Err(f) = self.engine.start(&body) {

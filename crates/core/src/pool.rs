@@ -471,33 +471,35 @@ impl<S: 'static> WorkerPool<S> {
         // A run that outlives its deadline and grace inside the engine (a
         // native loop over 2**32 array slots in QuickJS checks for no
         // interrupt) is answered then, and its worker retired: see
-        // `retire`. A watchdog timer, so that no tokio timer is needed.
-        let stuck_after = request
-            .limits
-            .timeout()
-            .saturating_add(request.limits.orphan_grace())
-            .saturating_add(STUCK_SLACK);
+        // `retire`. Armed by the run's own deadline watch
+        // ([`take_at_deadline`]), so that a run that ends in time costs
+        // nothing more; a watchdog timer, so that no tokio timer is needed.
+        let grace = request.limits.orphan_grace().saturating_add(STUCK_SLACK);
         let timeout_ms = request.limits.timeout_ms;
         let (stuck_tx, mut stuck_rx) = tokio::sync::oneshot::channel::<()>();
         let shared = self.shared.clone();
         let submitted = self.place(Box::new(move |s| {
             let race = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
             let watched = race.clone();
-            let _watch = std::time::Instant::now()
-                .checked_add(stuck_after)
-                .map(|at| {
-                    crate::watchdog::watch(
-                        at,
-                        tokio_util::sync::CancellationToken::new(),
-                        move || retire(&shared, &watched, stuck_tx),
-                    )
-                });
+            AT_DEADLINE.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move || {
+                    if let Some(at) = std::time::Instant::now().checked_add(grace) {
+                        // Registered for good: it fires once, then is gone.
+                        std::mem::forget(crate::watchdog::watch(
+                            at,
+                            tokio_util::sync::CancellationToken::new(),
+                            move || retire(&shared, &watched, stuck_tx),
+                        ));
+                    }
+                }));
+            });
             let reply = Reply {
                 tx,
                 finishing,
                 long,
             };
             run(s, request, &tokio, reply);
+            AT_DEADLINE.with(|h| h.borrow_mut().take());
             let ended = race.compare_exchange(
                 RUNNING,
                 ENDED,
@@ -535,6 +537,18 @@ impl<S: 'static> WorkerPool<S> {
         guard.disarm();
         report
     }
+}
+
+thread_local! {
+    /// What the job running on this thread arranges for when its run's
+    /// deadline passes or it is cancelled ([`WorkerPool::execute`]).
+    static AT_DEADLINE: std::cell::RefCell<Option<Box<dyn FnOnce() + Send>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// For the run starting on this thread: what to call, from the watchdog,
+/// when its deadline passes or it is cancelled (the event loop's watch).
+pub(crate) fn take_at_deadline() -> Option<Box<dyn FnOnce() + Send>> {
+    AT_DEADLINE.with(|h| h.borrow_mut().take())
 }
 
 /// How long past its deadline and orphan grace a run may take to answer
