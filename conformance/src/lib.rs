@@ -25,6 +25,8 @@ pub mod tools;
 #[cfg(feature = "trials")]
 pub mod trials;
 pub mod unsupported;
+#[cfg(feature = "trials")]
+pub mod walls;
 
 use harness_core::approval::{ApprovalBridge, AutoApprove, AutoDeny, NeverAnswer};
 use harness_core::engine::EngineDescriptor;

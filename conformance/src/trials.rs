@@ -28,6 +28,9 @@ use std::sync::Arc;
 #[derive(Default)]
 pub struct Trials {
     engines: Vec<SuiteEngines>,
+    /// Engines whose end-of-run check is held on their own thread
+    /// ([`crate::walls`]).
+    walls: Vec<EngineDescriptor>,
 }
 
 impl std::fmt::Debug for Trials {
@@ -62,7 +65,8 @@ impl Trials {
 
     /// The engine in this process (the cross-run cases on a twin with one
     /// engine thread, when the descriptor can size its pool).
-    pub fn in_process(self, engine: &EngineDescriptor) -> Self {
+    pub fn in_process(mut self, engine: &EngineDescriptor) -> Self {
+        self.walls.push(engine.clone());
         self.engine(engine, Isolation::InProcess)
     }
 
@@ -111,6 +115,15 @@ impl Trials {
                         Status::Failed { reason } => Err(Failed::from(reason.as_str())),
                         Status::Untested => Err(Failed::from("the case was not run")),
                     }
+                }));
+            }
+        }
+        for engine in &self.walls {
+            for case in crate::walls::CASES {
+                let name = format!("{}::end_check::{}", engine.name, case.name);
+                let engine = engine.clone();
+                trials.push(Trial::test(name, move || {
+                    crate::walls::check(&engine, case).map_err(Failed::from)
                 }));
             }
         }

@@ -40,7 +40,7 @@ use boa_engine::{
     JsValue, NativeFunction, Source,
 };
 use harness_core::engine::{
-    parse_error, Body, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    parse_error, Body, EndCheck, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
     EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, TEST262_HOST,
 };
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, Isolation, ScriptError};
@@ -380,6 +380,8 @@ struct BoaEngine {
     /// The run has a private realm: its context is never reused, and the
     /// shared one in `pre` goes back unused.
     private: bool,
+    /// What `end_run` checks after the run ([`Body::end_check`]).
+    end_check: EndCheck,
 }
 
 impl BoaEngine {
@@ -390,11 +392,37 @@ impl BoaEngine {
         let mut ctx = self.ctx.take()?;
         ctx.insert_data(HostSlot(None));
         let (end, install) = (self.end_fn.take()?, self.install.take()?);
+        let mut check = std::mem::replace(&mut self.end_check, EndCheck::Nothing);
+        if self.private {
+            // Never reused: nothing to check.
+            check = EndCheck::Nothing;
+        }
         let clean = guarded(|| {
-            end.call(&JsValue::undefined(), &[], &mut ctx)
-                .map_err(|e| error_fault(&e, &mut ctx))
+            // The probe is sloppy global code (harness_core::end_check).
+            let list = match &check {
+                EndCheck::Probe(text) => {
+                    ctx.strict(false);
+                    let list = ctx.eval(Source::from_bytes(text.as_str()));
+                    ctx.strict(true);
+                    Some(list.map_err(|e| error_fault(&e, &mut ctx)))
+                }
+                _ => None,
+            };
+            let args = match &list {
+                Some(Ok(list)) => std::slice::from_ref(list),
+                _ => &[],
+            };
+            let ended = end
+                .call(&JsValue::undefined(), args, &mut ctx)
+                .map_err(|e| error_fault(&e, &mut ctx))?;
+            let probed = match check {
+                EndCheck::Nothing => true,
+                EndCheck::Probe(_) => list.is_some_and(|l| l.is_ok()),
+                _ => false,
+            };
+            Ok(probed && ended.as_boolean() == Some(true))
         })
-        .is_ok_and(|v| v.as_boolean() == Some(true));
+        .unwrap_or(false);
         if self.private {
             return None;
         }
@@ -471,6 +499,7 @@ impl Engine for BoaEngine {
     }
 
     fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
+        self.end_check = body.end_check();
         let wrapped_source = body.wrapped();
         guard_nesting(wrapped_source)?;
         let start = self
@@ -558,6 +587,7 @@ impl BoaThread {
             deferred: None,
             config: None,
             private: false,
+            end_check: EndCheck::Nothing,
         }
     }
 }

@@ -10,7 +10,7 @@ pub use alloc::{AllocState, CountingAllocator};
 pub use harness_abi::{classify_quickjs as classify, FaultKind};
 
 use rquickjs::context::intrinsic;
-use rquickjs::{Object, Runtime, Value};
+use rquickjs::{Ctx, Function, Object, Runtime, Value};
 
 /// Garbage a reused context may carry into the next run before it is
 /// collected between runs. A collection marks the whole hardened context
@@ -42,6 +42,68 @@ pub fn collect_between_runs(
     };
     rt.set_gc_threshold(after_gc.saturating_add(2 * GC_SLACK_BYTES));
     after_gc
+}
+
+/// Strict global code: a harness script's wrapped source.
+pub const STRICT_SCRIPT: u32 = rquickjs::qjs::JS_EVAL_FLAG_STRICT;
+/// Compiled, not run.
+pub const COMPILE_ONLY: u32 = rquickjs::qjs::JS_EVAL_FLAG_COMPILE_ONLY;
+
+/// Evaluates (or with [`COMPILE_ONLY`], compiles) `source` as global code
+/// named `file`, sloppy unless `flags` has [`STRICT_SCRIPT`]. QuickJS is
+/// given the text's length: a NUL in a string literal or a comment is
+/// JavaScript, which rquickjs's `eval` (a C string) would refuse; and
+/// rquickjs has no safe call that only compiles.
+#[allow(unsafe_code)]
+pub fn eval_global<'js>(
+    ctx: &Ctx<'js>,
+    source: &str,
+    file: &std::ffi::CStr,
+    flags: u32,
+) -> rquickjs::Result<Value<'js>> {
+    use rquickjs::qjs;
+    let mut code = Vec::with_capacity(source.len() + 1);
+    code.extend_from_slice(source.as_bytes());
+    code.push(0);
+    // SAFETY: `code` is NUL-terminated and outlives the call (QuickJS reads
+    // `len` bytes and wants the terminator); the value returned is owned,
+    // and `Value` frees it once.
+    let value = unsafe {
+        let v = qjs::JS_Eval(
+            ctx.as_raw().as_ptr(),
+            code.as_ptr().cast(),
+            source.len() as _,
+            file.as_ptr(),
+            (qjs::JS_EVAL_TYPE_GLOBAL | flags) as _,
+        );
+        Value::from_raw(ctx.clone(), v)
+    };
+    if value.is_exception() {
+        Err(rquickjs::Error::Exception)
+    } else {
+        Ok(value)
+    }
+}
+
+/// Ends the installed run with the prelude's `end`, given the host's
+/// end-of-run probe (harness-core's `end_check`): true when the context
+/// may serve another run. The probe is evaluated as sloppy global code;
+/// one that fails to evaluate still ends the run, and drops the context.
+pub fn end_run<'js>(ctx: &Ctx<'js>, end: &Function<'js>, probe: Option<&str>) -> bool {
+    let list = probe.map(|text| eval_global(ctx, text, c"end-check.js", 0));
+    let ended = match list {
+        None => end.call::<_, bool>(()),
+        Some(Ok(list)) => end.call::<_, bool>((list,)),
+        Some(Err(_)) => {
+            let _ = ctx.catch();
+            let _ = end.call::<_, bool>(());
+            Ok(false)
+        }
+    };
+    ended.unwrap_or_else(|_| {
+        let _ = ctx.catch();
+        false
+    })
 }
 
 /// Intrinsics a script gets: the language, no `Performance`, no

@@ -26,7 +26,7 @@
 //! ```
 
 use harness_core::engine::{
-    parse_error, Body, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    parse_error, Body, EndCheck, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
     EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, PRELUDE_FILE, TEST262_HOST,
 };
 use harness_core::CancellationToken;
@@ -39,7 +39,10 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use harness_quickjs_common::{read_exception, AllocState, CountingAllocator, Intrinsics};
+use harness_quickjs_common::{
+    end_run, eval_global, read_exception, AllocState, CountingAllocator, Intrinsics, COMPILE_ONLY,
+    STRICT_SCRIPT,
+};
 
 /// Engine name, as in `--engine`.
 pub const ENGINE_NAME: &str = "quickjs";
@@ -90,41 +93,15 @@ fn load_prelude<'js>(ctx: &Ctx<'js>, bytes: &'static [u8]) -> rquickjs::Result<F
     module.get("default")
 }
 
-/// Compiles `body` as strict global code named `script.js` and, unless
-/// `compile_only`, evaluates it (to the script's function). QuickJS is
-/// given the text's length: a NUL inside a string literal or a comment is
-/// JavaScript, which rquickjs's `eval` (a C string) would refuse.
-#[allow(unsafe_code)]
+/// Compiles (and unless `compile_only`, evaluates) the wrapped source as
+/// strict global code named `script.js`.
 fn compile<'js>(ctx: &Ctx<'js>, body: &Body, compile_only: bool) -> rquickjs::Result<Value<'js>> {
-    use rquickjs::qjs;
     debug_assert_eq!(harness_core::error::SCRIPT_FILE, "script.js");
-    let text = body.wrapped();
-    let mut input = Vec::with_capacity(text.len() + 1);
-    input.extend_from_slice(text.as_bytes());
-    input.push(0);
-    let mut flags = qjs::JS_EVAL_TYPE_GLOBAL | qjs::JS_EVAL_FLAG_STRICT;
+    let mut flags = STRICT_SCRIPT;
     if compile_only {
-        flags |= qjs::JS_EVAL_FLAG_COMPILE_ONLY;
+        flags |= COMPILE_ONLY;
     }
-    // SAFETY: `input` is NUL-terminated and `text.len()` leaves the NUL
-    // out, as JS_Eval requires; the file name is a static C string; the
-    // context is the one `ctx` borrows, and the value JS_Eval returns is
-    // owned by us, so `Value` may free it.
-    let value = unsafe {
-        let v = qjs::JS_Eval(
-            ctx.as_raw().as_ptr(),
-            input.as_ptr().cast(),
-            text.len() as _,
-            c"script.js".as_ptr(),
-            flags as i32,
-        );
-        Value::from_raw(ctx.clone(), v)
-    };
-    if value.is_exception() {
-        Err(rquickjs::Error::Exception)
-    } else {
-        Ok(value)
-    }
+    eval_global(ctx, body.wrapped(), c"script.js", flags)
 }
 
 /// Where a context's native host function finds the current run.
@@ -301,6 +278,8 @@ struct QjsEngine<'w> {
     private: bool,
     /// A fault of the script's first steps, for `run_jobs` to report.
     deferred: Option<EngineFault>,
+    /// What `end_run` checks after the run ([`Body::end_check`]).
+    end_check: EndCheck,
     slot: &'w RuntimeSlot,
 }
 
@@ -334,10 +313,17 @@ impl QjsEngine<'_> {
                 .with(|ctx| end.restore(&ctx).and_then(|f| f.call::<_, bool>(())));
             return None;
         }
-        let clean = warm
-            .ctx
-            .with(|ctx| end.restore(&ctx).and_then(|f| f.call::<_, bool>(())))
-            .unwrap_or(false);
+        let probe = match &self.end_check {
+            EndCheck::Nothing => Some(None),
+            EndCheck::Probe(text) => Some(Some(text.as_str())),
+            _ => None,
+        };
+        let clean = warm.ctx.with(|ctx| {
+            end.restore(&ctx).is_ok_and(|end| {
+                let ended = end_run(&ctx, &end, probe.flatten());
+                ended && probe.is_some()
+            })
+        });
         clean.then_some(warm)
     }
 
@@ -500,6 +486,7 @@ impl Engine for QjsEngine<'_> {
     }
 
     fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
+        self.end_check = body.end_check();
         let start = self
             .start_fn
             .clone()
@@ -713,6 +700,7 @@ impl EngineThread for QuickJsThread {
             pre_private_bytes,
             private: false,
             deferred: None,
+            end_check: EndCheck::Nothing,
             slot,
         };
         let tainted = run(Ok(&mut engine));

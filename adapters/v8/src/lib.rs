@@ -36,7 +36,7 @@
 //!   stacks keep only `script.js` frames.
 
 use harness_core::engine::{
-    parse_error, Body, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    parse_error, Body, EndCheck, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
     EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, PRELUDE_FILE, TEST262_HOST,
 };
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
@@ -618,6 +618,7 @@ impl EngineThread for V8Thread {
                 drained: false,
                 private: false,
                 spare: None,
+                end_check: EndCheck::Nothing,
             };
             let tainted = run(Ok(&mut engine));
             let reuse = if tainted {
@@ -776,6 +777,8 @@ struct V8Engine<'w> {
     private: bool,
     /// The shared context a private realm's run did not use, handed back.
     spare: Option<Warm>,
+    /// What `end_run` checks after the run ([`Body::end_check`]).
+    end_check: EndCheck,
 }
 
 impl V8Engine<'_> {
@@ -792,10 +795,25 @@ impl V8Engine<'_> {
         if slot.stop_fault().is_some() {
             return None;
         }
+        let check = std::mem::replace(&mut self.end_check, EndCheck::Nothing);
         let clean = in_context!(&mut slot.isolate, &handles.context, |tc| {
             let end = v8::Local::new(tc, &handles.end);
             let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
-            end.call(tc, recv, &[]).is_some_and(|v| v.is_true())
+            // The probe is sloppy global code (harness_core::end_check).
+            let (list, probed) = match &check {
+                EndCheck::Nothing => (None, true),
+                EndCheck::Probe(text) => match compile_run!(tc, text.as_str(), "end-check.js") {
+                    Ok(list) => (Some(list), true),
+                    Err(_) => (None, false),
+                },
+                _ => (None, false),
+            };
+            let args: &[v8::Local<v8::Value>] = match &list {
+                Some(list) => std::slice::from_ref(list),
+                None => &[],
+            };
+            let ended = end.call(tc, recv, args).is_some_and(|v| v.is_true());
+            probed && ended
         });
         (clean && !self.private).then_some(Warm {
             install: handles.install,
@@ -905,6 +923,7 @@ impl Engine for V8Engine<'_> {
     }
 
     fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
+        self.end_check = body.end_check();
         let wrapped_source = body.wrapped();
         self.drained = false;
         let r = (|| {

@@ -31,7 +31,7 @@
 //! ```
 
 use harness_core::engine::{
-    parse_error, Body, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
+    parse_error, Body, EndCheck, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
     EngineThread, FaultKind, HostHandle, Pooled,
 };
 use harness_core::process::ProcessOptions;
@@ -186,12 +186,21 @@ impl Guest {
     }
 
     /// Ends the run; true when the guest says the instance ended clean and
-    /// may serve the next run (`harness_end`).
-    fn finish(&mut self) -> bool {
+    /// may serve the next run (`harness_end`, given the run's end-of-run
+    /// probe).
+    fn finish(&mut self, check: &EndCheck) -> bool {
         let Some(end) = self.end.clone() else {
             return false;
         };
         if self.trapped.is_some() || self.store.data().limiter.refused {
+            return false;
+        }
+        let probe = match check {
+            EndCheck::Nothing => "",
+            EndCheck::Probe(text) => text.as_str(),
+            _ => return false,
+        };
+        if self.put(probe.as_bytes()).is_err() {
             return false;
         }
         // Bounded by fuel (and by the finished run's deadline and
@@ -306,6 +315,8 @@ struct WasiEngine<'t> {
     spare: Option<Guest>,
     host: Option<HostHandle>,
     fuel: Option<u64>,
+    /// What `harness_end` checks after the run ([`Body::end_check`]).
+    end_check: EndCheck,
 }
 
 impl WasiEngine<'_> {
@@ -377,6 +388,7 @@ impl Engine for WasiEngine<'_> {
     }
 
     fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
+        self.end_check = body.end_check();
         let started = self
             .primitive(Some(body.wrapped().as_bytes()), |g| &g.start, ())
             .map_err(|mut f| {
@@ -505,6 +517,7 @@ impl EngineThread for WasiThread {
             spare: self.warm.take(),
             host: None,
             fuel: None,
+            end_check: EndCheck::Nothing,
         };
         let tainted = run(Ok(&mut engine));
         // After the run has answered its caller: an instance that ended
@@ -517,7 +530,7 @@ impl EngineThread for WasiThread {
         self.warm = engine.spare.take();
         if !tainted {
             if let Some(mut guest) = engine.guest.take() {
-                if guest.finish() {
+                if guest.finish(&engine.end_check) {
                     self.warm = Some(guest);
                 }
             }

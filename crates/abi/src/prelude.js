@@ -3,7 +3,7 @@
 // `harden(host)`; `host(op, a, b)` is the one native function an adapter
 // provides (all arguments are strings, it returns a string). `harden`
 // returns `install(configJson)`, which sets up one run and returns
-// { start(fn), settle(id, ok, payload), end() }. Hardening does not depend
+// { start(fn), settle(id, ok, payload), end(list) }. Hardening does not depend
 // on the run, so an engine may harden a fresh context ahead of time and
 // install when the request arrives.
 //
@@ -39,6 +39,7 @@
   const defineProperty = O.defineProperty;
   const getOwnPropertyDescriptor = O.getOwnPropertyDescriptor;
   const hasOwn = O.prototype.hasOwnProperty;
+  const objectIs = O.is;
   const create = O.create;
   const keys = O.keys;
   const apply = Reflect.apply;
@@ -964,13 +965,32 @@
     }
   }
   // Closes the run: the host is no longer reachable and the globals read
-  // `undefined`. True when the run left nothing pending, so that the
-  // context may serve another run.
-  function end() {
+  // `undefined`. True when the run left nothing pending and, given the
+  // host's end-of-run probe (`list`, core's end_check.rs), no name the
+  // run's source holds is a global binding the context was not handed
+  // over with: only then may the context serve another run.
+  function end(list) {
     const r = active;
     if (r === null) return false;
     active = null;
-    return apply(mapSize, r.pending, []) === 0;
+    if (apply(mapSize, r.pending, []) !== 0) return false;
+    return list === undefined || unchanged(list);
+  }
+  // `list` holds, for each name, `() => typeof NAME`, `() => NAME` and
+  // the name: closures of global code, so they read the global scope. A
+  // name is unchanged when it is unbound, or reads what the (frozen)
+  // global object has under it; one in its dead zone, or bound to
+  // anything else, is a binding of the global lexical environment.
+  function unchanged(list) {
+    if (!isArray(list) || list.length % 3 !== 0) return false;
+    for (let i = 0; i < list.length; i += 3) {
+      try { list[i](); } catch (_) { return false; }
+      let value;
+      try { value = list[i + 1](); } catch (_) { continue; }
+      const name = list[i + 2];
+      if (!(name in G) || !objectIs(value, G[name])) return false;
+    }
+    return true;
   }
   const controller = freeze({ start: start, settle: settle, end: end });
 

@@ -64,6 +64,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::body::Body;
+pub use crate::end_check::EndCheck;
 pub use crate::event_loop::{
     parse_error, run_script, syntax_error, RunOutput, PRELUDE, PRELUDE_FILE, REFUSED_CALLS_KEPT,
 };
@@ -377,6 +378,9 @@ pub trait EngineThread {
     /// returns whether the engine is tainted (faulted, stopped, out of
     /// memory) and must not be reused; then tears the run's context down
     /// and may prepare the next one (after `run` has answered its caller).
+    /// A thread that keeps a context for the next run keeps only one whose
+    /// run passed the prelude's `end` and the end-of-run check of the body
+    /// it started ([`Body::end_check`]).
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool);
     /// Called when the thread has no run to do, before it sleeps (in
     /// process, after the pool's spin for the next job; behind the

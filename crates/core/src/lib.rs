@@ -13,6 +13,7 @@ pub mod adapter;
 mod anticipate;
 pub mod approval;
 pub mod body;
+pub mod end_check;
 pub mod engine;
 pub mod error;
 pub mod event_loop;

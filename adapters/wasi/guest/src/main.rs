@@ -26,7 +26,8 @@ mod sandbox;
 // remembers a refusal, which QuickJS may report only as a thrown `null`),
 // its intrinsics and its reading of exceptions.
 use harness_quickjs_common::{
-    collect_between_runs, read_exception, AllocState, CountingAllocator, Intrinsics,
+    collect_between_runs, end_run, eval_global, read_exception, AllocState, CountingAllocator,
+    Intrinsics, COMPILE_ONLY, STRICT_SCRIPT,
 };
 use std::sync::Arc;
 
@@ -448,7 +449,7 @@ pub extern "C" fn harness_start() -> i32 {
         state
             .ctx
             .with(|ctx| {
-                let script = eval_raw(&ctx, &source, c"script.js", STRICT_SCRIPT)
+                let script = eval_global(&ctx, &source, c"script.js", STRICT_SCRIPT)
                     .and_then(|v| v.get::<Function>());
                 let script: Function = script.map_err(|e| {
                     let mut f = js_fault(&ctx, e);
@@ -501,22 +502,26 @@ pub extern "C" fn harness_settle(id: f64, ok: i32) -> i32 {
 
 /// Ends the installed run and says whether this instance may serve the
 /// next one (1) or must be dropped (0): only if the prelude's `end()` finds
-/// nothing of the run left (no tool call or detached task pending), no job
-/// is queued, and the memory limit never refused an allocation; the same
+/// nothing of the run left (no tool call or detached task pending) and,
+/// given the host's end-of-run probe (the input; empty for none), no
+/// global binding the instance was not handed over with; no job is
+/// queued, and the memory limit never refused an allocation; the same
 /// rules as the native engine's context reuse (docs/security.md, "Between
 /// runs"). Garbage past the slack is collected here, between runs.
 #[no_mangle]
 pub extern "C" fn harness_end() -> i32 {
+    let probe = take_input();
     STATE.with(|s| {
         let mut s = s.borrow_mut();
         let Some(state) = s.as_mut() else { return 0 };
         state.start = None;
         state.settle = None;
         let clean = state.end.take().is_some_and(|end| {
-            state
-                .ctx
-                .with(|ctx| end.restore(&ctx).and_then(|f| f.call::<_, bool>(())))
-                .unwrap_or(false)
+            state.ctx.with(|ctx| {
+                end.restore(&ctx).is_ok_and(|f| {
+                    end_run(&ctx, &f, (!probe.is_empty()).then_some(probe.as_str()))
+                })
+            })
         });
         let reusable =
             clean && !state.private && !state.alloc.refused() && !state.rt.is_job_pending();
@@ -557,7 +562,7 @@ pub extern "C" fn harness_check(kind: i32) -> i32 {
             } else {
                 (c"user_code.js", 0)
             };
-            let parsed = eval_raw(&ctx, &source, file, flags | COMPILE_ONLY).map(|_| ());
+            let parsed = eval_global(&ctx, &source, file, flags | COMPILE_ONLY).map(|_| ());
             parsed.map_err(|e| {
                 let mut f = js_fault(&ctx, e);
                 if matches!(f.kind, Kind::Thrown) {
@@ -570,46 +575,6 @@ pub extern "C" fn harness_check(kind: i32) -> i32 {
     match run() {
         Ok(()) => 0,
         Err(f) => f.report(),
-    }
-}
-
-/// Strict global code: a harness script's wrapped source.
-const STRICT_SCRIPT: u32 = rquickjs::qjs::JS_EVAL_FLAG_STRICT;
-/// Compiled, not run.
-const COMPILE_ONLY: u32 = rquickjs::qjs::JS_EVAL_FLAG_COMPILE_ONLY;
-
-/// Evaluates (or with [`COMPILE_ONLY`], compiles) `source` as global code
-/// named `file`. QuickJS is given the text's length: a NUL in a string
-/// literal or a comment is JavaScript, which rquickjs's `eval` (a C
-/// string) would refuse; and rquickjs has no safe call that only compiles.
-#[allow(unsafe_code)]
-fn eval_raw<'js>(
-    ctx: &Ctx<'js>,
-    source: &str,
-    file: &std::ffi::CStr,
-    flags: u32,
-) -> rquickjs::Result<rquickjs::Value<'js>> {
-    use rquickjs::qjs;
-    let mut code = Vec::with_capacity(source.len() + 1);
-    code.extend_from_slice(source.as_bytes());
-    code.push(0);
-    // SAFETY: `code` is NUL-terminated and outlives the call (QuickJS reads
-    // `len` bytes and wants the terminator); the value returned is owned,
-    // and `Value` frees it once.
-    let value = unsafe {
-        let v = qjs::JS_Eval(
-            ctx.as_raw().as_ptr(),
-            code.as_ptr().cast(),
-            source.len() as _,
-            file.as_ptr(),
-            (qjs::JS_EVAL_TYPE_GLOBAL | flags) as _,
-        );
-        rquickjs::Value::from_raw(ctx.clone(), v)
-    };
-    if value.is_exception() {
-        Err(rquickjs::Error::Exception)
-    } else {
-        Ok(value)
     }
 }
 
