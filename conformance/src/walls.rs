@@ -191,6 +191,15 @@ pub fn check(engine: &EngineDescriptor, case: &WallCase) -> Result<(), String> {
             "the first run did not land on the reused context ({warm:?}, then {first:?})"
         ));
     }
+    if !case.dropped {
+        // Again: judged by the probe the context compiled last time.
+        let (again, _) = run(thread.as_mut(), &Body::unchecked(case.first))?;
+        if again != first {
+            return Err(format!(
+                "the same run again lost its context ({first:?}, then {again:?})"
+            ));
+        }
+    }
     let (second, seen) = run(
         thread.as_mut(),
         &Body::parse(SECOND).map_err(|e| e.message)?,

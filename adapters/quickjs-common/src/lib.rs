@@ -85,12 +85,45 @@ pub fn eval_global<'js>(
     }
 }
 
-/// Ends the installed run with the prelude's `end`, given the host's
-/// end-of-run probe (harness-core's `end_check`): true when the context
-/// may serve another run. The probe is evaluated as sloppy global code;
-/// one that fails to evaluate still ends the run, and drops the context.
-pub fn end_run<'js>(ctx: &Ctx<'js>, end: &Function<'js>, probe: Option<&str>) -> bool {
-    let list = probe.map(|text| eval_global(ctx, text, c"end-check.js", 0));
+/// Evaluates the host's end-of-run probe (harness-core's `end_check`) as
+/// sloppy global code: the list the prelude's `end(list)` judges.
+pub fn eval_probe<'js>(ctx: &Ctx<'js>, text: &str) -> rquickjs::Result<Value<'js>> {
+    eval_global(ctx, text, c"end-check.js", 0)
+}
+
+/// A context's last probe and its list: a run of the same source is
+/// judged by the same closures (they read the global scope when called,
+/// and no script can reach them), instead of compiling them again.
+pub type ProbeCache = Option<(String, rquickjs::Persistent<Value<'static>>)>;
+
+/// [`eval_probe`] through `cache`.
+pub fn cached_probe<'js>(
+    ctx: &Ctx<'js>,
+    cache: &mut ProbeCache,
+    text: &str,
+) -> rquickjs::Result<Value<'js>> {
+    if let Some((cached, list)) = cache {
+        if cached == text {
+            return list.clone().restore(ctx);
+        }
+    }
+    let list = eval_probe(ctx, text)?;
+    *cache = Some((
+        text.to_owned(),
+        rquickjs::Persistent::save(ctx, list.clone()),
+    ));
+    Ok(list)
+}
+
+/// Ends the installed run with the prelude's `end`, given the value of
+/// the run's end-of-run probe if it has one: true when the context may
+/// serve another run. A probe that failed to evaluate still ends the run,
+/// and drops the context.
+pub fn end_run<'js>(
+    ctx: &Ctx<'js>,
+    end: &Function<'js>,
+    list: Option<rquickjs::Result<Value<'js>>>,
+) -> bool {
     let ended = match list {
         None => end.call::<_, bool>(()),
         Some(Ok(list)) => end.call::<_, bool>((list,)),

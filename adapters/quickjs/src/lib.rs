@@ -40,8 +40,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use harness_quickjs_common::{
-    end_run, eval_global, read_exception, AllocState, CountingAllocator, Intrinsics, COMPILE_ONLY,
-    STRICT_SCRIPT,
+    cached_probe, end_run, eval_global, read_exception, AllocState, CountingAllocator, Intrinsics,
+    ProbeCache, COMPILE_ONLY, STRICT_SCRIPT,
 };
 
 /// Engine name, as in `--engine`.
@@ -112,6 +112,8 @@ type HostSlot = Rc<RefCell<Option<HostHandle>>>;
 struct Warm {
     install: Persistent<Function<'static>>,
     host: HostSlot,
+    /// The last run's end-of-run probe, compiled in this context.
+    probe: ProbeCache,
     ctx: Context,
     /// The context's [`Engine::context_id`].
     id: u64,
@@ -161,6 +163,7 @@ fn harden_as(rt: &Runtime, unfrozen: bool) -> Result<Warm, EngineFault> {
     Ok(Warm {
         install,
         host,
+        probe: None,
         ctx,
         id: harness_core::engine::new_context_id(),
     })
@@ -302,7 +305,7 @@ impl QjsEngine<'_> {
         self.start_fn = None;
         self.settle_fn = None;
         let end = self.end_fn.take();
-        let warm = self.ctx.take()?;
+        let mut warm = self.ctx.take()?;
         // The run's host handle goes whatever happens next.
         warm.host.borrow_mut().take();
         let end = end?;
@@ -313,16 +316,26 @@ impl QjsEngine<'_> {
                 .with(|ctx| end.restore(&ctx).and_then(|f| f.call::<_, bool>(())));
             return None;
         }
-        let probe = match &self.end_check {
-            EndCheck::Nothing => Some(None),
-            EndCheck::Probe(text) => Some(Some(text.as_str())),
-            _ => None,
-        };
-        let clean = warm.ctx.with(|ctx| {
-            end.restore(&ctx).is_ok_and(|end| {
-                let ended = end_run(&ctx, &end, probe.flatten());
-                ended && probe.is_some()
-            })
+        let Warm {
+            ctx: context,
+            probe: cache,
+            ..
+        } = &mut warm;
+        let clean = context.with(|ctx| {
+            let Ok(end) = end.restore(&ctx) else {
+                return false;
+            };
+            match &self.end_check {
+                EndCheck::Nothing => end_run(&ctx, &end, None),
+                EndCheck::Probe(text) => {
+                    let list = cached_probe(&ctx, cache, text);
+                    end_run(&ctx, &end, Some(list))
+                }
+                _ => {
+                    end_run(&ctx, &end, None);
+                    false
+                }
+            }
         });
         clean.then_some(warm)
     }

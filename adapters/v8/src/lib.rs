@@ -231,6 +231,10 @@ struct Warm {
     context: v8::Global<v8::Context>,
     /// The context's [`Engine::context_id`].
     id: u64,
+    /// The last run's end-of-run probe and its list, evaluated in this
+    /// context (the closures read the global scope when called, and no
+    /// script reaches them).
+    probe: Option<(String, v8::Global<v8::Value>)>,
 }
 
 /// One isolate, owned by one worker thread. Field order is drop order:
@@ -519,6 +523,7 @@ fn new_context_as(slot: &mut IsolateSlot, raw: bool, unfrozen: bool) -> Result<W
         install,
         context: global_context,
         id: harness_core::engine::new_context_id(),
+        probe: None,
     })
 }
 
@@ -758,6 +763,8 @@ struct RunHandles {
     generation: u64,
     /// The context's [`Engine::context_id`].
     id: u64,
+    /// The context's probe cache ([`Warm::probe`]).
+    probe: Option<(String, v8::Global<v8::Value>)>,
 }
 
 /// One run's engine: a hardened context on the worker's isolate.
@@ -787,7 +794,7 @@ impl V8Engine<'_> {
     /// the run and found nothing of it pending. Any doubt (no run
     /// installed, `end` failing or terminated) drops it.
     fn end_run(&mut self) -> Option<Warm> {
-        let handles = self.handles.take()?;
+        let mut handles = self.handles.take()?;
         if !self.drained {
             return None;
         }
@@ -800,12 +807,20 @@ impl V8Engine<'_> {
             let end = v8::Local::new(tc, &handles.end);
             let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
             // The probe is sloppy global code (harness_core::end_check).
-            let (list, probed) = match &check {
-                EndCheck::Nothing => (None, true),
-                EndCheck::Probe(text) => match compile_run!(tc, text.as_str(), "end-check.js") {
-                    Ok(list) => (Some(list), true),
-                    Err(_) => (None, false),
-                },
+            let (list, probed) = match (&check, &handles.probe) {
+                (EndCheck::Nothing, _) => (None, true),
+                (EndCheck::Probe(text), Some((cached, list))) if cached == text => {
+                    (Some(v8::Local::new(tc, list)), true)
+                }
+                (EndCheck::Probe(text), _) => {
+                    match compile_run!(tc, text.as_str(), "end-check.js") {
+                        Ok(list) => {
+                            handles.probe = Some((text.clone(), v8::Global::new(tc, list)));
+                            (Some(list), true)
+                        }
+                        Err(_) => (None, false),
+                    }
+                }
                 _ => (None, false),
             };
             let args: &[v8::Local<v8::Value>] = match &list {
@@ -819,6 +834,7 @@ impl V8Engine<'_> {
             install: handles.install,
             context: handles.context,
             id: handles.id,
+            probe: handles.probe,
         })
     }
 
@@ -914,6 +930,7 @@ impl Engine for V8Engine<'_> {
                 install: warm.install.clone(),
                 generation,
                 id: warm.id,
+                probe: warm.probe.clone(),
             })
         })());
         let handles = self.finish(r)?;

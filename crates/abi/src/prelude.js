@@ -976,19 +976,25 @@
     if (apply(mapSize, r.pending, []) !== 0) return false;
     return list === undefined || unchanged(list);
   }
-  // `list` holds, for each name, `() => typeof NAME`, `() => NAME` and
-  // the name: closures of global code, so they read the global scope. A
-  // name is unchanged when it is unbound, or reads what the (frozen)
-  // global object has under it; one in its dead zone, or bound to
-  // anything else, is a binding of the global lexical environment.
+  // `list` holds, for each name, `() => typeof NAME`, `() => NAME`,
+  // `() => delete NAME` and the name: closures of sloppy global code, so
+  // they read the global scope. A name the global object (frozen, as is
+  // its prototype chain) does not have must be unbound: `delete` of an
+  // unqualified name is true only for a name nothing binds, and throws
+  // nothing (reading one would throw, which costs an error object per
+  // name). A name it has must read what it holds there: one in its dead
+  // zone, or bound to anything else, is a binding of the global lexical
+  // environment.
   function unchanged(list) {
-    if (!isArray(list) || list.length % 3 !== 0) return false;
-    for (let i = 0; i < list.length; i += 3) {
+    if (!isArray(list) || list.length % 4 !== 0) return false;
+    for (let i = 0; i < list.length; i += 4) {
+      const name = list[i + 3];
+      if (!(name in G)) {
+        if (list[i + 2]() !== true) return false;
+        continue;
+      }
       try { list[i](); } catch (_) { return false; }
-      let value;
-      try { value = list[i + 1](); } catch (_) { continue; }
-      const name = list[i + 2];
-      if (!(name in G) || !objectIs(value, G[name])) return false;
+      if (!objectIs(list[i + 1](), G[name])) return false;
     }
     return true;
   }

@@ -33,8 +33,8 @@ pub enum EndCheck {
     Nothing,
     /// Evaluate this global script in the context (sloppy mode, any file
     /// name) and pass its value to the prelude's `end(list)`. It is an
-    /// array literal of `() => typeof NAME`, `() => NAME`, `"NAME"` for
-    /// each name, and declares nothing.
+    /// array literal of `() => typeof NAME`, `() => NAME`,
+    /// `() => delete NAME`, `"NAME"` for each name, and declares nothing.
     Probe(String),
     /// Too many names to probe: drop the context.
     Drop,
@@ -101,7 +101,10 @@ fn end_check(source: &str) -> EndCheck {
         }
         probe.push_str(if probe.is_empty() { "[" } else { "," });
         let quoted = serde_json::to_string(&name).unwrap_or_default();
-        let _ = write!(probe, "()=>typeof {name},()=>{name},{quoted}");
+        let _ = write!(
+            probe,
+            "()=>typeof {name},()=>{name},()=>delete {name},{quoted}"
+        );
         seen.insert(name);
     }
     if probe.is_empty() {
@@ -215,8 +218,8 @@ mod tests {
         assert_eq!(
             end_check("let x = stash; return x + stash"),
             EndCheck::Probe(
-                "[()=>typeof x,()=>x,\"x\",\
-                 ()=>typeof stash,()=>stash,\"stash\"]"
+                "[()=>typeof x,()=>x,()=>delete x,\"x\",\
+                 ()=>typeof stash,()=>stash,()=>delete stash,\"stash\"]"
                     .into()
             )
         );

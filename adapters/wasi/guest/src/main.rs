@@ -26,8 +26,8 @@ mod sandbox;
 // remembers a refusal, which QuickJS may report only as a thrown `null`),
 // its intrinsics and its reading of exceptions.
 use harness_quickjs_common::{
-    collect_between_runs, end_run, eval_global, read_exception, AllocState, CountingAllocator,
-    Intrinsics, COMPILE_ONLY, STRICT_SCRIPT,
+    cached_probe, collect_between_runs, end_run, eval_global, read_exception, AllocState,
+    CountingAllocator, Intrinsics, ProbeCache, COMPILE_ONLY, STRICT_SCRIPT,
 };
 use std::sync::Arc;
 
@@ -64,6 +64,8 @@ struct State {
     /// The prelude's `end()` for the installed run: whether it ended clean.
     end: Option<Persistent<Function<'static>>>,
     install: Option<Persistent<Function<'static>>>,
+    /// The last run's end-of-run probe, compiled in this context.
+    probe: ProbeCache,
     ctx: Context,
     rt: Runtime,
     alloc: Arc<AllocState>,
@@ -251,6 +253,7 @@ fn init_state(private: bool) -> Result<State, Fault> {
         settle: None,
         end: None,
         install: Some(install),
+        probe: None,
         ctx,
         rt,
         alloc,
@@ -517,9 +520,11 @@ pub extern "C" fn harness_end() -> i32 {
         state.start = None;
         state.settle = None;
         let clean = state.end.take().is_some_and(|end| {
+            let cache = &mut state.probe;
             state.ctx.with(|ctx| {
                 end.restore(&ctx).is_ok_and(|f| {
-                    end_run(&ctx, &f, (!probe.is_empty()).then_some(probe.as_str()))
+                    let list = (!probe.is_empty()).then(|| cached_probe(&ctx, cache, &probe));
+                    end_run(&ctx, &f, list)
                 })
             })
         });
