@@ -543,7 +543,7 @@ fn build_harness(
     cfg: &Config,
     upstreams: Option<harness::mcp::Upstreams>,
 ) -> Result<Harness, ExitCode> {
-    let tools = harness::builtin::registry_with(&args.root, cfg.settings().exec.policy())
+    let tools = harness::builtin::registry_with(&args.root, cfg.settings().exec_policy())
         .map_err(|e| usage_error(format!("cannot open root {}: {e}", args.root.display())))?;
     // Without a configured answer the CLI asks on its terminal.
     let configured = cfg

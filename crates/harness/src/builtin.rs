@@ -32,22 +32,29 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 
 #[cfg(target_os = "linux")]
-use crate::confine::Confinement;
+use crate::confine::Jail;
 
-/// Elsewhere than Linux there is nothing to confine with.
+/// Elsewhere than Linux: the child's own process group, nothing more.
 #[cfg(not(target_os = "linux"))]
-enum Confinement {
-    #[allow(dead_code)]
-    Ready(()),
-    Unavailable(String),
-}
+struct Jail;
 
 #[cfg(not(target_os = "linux"))]
-impl Confinement {
-    fn for_root(_: &Path, _: bool) -> Confinement {
-        Confinement::Unavailable("no confinement on this OS".into())
+impl Jail {
+    fn new(_: &Path, _: bool, _: bool) -> Jail {
+        Jail
     }
-    fn apply(self, _: &mut tokio::process::Command) {}
+    fn landlock_abi(&self) -> Result<i32, &str> {
+        Err("no confinement on this OS")
+    }
+    fn holds_the_group(&self) -> bool {
+        false
+    }
+    fn apply(self, cmd: &mut tokio::process::Command) {
+        #[cfg(unix)]
+        cmd.process_group(0);
+        #[cfg(not(unix))]
+        let _ = cmd;
+    }
 }
 
 /// Largest file `read_file` returns.
@@ -72,13 +79,25 @@ pub struct ExecPolicy {
     pub confine: bool,
     /// Let confined children connect and bind TCP sockets.
     pub allow_network: bool,
+    /// The host's environment variables a child gets (when the host has
+    /// them); `HOME` is always the root, and nothing else of the host's
+    /// environment reaches it.
+    pub env_allow: Vec<String>,
+    /// Variables never passed on, even when allowed: the configured
+    /// secrets' (`[http.secrets.NAME] env`).
+    pub env_withheld: Vec<String>,
 }
+
+/// [`ExecPolicy::env_allow`] by default.
+pub const DEFAULT_EXEC_ENV: &[&str] = &["PATH", "LANG", "TERM"];
 
 impl Default for ExecPolicy {
     fn default() -> Self {
         ExecPolicy {
             confine: true,
             allow_network: false,
+            env_allow: DEFAULT_EXEC_ENV.iter().map(|s| (*s).to_owned()).collect(),
+            env_withheld: Vec::new(),
         }
     }
 }
@@ -93,6 +112,29 @@ impl ExecPolicy {
     pub fn with_allow_network(mut self, allow: bool) -> Self {
         self.allow_network = allow;
         self
+    }
+    /// The host's variables children get ([`ExecPolicy::env_allow`]).
+    pub fn with_env_allow(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.env_allow = names.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Variables never passed on ([`ExecPolicy::env_withheld`]).
+    pub fn with_env_withheld(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.env_withheld = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The environment a child starts with: the allowed variables the
+    /// host has, and `HOME` set to `root`.
+    fn environment(&self, root: &Path) -> Vec<(String, std::ffi::OsString)> {
+        let mut env: Vec<(String, std::ffi::OsString)> = self
+            .env_allow
+            .iter()
+            .filter(|n| n.as_str() != "HOME" && !self.env_withheld.contains(n))
+            .filter_map(|n| Some((n.clone(), std::env::var_os(n)?)))
+            .collect();
+        env.push(("HOME".to_owned(), root.as_os_str().to_owned()));
+        env
     }
 }
 
@@ -325,11 +367,13 @@ fn exec(root: PathBuf, policy: ExecPolicy) -> FnTool {
     FnTool::new(
         "exec",
         "Runs a command (argv list, no shell) in the root directory, or in `cwd` under it, \
-         with `env` added to its environment. Always needs approval. Where the OS allows, the \
-         child may write only under the root and has no network (`confined: true`). The whole \
-         process group is killed on timeout or cancel. Returns {exitCode, stdout, stderr, aggregatedOutput, \
-         stdoutTruncated, stderrTruncated, timedOut, durationMs, confined}; each stream keeps \
-         at most 256 KiB, then `...<truncated>`.",
+         in a session of its own with no terminal and stdin empty. Its environment is PATH, \
+         LANG and TERM from the host (as configured), HOME set to the root, and `env`. Always \
+         needs approval. Where the OS allows, the child may write only under the root and has \
+         no network (`confined: true`). Everything it starts is killed when it exits, times \
+         out or is cancelled. Returns {exitCode, stdout, stderr, aggregatedOutput, \
+         stdoutTruncated, stderrTruncated, timedOut, durationMs, confined, landlockAbi, \
+         groupHeld}; each stream keeps at most 256 KiB, then `...<truncated>`.",
         json!({"type": "object",
                "properties": {
                    "command": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 256,
@@ -380,10 +424,10 @@ fn exec(root: PathBuf, policy: ExecPolicy) -> FnTool {
                     })
                     .unwrap_or_default();
                 let until = (Instant::now() + timeout).min(ctx.deadline);
-                let confinement = policy
-                    .confine
-                    .then(|| Confinement::for_root(&root, policy.allow_network));
-                run_command(&cwd, &argv, &env, confinement, until, &ctx.cancel).await
+                let jail = Jail::new(&root, policy.confine, policy.allow_network);
+                let mut full_env = policy.environment(&root);
+                full_env.extend(env.into_iter().map(|(k, v)| (k, v.into())));
+                run_command(&cwd, &argv, &full_env, jail, until, &ctx.cancel).await
             }
         },
     )
@@ -394,7 +438,11 @@ fn exec(root: PathBuf, policy: ExecPolicy) -> FnTool {
                        "stdoutTruncated": {"type": "boolean"}, "stderrTruncated": {"type": "boolean"},
                        "timedOut": {"type": "boolean"}, "durationMs": {"type": "number"},
                        "confined": {"type": "boolean",
-                                    "description": "Whether the child was confined (Linux Landlock: writes only under the root, no TCP unless the host allows it). False where the OS cannot, or the host turned confinement off."}},
+                                    "description": "Whether the child was confined (Linux Landlock: writes only under the root, no TCP unless the host allows it). False where the OS cannot, or the host turned confinement off."},
+                       "landlockAbi": {"type": ["integer", "null"],
+                                       "description": "The Landlock ABI the child was confined at (5 and up: no device ioctls outside the root; 6 and up: no signals or abstract sockets outside the jail), null when not confined."},
+                       "groupHeld": {"type": "boolean",
+                                     "description": "Whether no descendant could leave the child's process group (seccomp), so that killing the group at the end of the call killed all of them."}},
         "required": ["exitCode", "stdout", "stderr", "aggregatedOutput", "stdoutTruncated",
                      "stderrTruncated", "timedOut", "durationMs", "confined"],
         "additionalProperties": false}))
@@ -452,8 +500,8 @@ fn kill_group(pgid: Option<u32>) {
 async fn run_command(
     cwd: &Path,
     argv: &[String],
-    env: &[(String, String)],
-    confinement: Option<Confinement>,
+    env: &[(String, std::ffi::OsString)],
+    jail: Jail,
     mut until: Instant,
     cancel: &harness_core::CancellationToken,
 ) -> Result<Value, ToolError> {
@@ -464,24 +512,22 @@ async fn run_command(
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(rest)
         .current_dir(cwd)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    #[cfg(unix)]
-    cmd.process_group(0);
-    let confined = match confinement {
-        Some(c @ Confinement::Ready(_)) => {
-            c.apply(&mut cmd);
-            true
+    let landlock_abi = match jail.landlock_abi() {
+        Ok(abi) => Some(abi),
+        Err(why) => {
+            tracing::debug!(%why, "exec runs without Landlock");
+            None
         }
-        Some(Confinement::Unavailable(why)) => {
-            tracing::debug!(%why, "exec runs unconfined");
-            false
-        }
-        None => false,
     };
+    let confined = landlock_abi.is_some();
+    let held = jail.holds_the_group();
+    jail.apply(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| {
         let how = if confined { " (confined)" } else { "" };
         ToolError::new(format!("could not start {program}{how}: {e}"))
@@ -546,5 +592,7 @@ async fn run_command(
         "timedOut": timed_out,
         "durationMs": started.elapsed().as_secs_f64() * 1000.0,
         "confined": confined,
+        "landlockAbi": landlock_abi,
+        "groupHeld": held,
     }))
 }

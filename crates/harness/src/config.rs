@@ -165,6 +165,9 @@ pub struct ExecSettings {
     pub confine: bool,
     /// Let confined children use TCP.
     pub allow_network: bool,
+    /// The host's environment variables children get (`HOME` is always
+    /// the root; a configured secret's variable never passes).
+    pub env_allow: Vec<String>,
 }
 
 impl Default for ExecSettings {
@@ -172,6 +175,7 @@ impl Default for ExecSettings {
         ExecSettings {
             confine: true,
             allow_network: false,
+            env_allow: ["PATH", "LANG", "TERM"].map(str::to_owned).to_vec(),
         }
     }
 }
@@ -183,6 +187,18 @@ impl ExecSettings {
         crate::builtin::ExecPolicy::default()
             .with_confine(self.confine)
             .with_allow_network(self.allow_network)
+            .with_env_allow(self.env_allow.iter().cloned())
+    }
+}
+
+#[cfg(feature = "builtin-tools")]
+impl Settings {
+    /// `exec`'s policy, withholding the variables of the configured
+    /// secrets (`[http.secrets.NAME] env`) even where `env_allow` names
+    /// them.
+    pub fn exec_policy(&self) -> crate::builtin::ExecPolicy {
+        let secrets = self.http.secrets.values().map(|s| s.env.clone());
+        self.exec.policy().with_env_withheld(secrets)
     }
 }
 
@@ -833,7 +849,7 @@ const MCP_SERVER_KEYS: &[&str] = &[
     "needs_approval",
     "timeout_ms",
 ];
-const EXEC_KEYS: &[&str] = &["confine", "allow_network"];
+const EXEC_KEYS: &[&str] = &["confine", "allow_network", "env_allow"];
 const EXPOSE_KEYS: &[&str] = &["tools", "packs", "http"];
 const HTTP_KEYS: &[&str] = &[
     "allow_hosts",

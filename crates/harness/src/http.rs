@@ -319,18 +319,32 @@ fn refused(rule: &str, why: impl fmt::Display) -> ToolError {
     ))
 }
 
+/// The IPv4 address an IPv6 address carries, judged in its place: mapped
+/// (`::ffff:a.b.c.d`), compatible (`::a.b.c.d`, but `::` and `::1`), NAT64
+/// (`64:ff9b::/96`, `64:ff9b:1::/48`), 6to4 (`2002:AABB:CCDD::/48`),
+/// Teredo's client (`2001:0::/32`, the last 32 bits inverted) and ISATAP
+/// (`…:5efe:a.b.c.d`).
+fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let o = v6.octets();
+    let last = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    match s {
+        [0, 0, 0, 0, 0, 0, ..] if !(v6.is_unspecified() || v6.is_loopback()) => Some(last),
+        [0x64, 0xff9b, 0, 0, 0, 0, ..] | [0x64, 0xff9b, 1, ..] => Some(last),
+        [0x2002, ..] => Some(Ipv4Addr::new(o[2], o[3], o[4], o[5])),
+        [0x2001, 0, ..] => Some(Ipv4Addr::from(!u32::from(last))),
+        [_, _, _, _, 0 | 0x200, 0x5efe, ..] => Some(last),
+        _ => None,
+    }
+}
+
 /// Why an address may not be reached, if it may not.
 fn address_rule(ip: IpAddr, policy: &HttpPolicy) -> Option<(&'static str, &'static str)> {
     let ip = match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
-            None if v6.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] => {
-                let o = v6.octets();
-                IpAddr::V4(Ipv4Addr::new(o[12], o[13], o[14], o[15]))
-            }
-            None => IpAddr::V6(v6),
-        },
+        IpAddr::V6(v6) => embedded_ipv4(v6).map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     };
     match ip {
@@ -806,6 +820,20 @@ mod tests {
         assert_eq!(rule("255.255.255.255"), Some("reserved"));
         assert_eq!(rule("93.184.216.34"), None);
         assert_eq!(rule("2606:4700::1111"), None);
+        // Every IPv6 form that carries an IPv4 address is judged by it.
+        assert_eq!(rule("::127.0.0.1"), Some("loopback"));
+        assert_eq!(rule("::169.254.169.254"), Some("metadata"));
+        assert_eq!(rule("::10.0.0.1"), Some("private"));
+        assert_eq!(rule("64:ff9b:1::7f00:1"), Some("loopback"));
+        assert_eq!(rule("2002:7f00:1::1"), Some("loopback"));
+        assert_eq!(rule("2002:a9fe:a9fe::"), Some("metadata"));
+        assert_eq!(
+            rule("2001:0:4136:e378:8000:63bf:80ff:fffe"),
+            Some("loopback")
+        );
+        assert_eq!(rule("fe80::5efe:a9fe:a9fe"), Some("metadata"));
+        assert_eq!(rule("2001:db8::200:5efe:a00:1"), Some("private"));
+        assert_eq!(rule("::5db8:d822"), None);
         let open = policy().allow_loopback(true).allow_private(true);
         let rule = |s: &str| address_rule(s.parse().unwrap(), &open).map(|r| r.0);
         assert_eq!(rule("127.0.0.1"), None);

@@ -308,6 +308,154 @@ async fn exec_writes_only_under_the_root_and_has_no_network_where_landlock_is() 
     assert!(outside.path().join("x.txt").exists(), "{v}");
 }
 
+/// `exec` is a jail, not a polite request: what the host holds (its
+/// environment, its descriptors, a terminal) does not reach the child,
+/// and nothing the child starts outlives the call.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(unsafe_code)]
+async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() {
+    let (root, outside) = fixture();
+    let secret = format!("HARNESS_TEST_SECRET_{}", std::process::id());
+    // SAFETY: set before any tool runs; no other thread of this test reads it.
+    unsafe { std::env::set_var(&secret, "s3cr3t-value") };
+    let policy = harness::builtin::ExecPolicy::default()
+        .with_env_allow(["PATH", "TERM", secret.as_str()])
+        .with_env_withheld([secret.as_str()]);
+    let h = exec_harness(root.path(), policy);
+    let run = |cmd: Vec<String>| {
+        let h = &h;
+        async move {
+            let src = format!("return await tools.exec({{command: {}}})", json!(cmd));
+            value(h, &src).await
+        }
+    };
+    let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+    // The environment: the allowed variables the host has, HOME = the
+    // root, never a withheld secret.
+    let v = run(argv(&["/usr/bin/env"])).await;
+    let out = v["stdout"].as_str().unwrap();
+    let names: Vec<&str> = out.lines().filter_map(|l| l.split('=').next()).collect();
+    assert!(!out.contains("s3cr3t-value"), "{out}");
+    assert!(
+        names.iter().all(|n| ["PATH", "TERM", "HOME"].contains(n)),
+        "{out}"
+    );
+    let home = format!("HOME={}", root.path().canonicalize().unwrap().display());
+    assert!(out.lines().any(|l| l == home), "{out}");
+
+    // A descriptor the host holds without close-on-exec is not inherited.
+    let file = outside.path().join("inherited.txt");
+    let f = std::fs::File::create(&file).unwrap();
+    // SAFETY: dup returns a new descriptor (without close-on-exec) or -1.
+    let fd = unsafe { libc::dup(std::os::fd::AsRawFd::as_raw_fd(&f)) };
+    assert!(fd > 2);
+    let v = run(argv(&["sh", "-c", &format!("echo PWNED >&{fd}")])).await;
+    assert_ne!(v["exitCode"], 0, "{v}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "", "{v}");
+    // SAFETY: the descriptor dup made above.
+    unsafe { libc::close(fd) };
+
+    // Nothing leaves the process group, so nothing outlives the call.
+    assert_eq!(v["groupHeld"], true, "{v}");
+    let marker = format!("98{:04}", std::process::id() % 10_000);
+    let v = run(argv(&["setsid", "-f", "sleep", &marker])).await;
+    // (`setsid -f` forks first: the parent exits 0, the child's setsid fails.)
+    assert!(
+        v["stderr"].as_str().unwrap().contains("not permitted"),
+        "setsid must fail: {v}"
+    );
+    let v = run(argv(&[
+        "/usr/bin/python3",
+        "-c",
+        &format!("import os, subprocess\nif os.fork() == 0:\n    subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n    os._exit(0)\nos.wait()"),
+    ]))
+    .await;
+    assert!(v["durationMs"].as_f64().unwrap() < 5000.0, "{v}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &format!("sleep {marker}")])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "a descendant outlived the call: {v}"
+    );
+
+    // No terminal: none is controlling, and no ioctl types into one the
+    // host holds (TIOCSTI on the slave of a pty this test opened).
+    let v = run(argv(&["sh", "-c", "exec 3<>/dev/tty"])).await;
+    assert_ne!(v["exitCode"], 0, "{v}");
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two descriptors; the name and settings are unused.
+    let opened = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(opened, 0);
+    let tty = std::fs::read_link(format!("/proc/self/fd/{slave}")).unwrap();
+    let inject = format!(
+        "import fcntl, os, termios\nfd = os.open('{}', os.O_RDONLY)\nfor c in b'echo INJECTED\\n':\n    fcntl.ioctl(fd, termios.TIOCSTI, bytes([c]))",
+        tty.display()
+    );
+    let v = run(argv(&["/usr/bin/python3", "-c", &inject])).await;
+    assert_ne!(v["exitCode"], 0, "{v}");
+    assert!(
+        v["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("Operation not permitted"),
+        "{v}"
+    );
+    // Without Landlock too: the seccomp filter refuses the ioctl.
+    let unconfined = exec_harness(
+        root.path(),
+        harness::builtin::ExecPolicy::default().with_confine(false),
+    );
+    let src = format!(
+        "return await tools.exec({{command: {}}})",
+        json!(["/usr/bin/python3", "-c", &inject])
+    );
+    let v = value(&unconfined, &src).await;
+    assert_eq!(v["confined"], false, "{v}");
+    assert!(
+        v["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("Operation not permitted"),
+        "{v}"
+    );
+    // SAFETY: slave is the pty opened above (what is typed into a
+    // terminal is read from it); O_NONBLOCK makes the read return at once.
+    let typed = unsafe {
+        libc::fcntl(slave, libc::F_SETFL, libc::O_NONBLOCK);
+        let mut buf = [0u8; 64];
+        libc::read(slave, buf.as_mut_ptr().cast(), buf.len())
+    };
+    assert!(typed <= 0, "something was typed into the terminal");
+    // SAFETY: the two descriptors openpty made.
+    unsafe {
+        libc::close(master);
+        libc::close(slave);
+    }
+
+    // No device nodes and no FIFOs, even under the root and as root.
+    let v = run(argv(&[
+        "sh",
+        "-c",
+        "mknod zero c 1 5 || mkfifo f || exit 0; exit 1",
+    ]))
+    .await;
+    assert_eq!(v["exitCode"], 0, "{v}");
+    assert!(!root.path().join("zero").exists() && !root.path().join("f").exists());
+}
+
 /// The user guide's tool reference names every built-in tool and every
 /// argument its schema has: it cannot fall behind the schemas.
 #[test]
