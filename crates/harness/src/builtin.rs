@@ -284,7 +284,7 @@ fn read_file(dir: Arc<Dir>) -> FnTool {
                     meta.len()
                 )));
             }
-            let bytes = dir.read(rel).map_err(|e| io_error(e, p))?;
+            let bytes = read_regular(dir, rel, p, MAX_READ_BYTES)?;
             let content = String::from_utf8(bytes)
                 .map_err(|_| ToolError::new(format!("{p} is not UTF-8 text")))?;
             Ok(json!({"path": p, "content": content}))
@@ -293,6 +293,48 @@ fn read_file(dir: Arc<Dir>) -> FnTool {
     .with_output_schema(json!({"type": "object",
         "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
         "required": ["path", "content"], "additionalProperties": false}))
+}
+
+/// Reads the regular file `rel` (the script's `p`) of `dir`, at most
+/// `max` bytes. It is opened without blocking and judged by what was
+/// opened, not by a name looked up before: a FIFO, a device or a socket
+/// is refused (none can hang the call or fill memory), and the cap holds
+/// however long the file grows or whatever length it claims.
+pub(crate) fn read_regular(dir: &Dir, rel: &Path, p: &str, max: u64) -> Result<Vec<u8>, ToolError> {
+    use std::io::Read;
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use cap_std::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    }
+    let file = dir.open_with(rel, &options).map_err(|e| io_error(e, p))?;
+    let meta = file.metadata().map_err(|e| io_error(e, p))?;
+    if meta.is_dir() {
+        return Err(ToolError::new(format!("{p} is a directory")));
+    }
+    if !meta.is_file() {
+        return Err(ToolError::new(format!(
+            "{p} is not a regular file (a FIFO, device or socket)"
+        )));
+    }
+    if meta.len() > max {
+        return Err(ToolError::new(format!(
+            "{p} is {} bytes; the limit is {max} bytes",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(e, p))?;
+    if bytes.len() as u64 > max {
+        return Err(ToolError::new(format!(
+            "{p} is more than {max} bytes; the limit is {max} bytes"
+        )));
+    }
+    Ok(bytes)
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -15,7 +15,6 @@ use crate::{ToolError, ToolRegistry};
 use cap_std::fs::Dir;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -182,10 +181,7 @@ fn read_text(dir: &Dir, p: &str) -> Result<String, ToolError> {
             meta.len()
         )));
     }
-    let mut bytes = Vec::new();
-    dir.open(&rel)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|e| io_error(e, p))?;
+    let bytes = crate::builtin::read_regular(dir, &rel, p, 16 * 1024 * 1024)?;
     if bytes.contains(&0) {
         return Err(ToolError::new(format!("{p} is a binary file")));
     }
@@ -658,10 +654,7 @@ pub struct ViewImageResult {
 
 fn view_image(dir: &Dir, a: ViewImageArgs) -> Result<ViewImageResult, ToolError> {
     let rel = relative(&a.path)?;
-    let mut bytes = Vec::new();
-    dir.open(&rel)
-        .and_then(|f| f.take(64 * 1024 * 1024).read_to_end(&mut bytes))
-        .map_err(|e| io_error(e, &a.path))?;
+    let bytes = crate::builtin::read_regular(dir, &rel, &a.path, 64 * 1024 * 1024)?;
     let reader = image::ImageReader::new(std::io::Cursor::new(&bytes))
         .with_guessed_format()
         .map_err(|e| ToolError::new(format!("{}: {e}", a.path)))?;

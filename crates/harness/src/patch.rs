@@ -9,7 +9,6 @@ use cap_std::fs::Dir;
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::PathBuf;
 
 /// What `applyPatch` did.
@@ -333,17 +332,20 @@ fn apply_hunks(
     Ok((out, added, removed))
 }
 
+/// Largest file `applyPatch` reads (to update or delete it).
+const MAX_PATCHED_BYTES: u64 = 16 * 1024 * 1024;
+
 fn read(dir: &Dir, p: &str) -> Result<Option<String>, ToolError> {
     let rel = relative(p)?;
-    match dir.open(&rel) {
-        Ok(mut f) => {
-            let mut s = String::new();
-            f.read_to_string(&mut s).map_err(|e| io_error(e, p))?;
-            Ok(Some(s))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_error(e, p)),
+    // Absent (or a link to nothing): the patch may add it.
+    match dir.metadata(&rel) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        _ => {}
     }
+    let bytes = crate::builtin::read_regular(dir, &rel, p, MAX_PATCHED_BYTES)?;
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| ToolError::new(format!("{p} is not UTF-8 text")))
 }
 
 /// Parses, plans (nothing written unless every operation fits), applies.

@@ -360,12 +360,13 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
     // Nothing leaves the process group, so nothing outlives the call.
     assert_eq!(v["groupHeld"], true, "{v}");
     let marker = format!("98{:04}", std::process::id() % 10_000);
-    let v = run(argv(&["setsid", "-f", "sleep", &marker])).await;
-    // (`setsid -f` forks first: the parent exits 0, the child's setsid fails.)
+    // (`setsid` forks first, as the child leads its group; `-w` waits.)
+    let v = run(argv(&["setsid", "-w", "sleep", &marker])).await;
     assert!(
         v["stderr"].as_str().unwrap().contains("not permitted"),
         "setsid must fail: {v}"
     );
+    run(argv(&["setsid", "-f", "sleep", &marker])).await;
     let v = run(argv(&[
         "/usr/bin/python3",
         "-c",
@@ -454,6 +455,43 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
     .await;
     assert_eq!(v["exitCode"], 0, "{v}");
     assert!(!root.path().join("zero").exists() && !root.path().join("f").exists());
+}
+
+/// A FIFO, a device node or a file that grows cannot hang a file tool or
+/// fill memory: what was opened (without blocking) must be a regular file
+/// within the cap.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(unsafe_code)]
+async fn file_tools_read_regular_files_only() {
+    let (root, _outside) = fixture();
+    let h = exec_harness(root.path(), harness::builtin::ExecPolicy::default());
+    let fifo = std::ffi::CString::new(root.path().join("f").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let mut names = vec!["f"];
+    let zero = std::ffi::CString::new(root.path().join("zero").to_str().unwrap()).unwrap();
+    // SAFETY: mknod reads the NUL-terminated path (a character device 1:5,
+    // /dev/zero's; only root may make one).
+    if unsafe { libc::mknod(zero.as_ptr(), libc::S_IFCHR | 0o644, libc::makedev(1, 5)) } == 0 {
+        names.push("zero");
+    } else {
+        eprintln!("SKIPPED: the device-node half (not root)");
+    }
+    for name in names {
+        for call in [
+            format!("tools.read_file({{path: '{name}'}})"),
+            format!("tools.readFile({{filePath: '{name}'}})"),
+            format!("tools.viewImage({{path: '{name}'}})"),
+            format!("tools.applyPatch({{patch: '*** Begin Patch\\n*** Delete File: {name}\\n*** End Patch'}})"),
+        ] {
+            let started = std::time::Instant::now();
+            let r = h.run(&format!("return await {call}")).await;
+            let e = r.error.unwrap_or_else(|| panic!("{call} succeeded"));
+            assert!(e.message.contains("not a regular file"), "{call}: {}", e.message);
+            assert!(started.elapsed() < std::time::Duration::from_secs(5), "{call}");
+        }
+    }
 }
 
 /// The user guide's tool reference names every built-in tool and every
