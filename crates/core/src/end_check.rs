@@ -85,8 +85,33 @@ const RESERVED: &[&str] = &[
 impl Body {
     /// The end-of-run check for this body (module docs).
     pub fn end_check(&self) -> EndCheck {
-        end_check(self.source())
+        let source = self.source();
+        if source.len() > CACHED_MAX_BYTES {
+            return end_check(source);
+        }
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            if let Some((cached, check)) = &*last {
+                if **cached == *source {
+                    return check.clone();
+                }
+            }
+            let check = end_check(source);
+            *last = Some((source.into(), check.clone()));
+            check
+        })
     }
+}
+
+/// The longest source whose check is remembered.
+const CACHED_MAX_BYTES: usize = 16 << 10;
+
+thread_local! {
+    /// The last source this thread checked and its check: a script run
+    /// again (a loop of the same script, a retry) is not scanned again.
+    /// The check is a pure function of the text, which is compared whole.
+    static LAST: std::cell::RefCell<Option<(Box<str>, EndCheck)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 fn end_check(source: &str) -> EndCheck {
