@@ -246,6 +246,15 @@ fn landlock_abi() -> i64 {
     }
 }
 
+/// `exec`'s result for `argv` on `h`.
+async fn exec_argv(h: &Harness, argv: &[&str]) -> Value {
+    value(
+        h,
+        &format!("return await tools.exec({{command: {}}})", json!(argv)),
+    )
+    .await
+}
+
 fn exec_harness(root: &std::path::Path, policy: harness::builtin::ExecPolicy) -> Harness {
     let tools = harness::builtin::registry_with(root, policy).unwrap();
     Harness::builder()
@@ -323,18 +332,10 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
         .with_env_allow(["PATH", "TERM", secret.as_str()])
         .with_env_withheld([secret.as_str()]);
     let h = exec_harness(root.path(), policy);
-    let run = |cmd: Vec<String>| {
-        let h = &h;
-        async move {
-            let src = format!("return await tools.exec({{command: {}}})", json!(cmd));
-            value(h, &src).await
-        }
-    };
-    let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
 
     // The environment: the allowed variables the host has, HOME = the
     // root, never a withheld secret.
-    let v = run(argv(&["/usr/bin/env"])).await;
+    let v = exec_argv(&h, &["/usr/bin/env"]).await;
     let out = v["stdout"].as_str().unwrap();
     let names: Vec<&str> = out.lines().filter_map(|l| l.split('=').next()).collect();
     assert!(!out.contains("s3cr3t-value"), "{out}");
@@ -351,7 +352,7 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
     // SAFETY: dup returns a new descriptor (without close-on-exec) or -1.
     let fd = unsafe { libc::dup(std::os::fd::AsRawFd::as_raw_fd(&f)) };
     assert!(fd > 2);
-    let v = run(argv(&["sh", "-c", &format!("echo PWNED >&{fd}")])).await;
+    let v = exec_argv(&h, &["sh", "-c", &format!("echo PWNED >&{fd}")]).await;
     assert_ne!(v["exitCode"], 0, "{v}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "", "{v}");
     // SAFETY: the descriptor dup made above.
@@ -361,17 +362,17 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
     assert_eq!(v["groupHeld"], true, "{v}");
     let marker = format!("98{:04}", std::process::id() % 10_000);
     // (`setsid` forks first, as the child leads its group; `-w` waits.)
-    let v = run(argv(&["setsid", "-w", "sleep", &marker])).await;
+    let v = exec_argv(&h, &["setsid", "-w", "sleep", &marker]).await;
     assert!(
         v["stderr"].as_str().unwrap().contains("not permitted"),
         "setsid must fail: {v}"
     );
-    run(argv(&["setsid", "-f", "sleep", &marker])).await;
-    let v = run(argv(&[
+    exec_argv(&h, &["setsid", "-f", "sleep", &marker]).await;
+    let v = exec_argv(&h, &[
         "/usr/bin/python3",
         "-c",
         &format!("import os, subprocess\nif os.fork() == 0:\n    subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n    os._exit(0)\nos.wait()"),
-    ]))
+    ])
     .await;
     assert!(v["durationMs"].as_f64().unwrap() < 5000.0, "{v}");
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -386,7 +387,7 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
 
     // No terminal: none is controlling, and no ioctl types into one the
     // host holds (TIOCSTI on the slave of a pty this test opened).
-    let v = run(argv(&["sh", "-c", "exec 3<>/dev/tty"])).await;
+    let v = exec_argv(&h, &["sh", "-c", "exec 3<>/dev/tty"]).await;
     assert_ne!(v["exitCode"], 0, "{v}");
     let (mut master, mut slave) = (0, 0);
     // SAFETY: openpty writes two descriptors; the name and settings are unused.
@@ -405,7 +406,7 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
         "import fcntl, os, termios\nfd = os.open('{}', os.O_RDONLY)\nfor c in b'echo INJECTED\\n':\n    fcntl.ioctl(fd, termios.TIOCSTI, bytes([c]))",
         tty.display()
     );
-    let v = run(argv(&["/usr/bin/python3", "-c", &inject])).await;
+    let v = exec_argv(&h, &["/usr/bin/python3", "-c", &inject]).await;
     assert_ne!(v["exitCode"], 0, "{v}");
     assert!(
         v["stderr"]
@@ -419,11 +420,7 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
         root.path(),
         harness::builtin::ExecPolicy::default().with_confine(false),
     );
-    let src = format!(
-        "return await tools.exec({{command: {}}})",
-        json!(["/usr/bin/python3", "-c", &inject])
-    );
-    let v = value(&unconfined, &src).await;
+    let v = exec_argv(&unconfined, &["/usr/bin/python3", "-c", &inject]).await;
     assert_eq!(v["confined"], false, "{v}");
     assert!(
         v["stderr"]
@@ -447,11 +444,10 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
     }
 
     // No device nodes and no FIFOs, even under the root and as root.
-    let v = run(argv(&[
-        "sh",
-        "-c",
-        "mknod zero c 1 5 || mkfifo f || exit 0; exit 1",
-    ]))
+    let v = exec_argv(
+        &h,
+        &["sh", "-c", "mknod zero c 1 5 || mkfifo f || exit 0; exit 1"],
+    )
     .await;
     assert_eq!(v["exitCode"], 0, "{v}");
     assert!(!root.path().join("zero").exists() && !root.path().join("f").exists());
