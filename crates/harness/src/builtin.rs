@@ -163,7 +163,7 @@ pub fn registry_with(root: &Path, exec_policy: ExecPolicy) -> io::Result<ToolReg
     r.define_pack("fs", ["read_file", "write_file", "list_dir"])
         .and_then(|r| r.define_pack("shell", ["exec"]))
         .map_err(|e| io::Error::other(e.to_string()))?;
-    crate::coding::register(&mut r, dir, &root_path)?;
+    crate::coding::register(&mut r, dir)?;
     Ok(r)
 }
 
@@ -195,7 +195,10 @@ pub(crate) fn write_atomic(dir: &Dir, p: &str, rel: &Path, bytes: &[u8]) -> Resu
         .into_owned();
     let parent = rel.parent().unwrap_or(Path::new("")).to_path_buf();
     if !parent.as_os_str().is_empty() {
-        dir.create_dir_all(&parent).map_err(|e| io_error(e, p))?;
+        // A parent that is a link out of the root makes mkdir say "exists";
+        // resolving it says where it leads.
+        dir.create_dir_all(&parent)
+            .map_err(|e| io_error(dir.metadata(&parent).err().unwrap_or(e), p))?;
     }
     let tmp = parent.join(format!(
         ".{name}.harness-tmp-{}-{}",
@@ -210,10 +213,15 @@ pub(crate) fn write_atomic(dir: &Dir, p: &str, rel: &Path, bytes: &[u8]) -> Resu
     Ok(())
 }
 
+/// The one refusal for a path that leaves the root, whatever lies there.
+pub(crate) fn outside(p: &str) -> ToolError {
+    ToolError::new(format!("path {p} leads outside the root directory"))
+}
+
 pub(crate) fn io_error(e: io::Error, p: &str) -> ToolError {
     let text = e.to_string();
     if text.contains("outside of the filesystem") || text.contains("outside the filesystem") {
-        return ToolError::new(format!("path {p} leads outside the root directory"));
+        return outside(p);
     }
     match e.kind() {
         io::ErrorKind::NotFound => ToolError::new(format!("no such file or directory: {p}")),
@@ -300,16 +308,36 @@ fn read_file(dir: Arc<Dir>) -> FnTool {
 /// opened, not by a name looked up before: a FIFO, a device or a socket
 /// is refused (none can hang the call or fill memory), and the cap holds
 /// however long the file grows or whatever length it claims.
-pub(crate) fn read_regular(dir: &Dir, rel: &Path, p: &str, max: u64) -> Result<Vec<u8>, ToolError> {
-    use std::io::Read;
+/// Opens `rel` under `dir` for reading without waiting on a FIFO or
+/// taking a terminal; `flags` adds to that (`O_NOFOLLOW`, say).
+fn open_for_reading(dir: &Dir, rel: &Path, flags: i32) -> io::Result<cap_std::fs::File> {
     let mut options = cap_std::fs::OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
     {
         use cap_std::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | flags);
     }
-    let file = dir.open_with(rel, &options).map_err(|e| io_error(e, p))?;
+    #[cfg(not(unix))]
+    let _ = flags;
+    dir.open_with(rel, &options)
+}
+
+/// The file `name` in `dir`, if it is a regular file and not a link (as
+/// opened, not as listed).
+pub(crate) fn open_regular(dir: &Dir, name: &Path) -> Option<std::fs::File> {
+    #[cfg(unix)]
+    let flags = libc::O_NOFOLLOW;
+    #[cfg(not(unix))]
+    let flags = 0;
+    let file = open_for_reading(dir, name, flags).ok()?;
+    let meta = file.metadata().ok()?;
+    meta.is_file().then(|| file.into_std())
+}
+
+pub(crate) fn read_regular(dir: &Dir, rel: &Path, p: &str, max: u64) -> Result<Vec<u8>, ToolError> {
+    use std::io::Read;
+    let file = open_for_reading(dir, rel, 0).map_err(|e| io_error(e, p))?;
     let meta = file.metadata().map_err(|e| io_error(e, p))?;
     if meta.is_dir() {
         return Err(ToolError::new(format!("{p} is a directory")));

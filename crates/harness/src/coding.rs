@@ -11,11 +11,13 @@
 use crate::builtin::{blocking, io_error, relative};
 pub use crate::patch::{FileChange, PatchResult};
 use crate::typed::typed_tool;
+use crate::walk;
 use crate::{ToolError, ToolRegistry};
 use cap_std::fs::Dir;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::ops::ControlFlow;
+use std::path::Path;
 use std::sync::Arc;
 
 /// Lines `readFile` returns by default.
@@ -24,12 +26,8 @@ pub const DEFAULT_READ_LINES: usize = 2000;
 pub const MAX_LINE_CHARS: usize = 500;
 
 /// Adds the coding tools and their packs to `registry` (which must hold
-/// `exec` already), confined to `root`.
-pub(crate) fn register(
-    registry: &mut ToolRegistry,
-    dir: Arc<Dir>,
-    root: &Path,
-) -> std::io::Result<()> {
+/// `exec` already), confined to the root `dir`.
+pub(crate) fn register(registry: &mut ToolRegistry, dir: Arc<Dir>) -> std::io::Result<()> {
     let err = |e: crate::RegistryError| std::io::Error::other(e.to_string());
     let d = dir.clone();
     registry
@@ -45,18 +43,18 @@ pub(crate) fn register(
             async move { blocking(move || list_dir(&d, a)).await }
         }))
         .map_err(err)?;
-    let r = root.to_path_buf();
+    let d = dir.clone();
     registry
         .register(typed_tool("grepFiles", move |a: GrepArgs, _| {
-            let r = r.clone();
-            async move { blocking(move || grep_files(&r, a)).await }
+            let d = d.clone();
+            async move { blocking(move || grep_files(&d, a)).await }
         }))
         .map_err(err)?;
-    let r = root.to_path_buf();
+    let d = dir.clone();
     registry
         .register(typed_tool("fileSearch", move |a: FileSearchArgs, _| {
-            let r = r.clone();
-            async move { blocking(move || file_search(&r, a)).await }
+            let d = d.clone();
+            async move { blocking(move || file_search(&d, a)).await }
         }))
         .map_err(err)?;
     registry
@@ -325,14 +323,31 @@ const MAX_TREE_ENTRIES: usize = 20_000;
 
 fn list_dir(dir: &Dir, a: ListDirArgs) -> Result<ListDirResult, ToolError> {
     let p = a.dir_path.clone();
-    let rel = relative(&p)?;
-    let sub = if rel.as_os_str().is_empty() || rel == Path::new(".") {
-        dir.try_clone().map_err(|e| io_error(e, &p))?
-    } else {
-        dir.open_dir(&rel).map_err(|e| io_error(e, &p))?
+    let rel = walk::normal(&p)?;
+    let rules = walk::Rules {
+        ignores: false,
+        globs: Vec::new(),
+        depth: a.depth.unwrap_or(2).max(1),
     };
     let mut all = Vec::new();
-    walk_tree(&sub, 0, a.depth.unwrap_or(2).max(1), &mut all, &p)?;
+    walk::walk(dir, &p, &rel, &rules, |e| {
+        if all.len() >= MAX_TREE_ENTRIES {
+            return ControlFlow::Break(());
+        }
+        let ft = e.file_type;
+        let mark = if ft.is_symlink() {
+            "@"
+        } else if ft.is_dir() {
+            "/"
+        } else if ft.is_file() {
+            ""
+        } else {
+            "?"
+        };
+        let name = e.name.to_string_lossy();
+        all.push(format!("{}{name}{mark}", "  ".repeat(e.level)));
+        ControlFlow::Continue(())
+    })?;
     let offset = a.offset.unwrap_or(1).max(1);
     let limit = a.limit.unwrap_or(200).max(1);
     let total = all.len();
@@ -343,43 +358,6 @@ fn list_dir(dir: &Dir, a: ListDirArgs) -> Result<ListDirResult, ToolError> {
         entries,
         total,
     })
-}
-
-fn walk_tree(
-    dir: &Dir,
-    level: usize,
-    depth: usize,
-    out: &mut Vec<String>,
-    p: &str,
-) -> Result<(), ToolError> {
-    let mut items = Vec::new();
-    for entry in dir.entries().map_err(|e| io_error(e, p))? {
-        let entry = entry.map_err(|e| io_error(e, p))?;
-        let ft = entry.file_type().map_err(|e| io_error(e, p))?;
-        items.push((entry.file_name().to_string_lossy().into_owned(), ft));
-    }
-    items.sort_by(|a, b| a.0.cmp(&b.0));
-    for (name, ft) in items {
-        if out.len() >= MAX_TREE_ENTRIES {
-            return Ok(());
-        }
-        let mark = if ft.is_symlink() {
-            "@"
-        } else if ft.is_dir() {
-            "/"
-        } else if ft.is_file() {
-            ""
-        } else {
-            "?"
-        };
-        out.push(format!("{}{name}{mark}", "  ".repeat(level)));
-        if ft.is_dir() && !ft.is_symlink() && level + 1 < depth {
-            if let Ok(sub) = dir.open_dir(&name) {
-                walk_tree(&sub, level + 1, depth, out, p)?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Files under the root whose contents match a regular expression (the
@@ -412,71 +390,51 @@ pub struct GrepResult {
     pub truncated: bool,
 }
 
-/// The directory `path` names under `root`, checked to stay inside it.
-fn under_root(root: &Path, path: Option<&str>) -> Result<PathBuf, ToolError> {
-    let Some(p) = path.filter(|p| !p.is_empty() && *p != ".") else {
-        return Ok(root.to_path_buf());
+/// The regular files under `path` (the root by default) that the ignore
+/// files and `globs` keep, in path order, until `each` breaks.
+fn each_file(
+    dir: &Dir,
+    path: Option<&str>,
+    globs: Vec<String>,
+    mut each: impl FnMut(&walk::Entry<'_>) -> ControlFlow<()>,
+) -> Result<(), ToolError> {
+    let p = path.unwrap_or(".");
+    let rel = walk::normal(p)?;
+    let rules = walk::Rules {
+        ignores: true,
+        globs,
+        depth: usize::MAX,
     };
-    let rel = relative(p)?;
-    let full = root.join(rel).canonicalize().map_err(|e| io_error(e, p))?;
-    if !full.starts_with(root) {
-        return Err(ToolError::new(format!(
-            "path {p} leads outside the root directory"
-        )));
-    }
-    Ok(full)
+    walk::walk(dir, p, &rel, &rules, |e| {
+        if e.file_type.is_file() {
+            each(e)
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
 }
 
-/// Files under `base` (gitignore respected, symlinks not followed),
-/// filtered by globs (`!glob` excludes).
-fn walk_files(root: &Path, base: &Path, globs: &[String]) -> Result<Vec<PathBuf>, ToolError> {
-    let mut builder = ignore::WalkBuilder::new(base);
-    builder.follow_links(false).hidden(false).require_git(false);
-    if !globs.is_empty() {
-        let mut ov = ignore::overrides::OverrideBuilder::new(base);
-        for g in globs {
-            ov.add(g)
-                .map_err(|e| ToolError::new(format!("bad glob {g}: {e}")))?;
-        }
-        builder.overrides(ov.build().map_err(|e| ToolError::new(e.to_string()))?);
-    }
-    let mut out = Vec::new();
-    for entry in builder.build().flatten() {
-        if entry.path().components().any(|c| c.as_os_str() == ".git") {
-            continue;
-        }
-        if entry.file_type().is_some_and(|t| t.is_file()) && entry.path().starts_with(root) {
-            out.push(entry.into_path());
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-fn rel_display(root: &Path, p: &Path) -> String {
-    p.strip_prefix(root)
-        .unwrap_or(p)
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn grep_files(root: &Path, a: GrepArgs) -> Result<GrepResult, ToolError> {
+fn grep_files(dir: &Dir, a: GrepArgs) -> Result<GrepResult, ToolError> {
     use grep_searcher::sinks::UTF8;
     let matcher = grep_regex::RegexMatcher::new(&a.pattern)
         .map_err(|e| ToolError::new(format!("bad pattern {}: {e}", a.pattern)))?;
-    let base = under_root(root, a.path.as_deref())?;
-    let globs: Vec<String> = a.include.iter().cloned().collect();
     let limit = a.limit.unwrap_or(100).max(1);
     let mut searcher = grep_searcher::SearcherBuilder::new()
         .binary_detection(grep_searcher::BinaryDetection::quit(0))
         .build();
     let mut files = Vec::new();
     let mut truncated = false;
-    for path in walk_files(root, &base, &globs)? {
+    let globs = a.include.into_iter().collect();
+    each_file(dir, a.path.as_deref(), globs, |e| {
+        // Opened from the directory the walk holds, not followed if it
+        // became a link, and searched only if it is still a regular file.
+        let Some(file) = crate::builtin::open_regular(e.parent, Path::new(e.name)) else {
+            return ControlFlow::Continue(());
+        };
         let mut hit = false;
-        let _ = searcher.search_path(
+        let _ = searcher.search_file(
             &matcher,
-            &path,
+            &file,
             UTF8(|_, _| {
                 hit = true;
                 Ok(false)
@@ -485,11 +443,12 @@ fn grep_files(root: &Path, a: GrepArgs) -> Result<GrepResult, ToolError> {
         if hit {
             if files.len() == limit {
                 truncated = true;
-                break;
+                return ControlFlow::Break(());
             }
-            files.push(rel_display(root, &path));
+            files.push(e.rel.to_string_lossy().into_owned());
         }
-    }
+        ControlFlow::Continue(())
+    })?;
     Ok(GrepResult { files, truncated })
 }
 
@@ -533,19 +492,19 @@ pub struct FileSearchResult {
     pub total_matched: usize,
 }
 
-fn file_search(root: &Path, a: FileSearchArgs) -> Result<FileSearchResult, ToolError> {
+fn file_search(dir: &Dir, a: FileSearchArgs) -> Result<FileSearchResult, ToolError> {
     use nucleo_matcher::pattern::{CaseMatching, Normalization, Pattern};
-    let base = under_root(root, a.search_directory.as_deref())?;
     let globs: Vec<String> = a
         .exclude
         .unwrap_or_default()
         .into_iter()
         .map(|g| format!("!{g}"))
         .collect();
-    let paths: Vec<String> = walk_files(root, &base, &globs)?
-        .iter()
-        .map(|p| rel_display(root, p))
-        .collect();
+    let mut paths = Vec::new();
+    each_file(dir, a.search_directory.as_deref(), globs, |e| {
+        paths.push(e.rel.to_string_lossy().into_owned());
+        ControlFlow::Continue(())
+    })?;
     let mut matcher = nucleo_matcher::Matcher::new(nucleo_matcher::Config::DEFAULT.match_paths());
     let pattern = Pattern::parse(&a.pattern, CaseMatching::Smart, Normalization::Smart);
     let mut scored = pattern.match_list(paths, &mut matcher);

@@ -53,6 +53,8 @@ mod patch;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub mod telemetry;
 pub mod typed;
+#[cfg(feature = "builtin-tools")]
+mod walk;
 
 pub use engine::{engines, serve_worker_if_requested, EngineKind, UnknownEngine};
 /// The engine-neutral core crate. Everything a user of the harness needs is

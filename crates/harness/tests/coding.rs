@@ -490,6 +490,339 @@ async fn file_tools_read_regular_files_only() {
     }
 }
 
+/// grepFiles and fileSearch walk the directory they opened: a start
+/// directory swapped for a link out of the root, over and over while they
+/// run, never shows them what is outside.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grep_and_file_search_walk_what_they_opened_however_it_is_swapped() {
+    let (root, outside) = fixture();
+    let r = root.path().to_path_buf();
+    std::fs::create_dir(r.join("real")).unwrap();
+    std::fs::write(r.join("real/inside.txt"), "root:inside\n").unwrap();
+    std::fs::write(outside.path().join("passwd"), "root:outside\n").unwrap();
+    std::os::unix::fs::symlink(outside.path(), r.join("link")).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (r, stop) = (r.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // `d` is the real directory, then the link out, in turn.
+                for name in ["real", "link"] {
+                    let _ = std::fs::rename(r.join(name), r.join("d"));
+                    std::thread::sleep(std::time::Duration::from_micros(300));
+                    let _ = std::fs::rename(r.join("d"), r.join(name));
+                }
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let h = harness(root.path());
+    let (mut inside, mut refused) = (0, 0);
+    for _ in 0..60 {
+        for script in [
+            "return await tools.grepFiles({pattern: '^root:', path: 'd'})",
+            "return await tools.fileSearch({pattern: 'passwd', searchDirectory: 'd'})",
+        ] {
+            let r = h.run(script).await;
+            let text = serde_json::to_string(&r.value).unwrap();
+            assert!(!text.contains("passwd"), "{script}: saw outside: {text}");
+            if r.ok {
+                inside += 1;
+            } else {
+                refused += 1;
+                let message = r.error.unwrap().message;
+                assert!(
+                    message.contains("leads outside") || message.contains("no such file"),
+                    "{message}"
+                );
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 100, "the swapper barely ran ({swaps} swaps)");
+    assert!(
+        inside > 0 && refused > 0,
+        "{inside} inside, {refused} refused"
+    );
+    eprintln!("{swaps} swaps: {inside} walks inside, {refused} refused");
+}
+
+/// A path out of the root gets one answer, whatever lies at its end:
+/// nothing tells a file outside from a missing one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_is_one_answer_whatever_exists_there() {
+    let (root, _outside) = fixture();
+    let h = exec_harness(root.path(), harness::builtin::ExecPolicy::default());
+    let up = "../".repeat(40);
+    for (present, absent) in [
+        (
+            "tools.grepFiles({pattern: 'x', path: 'escape/secret.txt'})".to_owned(),
+            "tools.grepFiles({pattern: 'x', path: 'escape/no-such'})".to_owned(),
+        ),
+        (
+            format!("tools.fileSearch({{pattern: 'x', searchDirectory: '{up}etc'}})"),
+            format!("tools.fileSearch({{pattern: 'x', searchDirectory: '{up}no-such-dir'}})"),
+        ),
+        (
+            "tools.read_file({path: 'escape/secret.txt'})".to_owned(),
+            "tools.read_file({path: 'escape/no-such'})".to_owned(),
+        ),
+        (
+            "tools.listDir({dirPath: 'escape/secret.txt'})".to_owned(),
+            "tools.listDir({dirPath: 'escape/no-such'})".to_owned(),
+        ),
+    ] {
+        let answer = |r: harness::ExecutionReport| {
+            let code = r.code();
+            let e = r.error.expect("refused");
+            assert!(
+                e.message.contains("leads outside the root"),
+                "{}",
+                e.message
+            );
+            (
+                code,
+                e.message
+                    .replace("secret.txt", "X")
+                    .replace("no-such", "X")
+                    .replace("etc", "X")
+                    .replace("X-dir", "X"),
+            )
+        };
+        let a = answer(h.run(&format!("return await {present}")).await);
+        let b = answer(h.run(&format!("return await {absent}")).await);
+        assert_eq!(a, b, "{present} / {absent}");
+    }
+    // Writing through a link out says the same, not "File exists".
+    let r = h
+        .run("return await tools.write_file({path: 'escape/x', content: 'x'})")
+        .await;
+    let e = r.error.unwrap();
+    assert!(
+        e.message.contains("leads outside the root"),
+        "{}",
+        e.message
+    );
+}
+
+/// Ignore files count only inside the root: one in the directory above
+/// hides nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignore_files_above_the_root_hide_nothing() {
+    let above = tempfile::tempdir().unwrap();
+    std::fs::write(above.path().join(".gitignore"), "*.txt\nsrc/\n").unwrap();
+    let root = above.path().join("root");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("a.txt"), "needle\n").unwrap();
+    std::fs::write(root.join("src/b.rs"), "needle\n").unwrap();
+    std::fs::write(root.join("src/.gitignore"), "skip.rs\n").unwrap();
+    std::fs::write(root.join("src/skip.rs"), "needle\n").unwrap();
+    let h = harness(&root);
+    let v = value(&h, "return await tools.grepFiles({pattern: 'needle'})").await;
+    assert_eq!(v["files"], json!(["a.txt", "src/b.rs"]), "{v}");
+    let v = value(&h, "return await tools.fileSearch({pattern: 'rs'})").await;
+    assert_eq!(v["matches"].as_array().unwrap().len(), 1, "{v}");
+}
+
+/// listDir and grepFiles walk a very deep tree in a loop: the host never
+/// runs out of stack, whatever the depth and the open-file limit.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(unsafe_code)]
+async fn a_tree_thousands_of_levels_deep_is_walked_without_recursion() {
+    let root = tempfile::tempdir().unwrap();
+    const DEPTH: usize = 6000;
+    // Built by descriptor (the path would pass PATH_MAX).
+    let mut fd = std::fs::File::open(root.path()).unwrap();
+    for _ in 0..DEPTH {
+        let name = c"d";
+        // SAFETY: mkdirat and openat read a NUL-terminated name relative
+        // to a descriptor we hold.
+        let next = unsafe {
+            libc::mkdirat(std::os::fd::AsRawFd::as_raw_fd(&fd), name.as_ptr(), 0o755);
+            libc::openat(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            )
+        };
+        assert!(next >= 0);
+        // SAFETY: openat returned a new descriptor that nothing else owns.
+        fd = unsafe { std::os::fd::FromRawFd::from_raw_fd(next) };
+    }
+    drop(fd);
+    // The open-file limit as high as it goes (the case that overflowed).
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct we pass.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+    let h = harness(root.path());
+    for script in [
+        "return await tools.listDir({dirPath: '.', depth: 100000, limit: 1})",
+        "return await tools.grepFiles({pattern: 'x'})",
+        "return await tools.fileSearch({pattern: 'd'})",
+    ] {
+        let r = h.run(script).await;
+        // It answers: a page, or a clear error where descriptors run out.
+        if r.ok {
+            let v = r.value.unwrap();
+            if script.contains("listDir") {
+                assert_eq!(v["total"], DEPTH, "{v}");
+            }
+        } else {
+            let code = r.code();
+            let e = r.error.unwrap();
+            assert_eq!(
+                code,
+                Some(harness::ErrorCode::ToolExecutionError),
+                "{}",
+                e.message
+            );
+        }
+    }
+    // std's remove_dir_all would recurse as deep; rm does not.
+    let removed = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(root.path())
+        .status()
+        .unwrap();
+    assert!(removed.success());
+}
+
+/// `exec`'s child keeps none of the capabilities that matter even to
+/// root: no device nodes, no administration, no tracing, not in its own
+/// sets nor in what any program it runs can get back.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(unsafe_code)]
+async fn exec_drops_the_capabilities_that_matter_to_root() {
+    let (root, _outside) = fixture();
+    let h = exec_harness(root.path(), harness::builtin::ExecPolicy::default());
+    let v = exec_argv(&h, &["grep", "^Cap", "/proc/self/status"]).await;
+    let out = v["stdout"].as_str().unwrap();
+    let set = |name: &str| {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{out}"));
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    // CAP_MKNOD 27, CAP_SYS_ADMIN 21, CAP_SYS_PTRACE 19, CAP_SETPCAP 8.
+    let dropped = (1u64 << 27) | (1 << 21) | (1 << 19) | (1 << 8);
+    for name in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert_eq!(set(name) & dropped, 0, "{name} {out}");
+    }
+    // SAFETY: geteuid reads nothing.
+    if unsafe { libc::geteuid() } == 0 {
+        // Root keeps the rest (it still owns the files it made).
+        assert_ne!(set("CapEff:"), 0, "{out}");
+    }
+}
+
+/// The confinement cases answer alike on every engine built in: the
+/// tools hold the line, whichever engine the script runs on.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_confinement_cases_answer_alike_on_every_engine() {
+    let (root, _outside) = fixture();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(root.path().join("f"))
+        .status()
+        .unwrap()
+        .success());
+    let script = r#"
+        const out = {};
+        const cases = {
+          readOutside: () => tools.read_file({path: "escape/secret.txt"}),
+          grepOutside: () => tools.grepFiles({pattern: "x", path: "escape/no-such"}),
+          searchUp: () => tools.fileSearch({pattern: "x", searchDirectory: "../".repeat(40) + "etc"}),
+          writeOutside: () => tools.write_file({path: "escape/x", content: "x"}),
+          fifo: () => tools.readFile({filePath: "f"}),
+          env: async () => (await tools.exec({command: ["/usr/bin/env"]})).stdout
+            .split("\n").filter(Boolean).map(l => l.split("=")[0]).sort(),
+          tty: async () => (await tools.exec({command: ["sh", "-c", "exec 3<>/dev/tty"]})).exitCode !== 0,
+        };
+        for (const [name, call] of Object.entries(cases)) {
+          try { out[name] = await call(); } catch (e) { out[name] = e.name + ": " + e.message; }
+        }
+        return out;
+    "#;
+    let mut answers = Vec::new();
+    for kind in harness::EngineKind::available() {
+        let tools = harness::builtin::registry(root.path()).unwrap();
+        // In process: the tools run in the host whatever the isolation,
+        // and this test binary is no worker.
+        let built = Harness::builder()
+            .engine(kind)
+            .isolation(harness::Isolation::InProcess)
+            .tools(tools)
+            .approvals(Arc::new(AutoApprove))
+            .build();
+        let h = match built {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("SKIPPED: engine {} cannot start here: {e}", kind.name());
+                continue;
+            }
+        };
+        let v = value(&h, script).await;
+        answers.push((kind.name(), v));
+    }
+    let (first, want) = &answers[0];
+    let outside = |tool: &str, path: &str| {
+        format!("ToolExecutionError: {tool} failed: path {path} leads outside the root directory")
+    };
+    assert_eq!(
+        want["readOutside"],
+        outside("read_file", "escape/secret.txt"),
+        "{want}"
+    );
+    assert_eq!(
+        want["grepOutside"],
+        outside("grepFiles", "escape/no-such"),
+        "{want}"
+    );
+    assert!(
+        want["searchUp"].as_str().unwrap().contains("leads outside"),
+        "{want}"
+    );
+    assert_eq!(
+        want["writeOutside"],
+        outside("write_file", "escape/x"),
+        "{want}"
+    );
+    assert!(
+        want["fifo"]
+            .as_str()
+            .unwrap()
+            .contains("not a regular file"),
+        "{want}"
+    );
+    assert!(
+        want["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| ["HOME", "LANG", "PATH", "TERM"].contains(&n.as_str().unwrap())),
+        "{want}"
+    );
+    assert_eq!(want["tty"], true, "{want}");
+    for (name, v) in &answers[1..] {
+        assert_eq!(v, want, "{name} differs from {first}");
+    }
+    assert!(answers.len() >= 2, "only {} engine(s) ran", answers.len());
+}
+
 /// The user guide's tool reference names every built-in tool and every
 /// argument its schema has: it cannot fall behind the schemas.
 #[test]
