@@ -4,14 +4,18 @@
 //!    own process group, which the parent kills whole when the call ends;
 //! 2. marks every descriptor above stderr close-on-exec, so nothing the
 //!    host process holds reaches the program;
-//! 3. when confined, enforces a Landlock ruleset at the highest ABI the
+//! 3. drops the capabilities that matter even to root (`CAP_MKNOD`,
+//!    `CAP_SYS_ADMIN`, `CAP_SYS_PTRACE`, … [`DROPPED_CAPABILITIES`]) from
+//!    its bounding, permitted, effective and inheritable sets, and clears
+//!    the ambient set;
+//! 4. when confined, enforces a Landlock ruleset at the highest ABI the
 //!    kernel has (3 at least, 4 when the network is denied): read and
 //!    execute anywhere, write only under the root (and `/dev/null`), no
 //!    device nodes even there, no TCP unless allowed; from ABI 5 no
 //!    ioctl on devices outside the root, from 6 no signal to and no
 //!    abstract socket of a process outside the jail, from 9 no connect to
 //!    a Unix socket outside the root;
-//! 4. installs a seccomp filter (kept by every descendant) under which
+//! 5. installs a seccomp filter (kept by every descendant) under which
 //!    `setsid` and `setpgid` fail, so no descendant leaves the group that
 //!    is killed; `mknod`, terminal injection (`TIOCSTI`, `TIOCLINUX`) and
 //!    `ptrace` fail too, root or not.
@@ -83,6 +87,7 @@ impl Jail {
                     return Err(std::io::Error::last_os_error());
                 }
                 close_inherited_on_exec()?;
+                drop_capabilities()?;
                 if let Some(cell) = &ruleset {
                     let ruleset = cell.lock().ok().and_then(|mut r| r.take());
                     match ruleset.map(landlock::RulesetCreated::restrict_self) {
@@ -98,6 +103,94 @@ impl Jail {
             });
         }
     }
+}
+
+/// Capabilities no program `exec` runs keeps, root or not: device nodes,
+/// administration, modules, raw I/O, tracing, reboot, the clock, the
+/// network's configuration and raw sockets, chroot, immutable files,
+/// security modules, the kernel log, BPF, performance monitoring,
+/// checkpoints, resource limits, and (last) changing capability sets.
+const DROPPED_CAPABILITIES: [u32; 19] = [
+    27, // CAP_MKNOD
+    21, // CAP_SYS_ADMIN
+    16, // CAP_SYS_MODULE
+    17, // CAP_SYS_RAWIO
+    19, // CAP_SYS_PTRACE
+    22, // CAP_SYS_BOOT
+    25, // CAP_SYS_TIME
+    12, // CAP_NET_ADMIN
+    13, // CAP_NET_RAW
+    18, // CAP_SYS_CHROOT
+    9,  // CAP_LINUX_IMMUTABLE
+    32, // CAP_MAC_OVERRIDE
+    33, // CAP_MAC_ADMIN
+    34, // CAP_SYSLOG
+    39, // CAP_BPF
+    38, // CAP_PERFMON
+    40, // CAP_CHECKPOINT_RESTORE
+    24, // CAP_SYS_RESOURCE
+    8,  // CAP_SETPCAP
+];
+
+/// Takes [`DROPPED_CAPABILITIES`] out of the bounding set (so no program
+/// this child executes, root's included, gets them back) and out of the
+/// child's own sets, and clears the ambient set. Without privilege there
+/// is nothing to drop (and `no_new_privs` keeps file capabilities from
+/// adding any); a privileged child that cannot drop them does not run.
+#[allow(unsafe_code)]
+fn drop_capabilities() -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    const PR_CAP_AMBIENT: libc::c_int = 47;
+    const PR_CAP_AMBIENT_CLEAR_ALL: libc::c_ulong = 4;
+    // SAFETY: geteuid reads nothing we pass.
+    let privileged = unsafe { libc::geteuid() } == 0;
+    for cap in DROPPED_CAPABILITIES {
+        // SAFETY: prctl with integer arguments touches no memory of ours.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        // EINVAL: a capability this kernel does not know.
+        if r != 0 && privileged && errno != Some(libc::EINVAL) {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: as above; a kernel without ambient capabilities says EINVAL.
+    unsafe { libc::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capget writes one header and two data structs, which we pass.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    for cap in DROPPED_CAPABILITIES {
+        let (word, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
+        data[word].effective &= !bit;
+        data[word].permitted &= !bit;
+        data[word].inheritable &= !bit;
+    }
+    // SAFETY: capset reads the header and two data structs we pass.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 && privileged {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Marks every descriptor above stderr close-on-exec (the error pipe
