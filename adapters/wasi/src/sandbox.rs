@@ -23,6 +23,7 @@ use std::io::{Read as _, Seek as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -343,6 +344,9 @@ struct GuestRun {
     memory_used_bytes: u64,
 }
 
+/// How long past its deadline a run waits for a guest that does not stop.
+const STUCK_GRACE: Duration = Duration::from_millis(500);
+
 /// Stack of the threads sandboxed guests run on.
 const RUN_THREAD_STACK: usize = 16 << 20;
 
@@ -410,12 +414,22 @@ fn run_guest(
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(store)));
     });
     let runner = runners::start(job).map_err(|e| SandboxError::Internal(e.to_string()))?;
-    let answered = answer.recv();
+    let wait = deadline.saturating_duration_since(Instant::now()) + STUCK_GRACE;
+    let answered = answer.recv_timeout(wait);
+    let answered_in_time = answered.is_ok();
     drop(watch);
-    let (exit_code, termination, fuel_consumed, memory_used_bytes) =
-        answered.map_err(|_| SandboxError::Internal("the sandbox thread panicked".into()))?;
+    let (exit_code, termination, fuel_consumed, memory_used_bytes) = match answered {
+        Ok(answer) => answer,
+        // Stuck in a system call the epoch cannot interrupt (an open that
+        // waits, say): the run ends without it. The thread is let go; when
+        // the call returns, its first instruction past the deadline traps.
+        Err(RecvTimeoutError::Timeout) => (1, Termination::Timeout, 0, 0),
+        Err(RecvTimeoutError::Disconnected) => {
+            return Err(SandboxError::Internal("the sandbox thread panicked".into()))
+        }
+    };
     // A thread that overflowed its stack keeps those pages; let it go.
-    if termination != Termination::StackOverflow {
+    if termination != Termination::StackOverflow && answered_in_time {
         runner.release();
     }
     let (stdout, stdout_truncated) = stdout.take();
@@ -635,7 +649,7 @@ fn snapshot(dir: &Path) -> BTreeMap<String, FileState> {
             continue;
         }
         let mut hash = Sha256::new();
-        let Ok(mut file) = std::fs::File::open(entry.path()) else {
+        let Some(mut file) = open_regular(entry.path()) else {
             continue;
         };
         if std::io::copy(&mut file, &mut hash).is_ok() {
@@ -777,6 +791,24 @@ fn open_plain(path: &Path, read: bool) -> Option<(std::fs::File, u64)> {
         .ok()?;
     let meta = file.metadata().ok()?;
     (meta.file_type().is_file() && meta.nlink() == 1).then_some((file, meta.len()))
+}
+
+/// `path` opened for reading if it is (still) a regular file: not
+/// followed if it became a link, never waited on if it became a FIFO.
+#[cfg(unix)]
+fn open_regular(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    file.metadata().ok()?.is_file().then_some(file)
+}
+
+#[cfg(not(unix))]
+fn open_regular(path: &Path) -> Option<std::fs::File> {
+    std::fs::File::open(path).ok()
 }
 
 /// Elsewhere every file is replaced.

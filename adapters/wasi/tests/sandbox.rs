@@ -467,3 +467,91 @@ fn runs_of_one_session_take_turns() {
             .unwrap();
     assert_eq!(meta["runs"], 24, "{meta}");
 }
+
+/// What someone else placed in the session directory cannot hang the
+/// sandbox or reach out of it: a FIFO is refused, never waited on; a file
+/// with a second name (a hard link, perhaps to a file outside) is not
+/// written through.
+#[cfg(unix)]
+#[test]
+#[allow(unsafe_code)]
+fn a_fifo_or_a_hard_link_in_the_session_cannot_hang_it_or_reach_out() {
+    let root = tempfile::tempdir().unwrap();
+    let policy = SandboxPolicy {
+        timeout_ms: 2000,
+        ..SandboxPolicy::default()
+    };
+    let sb = sandbox(root.path(), "s", policy);
+    assert!(run(&sb, "1").success);
+    let dir = root.path().join("s");
+    let fifo = std::ffi::CString::new(dir.join("ff").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let outside = tempfile::tempdir_in(root.path()).unwrap();
+    let target = outside.path().join("target.txt");
+    std::fs::write(&target, "original").unwrap();
+    std::fs::hard_link(&target, dir.join("linked.txt")).unwrap();
+
+    let started = std::time::Instant::now();
+    for call in [
+        "fs.readFileSync('ff', 'utf8')",
+        "fs.writeFileSync('ff', 'x')",
+        "fs.appendFileSync('ff', 'x')",
+        "fs.writeFileSync('linked.txt', 'x')",
+        "fs.appendFileSync('linked.txt', 'x')",
+    ] {
+        let out = fs_error(&sb, call);
+        assert!(out.starts_with("EPERM"), "{call}: {out}");
+    }
+    assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "original");
+}
+
+/// A file swapped for a FIFO between the sandbox's check and its open
+/// (the one window a check cannot close) still cannot hold the run, or
+/// the session's lock, much past the deadline.
+#[cfg(unix)]
+#[test]
+#[allow(unsafe_code)]
+fn a_fifo_swapped_in_after_the_check_holds_nothing_past_the_deadline() {
+    let root = tempfile::tempdir().unwrap();
+    let policy = SandboxPolicy {
+        timeout_ms: 1000,
+        fuel: None,
+        ..SandboxPolicy::default()
+    };
+    let sb = sandbox(root.path(), "s", policy);
+    assert!(run(&sb, "1").success);
+    let dir = root.path().join("s");
+    let fifo = std::ffi::CString::new(dir.join("fifo").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    std::fs::write(dir.join("plain"), "x").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (dir, stop) = (dir.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for name in ["plain", "fifo"] {
+                    let _ = std::fs::rename(dir.join(name), dir.join("swap"));
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    let _ = std::fs::rename(dir.join("swap"), dir.join(name));
+                }
+            }
+        })
+    };
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let r = run(
+            &sb,
+            "const fs = require('fs');\nfor (;;) { try { fs.readFileSync('swap'); } catch (e) {} }",
+        );
+        let took = started.elapsed();
+        assert_eq!(r.metadata.termination, Termination::Timeout, "{r:?}");
+        assert!(took < std::time::Duration::from_millis(2000), "{took:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    // The session is free for the next run.
+    assert!(run(&sb, "console.log('next')").success);
+}

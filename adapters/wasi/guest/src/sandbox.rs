@@ -169,6 +169,81 @@ fn confine(path: &str, syscall: &'static str) -> Result<PathBuf, FsError> {
     }
 }
 
+/// What a file that is not a plain file of this workspace gets: a FIFO,
+/// device or socket (opening one could wait forever), or for writing, a
+/// file with a second name (a hard link someone placed here, perhaps to a
+/// file outside).
+fn not_plain(syscall: &'static str, why: &str) -> FsError {
+    FsError {
+        code: "EPERM",
+        errno: -1,
+        message: format!("operation not permitted ({why})"),
+        syscall,
+    }
+}
+
+/// The link count and whether it is a regular file, of an open file.
+fn judge(file: &std::fs::File) -> std::io::Result<(bool, u64)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: all zeroes is a valid value of the plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes the struct we pass, for a descriptor we hold.
+    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((st.st_mode & libc::S_IFMT == libc::S_IFREG, st.st_nlink))
+}
+
+/// Refuses what is there already if it is not a regular file (before
+/// opening it, which for a FIFO would wait for a writer).
+fn check_before_open(p: &Path, syscall: &'static str) -> Result<(), FsError> {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => Err(fs_error(
+            &std::io::Error::from(ErrorKind::IsADirectory),
+            syscall,
+        )),
+        Ok(m) if !m.is_file() => Err(not_plain(syscall, "not a regular file")),
+        _ => Ok(()),
+    }
+}
+
+/// Reads a regular file whole.
+fn read_plain(p: &Path) -> Result<Vec<u8>, FsError> {
+    use std::io::Read;
+    check_before_open(p, "open")?;
+    let mut file = std::fs::File::open(p).map_err(|e| fs_error(&e, "open"))?;
+    let (regular, _) = judge(&file).map_err(|e| fs_error(&e, "fstat"))?;
+    if !regular {
+        return Err(not_plain("open", "not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| fs_error(&e, "read"))?;
+    Ok(bytes)
+}
+
+/// Opens a regular file with one name for writing (created if missing),
+/// emptied first unless `append`: the checks are made on the opened file,
+/// before anything is written.
+fn open_plain_for_writing(p: &Path, append: bool) -> Result<std::fs::File, FsError> {
+    check_before_open(p, "open")?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .open(p)
+        .map_err(|e| fs_error(&e, "open"))?;
+    match judge(&file).map_err(|e| fs_error(&e, "fstat"))? {
+        (false, _) => return Err(not_plain("open", "not a regular file")),
+        (true, links) if links > 1 => return Err(not_plain("open", "a file with more than one link")),
+        _ => {}
+    }
+    if !append {
+        file.set_len(0).map_err(|e| fs_error(&e, "ftruncate"))?;
+    }
+    Ok(file)
+}
+
 /// Writes bytes: a string as UTF-8, or the bytes of a Uint8Array.
 fn data_bytes(data: &Value<'_>) -> Vec<u8> {
     if let Some(s) = data.as_string() {
@@ -201,20 +276,14 @@ fn fs_op<'js>(
     match op {
         "read" => {
             let p = confine(path, "open")?;
-            let bytes = std::fs::read(&p).map_err(|e| fs_error(&e, "open"))?;
+            let bytes = read_plain(&p)?;
             let text = String::from_utf8_lossy(&bytes).into_owned();
             js(rquickjs::String::from_str(ctx.clone(), &text).map(|s| s.into_value()))
         }
         "write" => {
             let p = confine(path, "open")?;
             let bytes = data.as_ref().map(data_bytes).unwrap_or_default();
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .append(flag)
-                .truncate(!flag)
-                .open(&p)
-                .map_err(|e| fs_error(&e, "open"))?;
+            let mut file = open_plain_for_writing(&p, flag)?;
             file.write_all(&bytes).map_err(|e| fs_error(&e, "write"))?;
             Ok(Value::new_undefined(ctx.clone()))
         }
