@@ -2,10 +2,13 @@
 //! (`harness`, `conformance`): parse arguments with clap (usage errors exit
 //! with 2, `--help` and `--version` with 0), log to stderr (never stdout)
 //! filtered by `RUST_LOG` (default: warnings), then run the program on a
-//! small tokio runtime.
+//! small tokio runtime, which the program outlives by half a second at most.
 
 use std::future::Future;
 use std::process::ExitCode;
+
+/// How long a finished program waits for work still running on its runtime.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Parses `P` from the command line and runs `program` with it.
 pub fn main<P, F, Fut>(name: &str, program: F) -> ExitCode
@@ -31,7 +34,13 @@ where
         .enable_all()
         .build()
     {
-        Ok(rt) => rt.block_on(program(args)),
+        Ok(rt) => {
+            let code = rt.block_on(program(args));
+            // A tool call still blocked in the file system (the run ended at
+            // its deadline without it) must not keep the program alive.
+            rt.shutdown_timeout(SHUTDOWN_WAIT);
+            code
+        }
         Err(e) => {
             eprintln!("{name}: cannot start the async runtime: {e}");
             ExitCode::from(2)
