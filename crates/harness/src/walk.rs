@@ -114,14 +114,13 @@ fn read_ignores(dir: &Dir, rel: &Path, outer: Option<Rc<Ignores>>) -> Option<Rc<
     }
 }
 
-/// Opens the directory `p` names under `root`; `p` is shown in errors.
-pub(crate) fn open_start(root: &Dir, p: &str, rel: &Path) -> Result<Dir, ToolError> {
-    let dir = if rel.as_os_str().is_empty() {
+/// The directory at `rel` under `root` (`""`: the root itself).
+fn open_under(root: &Dir, rel: &Path) -> std::io::Result<Dir> {
+    if rel.as_os_str().is_empty() {
         root.try_clone()
     } else {
         root.open_dir(rel)
-    };
-    dir.map_err(|e| io_error(e, p))
+    }
 }
 
 /// Walks the tree at `rel` (as normalised by [`normal`]; `p` as asked, for
@@ -134,23 +133,17 @@ pub(crate) fn walk(
     rules: &Rules,
     mut each: impl FnMut(&Entry<'_>) -> ControlFlow<()>,
 ) -> Result<(), ToolError> {
-    let start = open_start(root, p, rel)?;
+    let start = open_under(root, rel).map_err(|e| io_error(e, p))?;
     let mut chain = None;
     if rules.ignores {
-        // The ignore files from the root down to the start's parent.
+        // The ignore files from the root down to the start's parent (the
+        // start's own are read with its entries below).
         let mut at = PathBuf::new();
-        chain = root
-            .try_clone()
-            .ok()
-            .and_then(|d| read_ignores(&d, &at, None));
         for c in rel.components() {
-            at.push(c);
-            if at == rel {
-                break;
-            }
-            if let Ok(d) = root.open_dir(&at) {
+            if let Ok(d) = open_under(root, &at) {
                 chain = read_ignores(&d, &at, chain);
             }
+            at.push(c);
         }
     }
     let globs = overrides(rel, &rules.globs)?;
