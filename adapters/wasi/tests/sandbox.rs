@@ -468,6 +468,15 @@ fn runs_of_one_session_take_turns() {
     assert_eq!(meta["runs"], 24, "{meta}");
 }
 
+/// Makes a FIFO at `path`.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
 /// What someone else placed in the session directory cannot hang the
 /// sandbox or reach out of it: a FIFO is refused, never waited on; a file
 /// with a second name (a hard link, perhaps to a file outside) is not
@@ -484,9 +493,7 @@ fn a_fifo_or_a_hard_link_in_the_session_cannot_hang_it_or_reach_out() {
     let sb = sandbox(root.path(), "s", policy);
     assert!(run(&sb, "1").success);
     let dir = root.path().join("s");
-    let fifo = std::ffi::CString::new(dir.join("ff").to_str().unwrap()).unwrap();
-    // SAFETY: mkfifo reads the NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    mkfifo(&dir.join("ff"));
     let outside = tempfile::tempdir_in(root.path()).unwrap();
     let target = outside.path().join("target.txt");
     std::fs::write(&target, "original").unwrap();
@@ -523,9 +530,7 @@ fn a_fifo_swapped_in_after_the_check_holds_nothing_past_the_deadline() {
     let sb = sandbox(root.path(), "s", policy);
     assert!(run(&sb, "1").success);
     let dir = root.path().join("s");
-    let fifo = std::ffi::CString::new(dir.join("fifo").to_str().unwrap()).unwrap();
-    // SAFETY: mkfifo reads the NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    mkfifo(&dir.join("fifo"));
     std::fs::write(dir.join("plain"), "x").unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let swapper = {

@@ -453,6 +453,15 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
     assert!(!root.path().join("zero").exists() && !root.path().join("f").exists());
 }
 
+/// Makes a FIFO at `path`.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
 /// A FIFO, a device node or a file that grows cannot hang a file tool or
 /// fill memory: what was opened (without blocking) must be a regular file
 /// within the cap.
@@ -462,9 +471,7 @@ async fn exec_is_a_jail_for_environment_descriptors_terminals_and_descendants() 
 async fn file_tools_read_regular_files_only() {
     let (root, _outside) = fixture();
     let h = exec_harness(root.path(), harness::builtin::ExecPolicy::default());
-    let fifo = std::ffi::CString::new(root.path().join("f").to_str().unwrap()).unwrap();
-    // SAFETY: mkfifo reads the NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    mkfifo(&root.path().join("f"));
     let mut names = vec!["f"];
     let zero = std::ffi::CString::new(root.path().join("zero").to_str().unwrap()).unwrap();
     // SAFETY: mknod reads the NUL-terminated path (a character device 1:5,
@@ -735,11 +742,7 @@ async fn exec_drops_the_capabilities_that_matter_to_root() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_confinement_cases_answer_alike_on_every_engine() {
     let (root, _outside) = fixture();
-    assert!(std::process::Command::new("mkfifo")
-        .arg(root.path().join("f"))
-        .status()
-        .unwrap()
-        .success());
+    mkfifo(&root.path().join("f"));
     let script = r#"
         const out = {};
         const cases = {
