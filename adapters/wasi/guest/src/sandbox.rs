@@ -235,7 +235,9 @@ fn open_plain_for_writing(p: &Path, append: bool) -> Result<std::fs::File, FsErr
         .map_err(|e| fs_error(&e, "open"))?;
     match judge(&file).map_err(|e| fs_error(&e, "fstat"))? {
         (false, _) => return Err(not_plain("open", "not a regular file")),
-        (true, links) if links > 1 => return Err(not_plain("open", "a file with more than one link")),
+        (true, links) if links > 1 => {
+            return Err(not_plain("open", "a file with more than one link"))
+        }
         _ => {}
     }
     if !append {
