@@ -424,11 +424,11 @@ pub struct SuiteEngines {
     /// certain.
     pub single: Option<Arc<dyn ScriptRuntimeAdapter>>,
     /// The same engine with one engine thread (or one worker process)
-    /// kept warm ([`ScriptRuntimeAdapter::keep_warm`], [`WARM_WINDOW`]),
+    /// kept warm ([`harness_core::Tuning::keep_warm`], [`WARM_WINDOW`]),
     /// where the engine keeps warm: a cross-run case that passed on
     /// `single` runs again on it, with rehearsals between its steps
     /// (every other such case kept awake too,
-    /// [`ScriptRuntimeAdapter::keep_awake`]).
+    /// [`harness_core::Tuning::keep_awake`]).
     pub warm: Option<Arc<dyn ScriptRuntimeAdapter>>,
 }
 
@@ -469,7 +469,10 @@ impl SuiteEngines {
             Isolation::InProcess => engine.in_process(),
             Isolation::Process => started(engine, opts(engine.name)?),
         };
-        let warm = single_engine(engine, isolation, &opts)?.filter(|a| a.keep_warm(WARM_WINDOW));
+        let warm = single_engine(engine, isolation, &opts)?.filter(|a| {
+            a.tune(harness_core::Tuning::default().with_keep_warm(WARM_WINDOW))
+                .keeps_warm
+        });
         Ok(SuiteEngines {
             any,
             single: single_engine(engine, isolation, opts)?,
@@ -540,7 +543,10 @@ async fn run_case(engines: &SuiteEngines, info: &EngineInfo, case: &Case) -> Sta
         // waiting are held to it.
         static WARM_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let awake = WARM_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2 == 1;
-        let awake = warm.keep_awake(awake) && awake;
+        let tuning = harness_core::Tuning::default()
+            .with_keep_warm(WARM_WINDOW)
+            .with_keep_awake(awake);
+        let awake = warm.tune(tuning).keeps_awake;
         if let Status::Failed { reason } = run_case_steps(warm.as_ref(), case).await {
             let how = if awake {
                 "kept warm and awake"

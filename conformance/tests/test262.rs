@@ -144,6 +144,8 @@ async fn filter_and_skips() {
 /// An engine without global code (the default `eval_global`).
 struct NoGlobalCode(QuickJs);
 
+impl harness_core::Tunable for NoGlobalCode {}
+
 #[async_trait::async_trait]
 impl harness_core::ScriptRuntimeAdapter for NoGlobalCode {
     fn info(&self) -> harness_core::EngineInfo {

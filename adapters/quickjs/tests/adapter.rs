@@ -1,7 +1,7 @@
 //! The QuickJS adapter through the ScriptRuntimeAdapter trait alone.
 
 use harness_core::tool::{FnTool, ToolRegistry};
-use harness_core::{ErrorCode, ExecutionRequest, ScriptRuntimeAdapter, ToolSet};
+use harness_core::{ErrorCode, ExecutionRequest, ScriptRuntimeAdapter, ToolSet, Tunable, Tuning};
 use harness_quickjs::QuickJs;
 use serde_json::json;
 use std::sync::Arc;
@@ -290,7 +290,7 @@ async fn a_warm_engine_rehearses_in_its_window_only_and_the_next_run_sees_nothin
     // machine busy with other tests (a 20 ms one, looked at once, could
     // pass without a rehearsal there).
     const WINDOW: Duration = Duration::from_millis(200);
-    assert!(e.keep_warm(WINDOW));
+    assert!(e.tune(Tuning::default().with_keep_warm(WINDOW)).keeps_warm);
     // A run that leaves what it can: a global, a registered symbol, a
     // reaction still queued when it returns.
     let _ = e

@@ -5,7 +5,7 @@
 use harness::core::process::{ProcessAdapter, ProcessOptions};
 use harness::{
     ErrorCode, ExecutionReport, ExecutionRequest, FnTool, Limits, Realm, ScriptRuntimeAdapter,
-    ToolSet,
+    ToolSet, Tunable, Tuning,
 };
 use serde_json::json;
 use std::path::Path;
@@ -255,7 +255,7 @@ async fn a_warm_worker_rehearses_in_its_window_only_and_the_next_run_sees_nothin
     // machine busy with other tests (a 20 ms one, looked at once, could
     // pass with fewer rehearsals there).
     const WINDOW: Duration = Duration::from_millis(200);
-    assert!(a.keep_warm(WINDOW));
+    assert!(a.tune(Tuning::default().with_keep_warm(WINDOW)).keeps_warm);
     // A run that leaves what it can: a global, a registered symbol, a
     // reaction still queued when it returns.
     let _ = a
@@ -300,10 +300,10 @@ async fn a_warm_worker_rehearses_in_its_window_only_and_the_next_run_sees_nothin
     );
 
     // The worker killed behind the host's back while rehearsals are due.
-    a_worker_killed_while_kept_warm_is_replaced(&a, &tools).await;
+    a_worker_killed_while_kept_warm_is_replaced(&a, &tools, false).await;
     // Turned off: the window under way ends too (a rehearsal in flight
     // may still finish).
-    assert!(a.keep_warm(Duration::ZERO));
+    assert!(!a.tune(Tuning::default()).keeps_warm);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let n = a.rehearsals();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -313,8 +313,15 @@ async fn a_warm_worker_rehearses_in_its_window_only_and_the_next_run_sees_nothin
 /// With a long window under way, `a`'s worker killed behind the host's
 /// back (while rehearsals are due, or while it polls for its next frame):
 /// the next run answers on a fresh worker.
-async fn a_worker_killed_while_kept_warm_is_replaced(a: &ProcessAdapter, tools: &ToolSet) {
-    assert!(a.keep_warm(Duration::from_secs(5)));
+async fn a_worker_killed_while_kept_warm_is_replaced(
+    a: &ProcessAdapter,
+    tools: &ToolSet,
+    awake: bool,
+) {
+    let long = Tuning::default()
+        .with_keep_warm(Duration::from_secs(5))
+        .with_keep_awake(awake);
+    assert!(a.tune(long).keeps_warm);
     assert!(a.execute(request("return 2", 5_000, tools)).await.ok);
     let started = a.workers_started();
     for pid in child_pids() {
@@ -344,9 +351,14 @@ async fn a_worker_kept_awake_polls_between_rehearsals_and_runs_answer_as_before(
     let tools = tools(dir.path());
     let a = adapter("quickjs");
     const WINDOW: Duration = Duration::from_millis(200);
-    assert!(a.keep_warm(WINDOW));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert_eq!(a.keep_awake(true), cores >= 2, "{cores} CPUs");
+    let tuned = a.tune(
+        Tuning::default()
+            .with_keep_warm(WINDOW)
+            .with_keep_awake(true),
+    );
+    assert!(tuned.keeps_warm);
+    assert_eq!(tuned.keeps_awake, cores >= 2, "{cores} CPUs");
     for i in 0..3 {
         let r = a
             .execute(request(
@@ -375,8 +387,8 @@ async fn a_worker_kept_awake_polls_between_rehearsals_and_runs_answer_as_before(
     assert_eq!(look.value, Some(json!("undefined")), "{:?}", look.error);
 
     // The worker killed while it polls for its next frame.
-    a_worker_killed_while_kept_warm_is_replaced(&a, &tools).await;
-    assert!(a.keep_warm(Duration::ZERO));
+    a_worker_killed_while_kept_warm_is_replaced(&a, &tools, true).await;
+    assert!(!a.tune(Tuning::default()).keeps_warm);
 }
 
 /// A worker keeps the last run's config and limits, and the host sends
@@ -637,7 +649,10 @@ async fn steady_runs_are_anticipated_through_the_worker_unless_turned_off() {
             .info()
             .expect("quickjs built in");
         let a = ProcessAdapter::new(info, opts);
-        assert_eq!(a.anticipate(on), on);
+        assert_eq!(
+            a.tune(Tuning::default().with_anticipate(on)).anticipates,
+            on
+        );
         for i in 0..20 {
             let r = a
                 .execute(request(&format!("return {i} * 3"), 5_000, &tools))

@@ -5,6 +5,7 @@ use crate::error::{ErrorCode, ScriptError};
 use crate::limits::{Isolation, Limits};
 use crate::report::ExecutionReport;
 use crate::tool::{Allowlist, ToolRegistry};
+use crate::tuning::Tunable;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -506,8 +507,13 @@ pub enum GlobalEvalOutcome {
 ///
 /// An adapter must never panic or abort the host on any script: every
 /// failure is a [`ScriptError`] in the report.
+///
+/// The contract says what an engine is and does; how its scheduler spends
+/// idle CPU is [`Tunable`] (an engine that schedules nothing writes
+/// `impl Tunable for MyEngine {}`), and a wrapper around another engine
+/// is a [`Layer`](crate::layer::Layer).
 #[async_trait]
-pub trait ScriptRuntimeAdapter: Send + Sync {
+pub trait ScriptRuntimeAdapter: Tunable + Send + Sync {
     /// Who the engine is and what it enforces.
     fn info(&self) -> EngineInfo;
     /// Parses `source` as a script body without running any of it.
@@ -518,64 +524,6 @@ pub trait ScriptRuntimeAdapter: Send + Sync {
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
         let _ = eval;
         GlobalEvalOutcome::Unsupported(format!("{} cannot run global code", self.info().name))
-    }
-    /// Keeps the engine warm for `window` after each run (zero: not at
-    /// all, the default; setting zero also ends a window under way): the
-    /// thread that ran it rehearses a trivial run about every 0.8 ms while
-    /// it waits, with the same tools, context and limits and a fixed
-    /// script that nobody hears of, so that a run
-    /// arriving within the window finds the caches warm. Costs CPU while
-    /// idle (a few per cent of a core per thread in its window); see
-    /// docs/performance.md, "Keeping an idle engine thread warm". Returns
-    /// whether this adapter does it: engines in this process do, and so
-    /// does the process boundary (the host thread rehearses through its
-    /// worker process, warming both).
-    fn keep_warm(&self, window: std::time::Duration) -> bool {
-        let _ = window;
-        false
-    }
-    /// While it keeps warm ([`ScriptRuntimeAdapter::keep_warm`]), whether
-    /// a thread in its window also stays awake between rehearsals
-    /// (default: no): it polls for the next run, yielding, instead of
-    /// sleeping, so that its CPU does not halt, and a caller waits awake
-    /// for its answer. One thread of the engine at a time, and only while
-    /// the machine has CPUs for the busy runs, the next one and a caller
-    /// besides the poller. On a VM whose idle CPUs halt, a run a few
-    /// milliseconds after the last then spends in the engine about what
-    /// one back to back does, at the price of most of a CPU for each
-    /// window (mostly system time in `sched_yield`; docs/performance.md,
-    /// "Halting is what a pause costs"). Returns whether this adapter
-    /// does it on this machine (the pooled engines do with 2 CPUs or
-    /// more, in process and behind the process boundary, where the worker
-    /// process polls, and its host thread too on 3 or more).
-    fn keep_awake(&self, awake: bool) -> bool {
-        let _ = awake;
-        false
-    }
-    /// Whether the engine anticipates runs that come at a steady pace (on
-    /// by default where supported): after the same pause, give or take a
-    /// little, before each of the last 8 runs, the thread that will take
-    /// the next one wakes shortly before it is due, rehearses once and
-    /// waits for it awake until shortly after, instead of halting its CPU
-    /// until the run's own wake-up. Lone runs, runs seconds apart and
-    /// irregular traffic cost nothing; steady runs cost the CPU of that
-    /// short awake stretch per pause (at most half the pause; about a tenth
-    /// of a core while runs come every 2 ms on the development VM).
-    /// It waits awake only while the machine has CPUs for it, as for
-    /// [`ScriptRuntimeAdapter::keep_awake`] (behind the process boundary
-    /// the worker process polls), and otherwise only rehearses ahead of the
-    /// run. Returns whether this adapter does it (the pooled engines do, in
-    /// process and behind the boundary); see docs/performance.md,
-    /// "Anticipating steady runs".
-    fn anticipate(&self, on: bool) -> bool {
-        let _ = on;
-        false
-    }
-    /// Rehearsals run so far to keep warm ([`ScriptRuntimeAdapter::keep_warm`]);
-    /// each costs about one trivial run of CPU. Zero for an adapter that
-    /// does not keep warm. (Also the `keep_warm_rehearsals_total` metric.)
-    fn rehearsals(&self) -> u64 {
-        0
     }
 }
 

@@ -54,6 +54,7 @@ use crate::error::ScriptError;
 use crate::limits::{Isolation, Limits};
 use crate::pool::WorkerPool;
 use crate::report::ExecutionReport;
+use crate::tuning::{Tunable, Tuned, Tuning};
 use async_trait::async_trait;
 use std::cell::RefCell;
 use std::fmt;
@@ -587,8 +588,7 @@ pub struct Pooled<A: EngineAdapter> {
     global_eval: bool,
     pool: Arc<WorkerPool<Box<dyn EngineThread>>>,
     /// Whether its threads rehearse after each run, and how many
-    /// rehearsals they ran; shared by clones
-    /// ([`ScriptRuntimeAdapter::keep_warm`], [`Pooled::rehearsals`]).
+    /// rehearsals they ran; shared by clones ([`Tunable`]).
     keep_warm: KeepWarm,
 }
 
@@ -621,9 +621,7 @@ impl<A: EngineAdapter + Default> Default for Pooled<A> {
     }
 }
 
-/// The longest [`ScriptRuntimeAdapter::keep_warm`] window honoured: one
-/// minute (longer asks are cut to it).
-pub const MAX_KEEP_WARM: Duration = Duration::from_secs(60);
+pub use crate::tuning::MAX_KEEP_WARM;
 
 /// What an idle engine thread (or a process boundary's host thread)
 /// rehearses, and until when: the last run's request on this thread with
@@ -653,7 +651,7 @@ pub(crate) struct Rehearsal {
 const REHEARSAL_SCRIPT: &str = "return 1 + 1";
 
 /// Whether an engine keeps warm, and its count of rehearsals: the
-/// state behind [`ScriptRuntimeAdapter::keep_warm`], shared by an
+/// state behind [`Tunable::tune`], shared by an
 /// adapter's clones.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KeepWarm {
@@ -661,23 +659,31 @@ pub(crate) struct KeepWarm {
     window_us: Arc<AtomicU64>,
     rehearsals: Arc<AtomicU64>,
     /// Whether a thread in its window stays awake between rehearsals
-    /// ([`ScriptRuntimeAdapter::keep_awake`]); the pool reads it.
+    /// ([`Tuning::keep_awake`]); the pool reads it.
     awake: Arc<std::sync::atomic::AtomicBool>,
     /// Whether the engine anticipates runs that come at a steady pace
-    /// ([`ScriptRuntimeAdapter::anticipate`]); the pool reads it.
+    /// ([`Tuning::anticipate`]); the pool reads it.
     anticipate: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl KeepWarm {
-    /// Sets the window (cut to [`MAX_KEEP_WARM`]; zero turns it off).
-    pub(crate) fn set(&self, window: Duration) {
-        let us = window.min(MAX_KEEP_WARM).as_micros() as u64;
-        self.window_us.store(us, Ordering::Relaxed);
-    }
-
-    /// Sets whether a thread in its window stays awake.
-    pub(crate) fn set_awake(&self, awake: bool) {
-        self.awake.store(awake, Ordering::Relaxed);
+    /// Takes every setting of `tuning`: the window (cut to
+    /// [`MAX_KEEP_WARM`]; zero turns it off and ends one under way),
+    /// whether a thread in it stays awake, whether runs are anticipated.
+    /// What took effect, where the machine has CPUs for a poller or not
+    /// (`can_stay_awake`).
+    pub(crate) fn tune(&self, tuning: Tuning, can_stay_awake: bool) -> Tuned {
+        let window = tuning.window();
+        self.window_us
+            .store(window.as_micros() as u64, Ordering::Relaxed);
+        self.awake.store(tuning.keep_awake, Ordering::Relaxed);
+        self.anticipate.store(tuning.anticipate, Ordering::Relaxed);
+        let keeps_warm = !window.is_zero();
+        Tuned {
+            keeps_warm,
+            keeps_awake: keeps_warm && tuning.keep_awake && can_stay_awake,
+            anticipates: tuning.anticipate,
+        }
     }
 
     /// Whether a thread in its window stays awake ([`KeepWarm::set_awake`]).
@@ -690,17 +696,12 @@ impl KeepWarm {
         self.awake.clone()
     }
 
-    /// A setting that anticipates steady runs (`crate::anticipate`) and
-    /// does not keep warm: what an engine does unless told otherwise.
+    /// The default [`Tuning`]: anticipates steady runs
+    /// (`crate::anticipate`) and does not keep warm.
     pub(crate) fn anticipating() -> Self {
         let k = KeepWarm::default();
-        k.set_anticipate(true);
+        k.tune(Tuning::default(), false);
         k
-    }
-
-    /// Sets whether the engine anticipates runs at a steady pace.
-    pub(crate) fn set_anticipate(&self, on: bool) {
-        self.anticipate.store(on, Ordering::Relaxed);
     }
 
     /// The flag [`KeepWarm::set_anticipate`] sets, for the pool.
@@ -896,16 +897,22 @@ impl<A: EngineAdapter> Pooled<A> {
         }
     }
 
-    /// Rehearsals this engine's threads have run to keep warm
-    /// ([`ScriptRuntimeAdapter::keep_warm`]): the CPU spent on it is about
-    /// this many trivial runs.
-    pub fn rehearsals(&self) -> u64 {
-        self.keep_warm.rehearsals()
-    }
-
     /// The adapter's own configuration.
     pub fn adapter(&self) -> &A {
         &self.adapter
+    }
+}
+
+/// Tuned in process: awake on a machine with a CPU for the poller and
+/// one for a caller; anticipation waits for the run awake there and only
+/// rehearses ahead of it on one CPU.
+impl<A: EngineAdapter> Tunable for Pooled<A> {
+    fn tune(&self, tuning: Tuning) -> Tuned {
+        self.keep_warm.tune(tuning, self.pool.can_stay_awake())
+    }
+
+    fn rehearsals(&self) -> u64 {
+        self.keep_warm.rehearsals()
     }
 }
 
@@ -943,30 +950,6 @@ impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
                 REHEARSAL.with(|r| *r.borrow_mut() = rehearsal.map(Rehearsal::starting_now));
             })
             .await
-    }
-
-    fn keep_warm(&self, window: Duration) -> bool {
-        self.keep_warm.set(window);
-        true
-    }
-
-    /// Awake in process: on a machine with a CPU for the poller and one
-    /// for a caller.
-    fn keep_awake(&self, awake: bool) -> bool {
-        self.keep_warm.set_awake(awake);
-        self.pool.can_stay_awake()
-    }
-
-    /// Anticipates in process (on by default): waits for the run awake
-    /// on a machine with a CPU for the poller and one for a caller, and
-    /// only rehearses ahead of it on one CPU.
-    fn anticipate(&self, on: bool) -> bool {
-        self.keep_warm.set_anticipate(on);
-        on
-    }
-
-    fn rehearsals(&self) -> u64 {
-        self.keep_warm.rehearsals()
     }
 
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {

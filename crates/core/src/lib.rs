@@ -18,6 +18,7 @@ pub mod engine;
 pub mod error;
 pub mod event_loop;
 mod facade;
+pub mod layer;
 pub mod limits;
 mod pool;
 pub mod process;
@@ -29,6 +30,7 @@ pub mod tasks;
 pub mod telemetry;
 pub mod tool;
 mod tracker;
+pub mod tuning;
 pub mod watchdog;
 
 pub use adapter::{
@@ -40,6 +42,7 @@ pub use approval::{
     AutoApprove, AutoDeny, NeverAnswer,
 };
 pub use error::{ErrorCode, ErrorMetadata, Location, Phase, ScriptError};
+pub use layer::Layer;
 pub use limits::{Isolation, Limits, Realm};
 pub use report::{
     CallError, CallStatus, ConsoleEntry, ConsoleLevel, ExecutionReport, Metrics, ProgressEvent,
@@ -47,6 +50,7 @@ pub use report::{
 };
 pub use tasks::{DetachedTask, DetachedTasks, TaskLimits, TaskStatus};
 pub use tool::{Allowlist, FnTool, RegistryError, Tool, ToolContext, ToolError, ToolRegistry};
+pub use tuning::{Tunable, Tuned, Tuning};
 
 /// Re-exported so tools and hosts use the same token type.
 pub use tokio_util::sync::CancellationToken;

@@ -68,10 +68,10 @@ pub use harness_core::{
     Allowlist, ApprovalBridge, ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest,
     AutoApprove, AutoDeny, CallError, CallStatus, CancellationToken, Capabilities, ConsoleEntry,
     ConsoleLevel, DetachedTask, DetachedTasks, EngineInfo, ErrorCode, ErrorMetadata,
-    ExecutionReport, ExecutionRequest, FnTool, Isolation, Limits, Location, Metrics, Mode,
+    ExecutionReport, ExecutionRequest, FnTool, Isolation, Layer, Limits, Location, Metrics, Mode,
     NeverAnswer, Observer, Phase, ProgressEvent, ProgressKind, Realm, RegistryError, RunObserver,
     ScriptContext, ScriptError, ScriptLanguage, ScriptRuntimeAdapter, TaskLimits, TaskStatus, Tool,
-    ToolCallRecord, ToolContext, ToolError, ToolRegistry, ToolSet, Warning,
+    ToolCallRecord, ToolContext, ToolError, ToolRegistry, ToolSet, Tunable, Tuned, Tuning, Warning,
 };
 /// Model responses to conversation items: detect, prepare, orchestrate, serialise.
 pub use harness_respond as respond;
@@ -688,12 +688,12 @@ impl HarnessBuilder {
                 }
             }
         };
-        let warm = self
-            .keep_warm
-            .is_some_and(|window| adapter.keep_warm(window) && !window.is_zero());
-        // Awake only means something while kept warm.
-        let awake = self.keep_awake && warm && adapter.keep_awake(true);
-        let anticipates = adapter.anticipate(!self.no_anticipate);
+        let tuned = adapter.tune(
+            Tuning::default()
+                .with_keep_warm(self.keep_warm.unwrap_or_default())
+                .with_keep_awake(self.keep_awake)
+                .with_anticipate(!self.no_anticipate),
+        );
         let registry = self.registry.unwrap_or_default();
         #[allow(unused_mut)]
         let mut allow = self.allow;
@@ -758,8 +758,8 @@ impl HarnessBuilder {
             language: self.language,
             tasks: self.tasks,
             retry_internal: !self.no_retry,
-            awake,
-            anticipates,
+            awake: tuned.keeps_awake,
+            anticipates: tuned.anticipates,
             audit: self.audit,
             traceparent: None,
             tools,
@@ -774,27 +774,19 @@ impl HarnessBuilder {
 struct Runs(Harness);
 
 #[async_trait::async_trait]
-impl ScriptRuntimeAdapter for Runs {
-    fn info(&self) -> EngineInfo {
-        self.0.adapter.info()
-    }
-    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
-        self.0.adapter.check_syntax(source).await
+impl Layer for Runs {
+    fn inner(&self) -> &dyn ScriptRuntimeAdapter {
+        &*self.0.adapter
     }
     async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
         self.0.execute(request).await
     }
-    fn keep_warm(&self, window: std::time::Duration) -> bool {
-        self.0.adapter.keep_warm(window)
-    }
-    fn keep_awake(&self, awake: bool) -> bool {
-        self.0.adapter.keep_awake(awake)
-    }
-    fn anticipate(&self, on: bool) -> bool {
-        self.0.adapter.anticipate(on)
-    }
-    fn rehearsals(&self) -> u64 {
-        self.0.adapter.rehearsals()
+    /// Global code is not a run: a harness does not run it.
+    async fn eval_global(&self, _: harness_core::GlobalEval) -> harness_core::GlobalEvalOutcome {
+        harness_core::GlobalEvalOutcome::Unsupported(format!(
+            "{} cannot run global code",
+            self.0.adapter.info().name
+        ))
     }
 }
 

@@ -18,6 +18,9 @@ struct Flaky {
     runs: AtomicU32,
 }
 
+/// Not tuned: it schedules nothing of its own.
+impl harness::Tunable for Flaky {}
+
 #[async_trait::async_trait]
 impl ScriptRuntimeAdapter for Flaky {
     fn info(&self) -> EngineInfo {

@@ -20,8 +20,8 @@ use crate::prepare::Preparer;
 use crate::realm::{RealmCache, Verdict};
 use async_trait::async_trait;
 use harness_core::{
-    EngineInfo, ErrorCode, ExecutionReport, ExecutionRequest, GlobalEval, GlobalEvalOutcome, Phase,
-    ScriptError, ScriptLanguage, ScriptRuntimeAdapter,
+    ErrorCode, ExecutionReport, ExecutionRequest, Layer, Phase, ScriptError, ScriptLanguage,
+    ScriptRuntimeAdapter,
 };
 use std::sync::Arc;
 
@@ -116,22 +116,9 @@ impl TypeScriptAware {
 }
 
 #[async_trait]
-impl ScriptRuntimeAdapter for TypeScriptAware {
-    fn info(&self) -> EngineInfo {
-        self.inner.info()
-    }
-
-    fn keep_warm(&self, window: std::time::Duration) -> bool {
-        self.inner.keep_warm(window)
-    }
-    fn keep_awake(&self, awake: bool) -> bool {
-        self.inner.keep_awake(awake)
-    }
-    fn anticipate(&self, on: bool) -> bool {
-        self.inner.anticipate(on)
-    }
-    fn rehearsals(&self) -> u64 {
-        self.inner.rehearsals()
+impl Layer for TypeScriptAware {
+    fn inner(&self) -> &dyn ScriptRuntimeAdapter {
+        &*self.inner
     }
 
     async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
@@ -188,10 +175,6 @@ impl ScriptRuntimeAdapter for TypeScriptAware {
             }
         }
     }
-
-    async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
-        self.inner.eval_global(eval).await
-    }
 }
 
 /// Whether syntax error `a` is further into the script than `b`.
@@ -228,12 +211,9 @@ mod tests {
     }
 
     #[async_trait]
-    impl ScriptRuntimeAdapter for Counting {
-        fn info(&self) -> EngineInfo {
-            self.inner.info()
-        }
-        async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
-            self.inner.check_syntax(source).await
+    impl Layer for Counting {
+        fn inner(&self) -> &dyn ScriptRuntimeAdapter {
+            &self.inner
         }
         async fn execute(&self, request: ExecutionRequest) -> ExecutionReport {
             self.runs.fetch_add(1, Ordering::SeqCst);
@@ -247,7 +227,7 @@ mod tests {
             runs: AtomicUsize::new(0),
         });
         let engine = TypeScriptAware::new(counting.clone());
-        let report = engine.execute(ExecutionRequest::new(source)).await;
+        let report = ScriptRuntimeAdapter::execute(&engine, ExecutionRequest::new(source)).await;
         (report, counting.runs.load(Ordering::SeqCst))
     }
 

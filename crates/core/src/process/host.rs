@@ -15,6 +15,7 @@ use crate::error::ScriptError;
 use crate::limits::{Isolation, Limits};
 use crate::pool::WorkerPool;
 use crate::report::ExecutionReport;
+use crate::tuning::{Tunable, Tuned, Tuning};
 use async_trait::async_trait;
 use std::cell::RefCell;
 use std::ffi::OsString;
@@ -818,7 +819,7 @@ struct Slot {
     /// Workers started by the whole adapter.
     started: Arc<AtomicU64>,
     /// What this thread rehearses while the adapter keeps warm, until
-    /// when ([`ScriptRuntimeAdapter::keep_warm`]).
+    /// when ([`Tuning::keep_warm`]).
     rehearsal: Option<Rehearsal>,
 }
 
@@ -1011,7 +1012,7 @@ pub struct ProcessAdapter {
     pool: Arc<WorkerPool<Slot>>,
     started: Arc<AtomicU64>,
     /// Whether host threads rehearse through their workers after each
-    /// run ([`ScriptRuntimeAdapter::keep_warm`]); shared by clones.
+    /// run ([`Tunable::tune`]); shared by clones.
     keep_warm: KeepWarm,
 }
 
@@ -1096,18 +1097,35 @@ impl ProcessAdapter {
         self.started.load(Ordering::SeqCst)
     }
 
-    /// Rehearsals run through this adapter's workers to keep warm
-    /// ([`ScriptRuntimeAdapter::keep_warm`]): the CPU spent on it is
-    /// about this many trivial runs.
-    pub fn rehearsals(&self) -> u64 {
-        self.keep_warm.rehearsals()
-    }
-
     /// Starts `n` workers now, so that the first runs find them warm.
     pub fn prewarm(&self, n: usize) {
         for _ in 0..n.min(self.opts.max_workers) {
             let _ = self.pool.submit(Slot::prewarm);
         }
+    }
+}
+
+/// Tuned behind the boundary. Kept warm, the host thread rehearses a
+/// trivial run through its worker process about every 0.8 ms while no run
+/// comes (both sides' caches, and the worker's prepared context, stay
+/// warm). Kept awake, the worker process polls for its next frame after
+/// each run and rehearsal (`process::WORKER_LINGER`) on 2 or more CPUs
+/// (one for it, one for its host thread and the caller), while a single
+/// run is in flight; the host thread polls between rehearsals as well
+/// only on a machine with CPUs for a run's two sides and its caller
+/// besides that poller's (the pool decides, `can_stay_awake`: on 2, a
+/// host-side poller held up the worker process). Anticipating, the host
+/// thread rehearses through its worker process ahead of a run due
+/// shortly, and the worker then polls for it on 2 CPUs or more; the host
+/// thread polls as well while no other run is in flight there (the
+/// anticipation window is short, unlike a keep-awake window).
+impl Tunable for ProcessAdapter {
+    fn tune(&self, tuning: Tuning) -> Tuned {
+        self.keep_warm.tune(tuning, crate::spin::cores() >= 2)
+    }
+
+    fn rehearsals(&self) -> u64 {
+        self.keep_warm.rehearsals()
     }
 }
 
@@ -1152,45 +1170,6 @@ impl ScriptRuntimeAdapter for ProcessAdapter {
                 },
             )
             .await
-    }
-
-    /// Keeps warm behind the boundary: for `window` after each run, its
-    /// host thread rehearses a trivial run through its worker process
-    /// about every 0.8 ms while no run comes (both sides' caches, and the
-    /// worker's prepared context, stay warm).
-    fn keep_warm(&self, window: Duration) -> bool {
-        self.keep_warm.set(window);
-        true
-    }
-
-    /// Awake behind the boundary: after each run and rehearsal the worker
-    /// process polls for its next frame (`process::WORKER_LINGER`) on 2
-    /// or more CPUs (one for it, one for its host thread and the caller),
-    /// while a single run is in flight; and the host thread polls between
-    /// rehearsals as well on a machine with CPUs for a run's two sides and
-    /// its caller besides that poller's (on 2, a host-side poller held up
-    /// the worker process: docs/performance.md, "Keeping awake behind the
-    /// process boundary"). With 1 CPU this keeps warm asleep.
-    fn keep_awake(&self, awake: bool) -> bool {
-        self.keep_warm.set_awake(awake);
-        // The pool decides for its host thread (`can_stay_awake`, which
-        // needs more CPUs than this); the worker's poll needs 2.
-        crate::spin::cores() >= 2
-    }
-
-    /// Anticipates behind the boundary (on by default): ahead of a run
-    /// due shortly, the host thread rehearses through its worker process,
-    /// which then polls for the run (`process::WORKER_LINGER` at most) on
-    /// 2 CPUs or more; the host thread polls for it as well while no other
-    /// run is in flight there (the anticipation window is short, unlike a
-    /// keep-awake window, whose host-side poller needs more CPUs).
-    fn anticipate(&self, on: bool) -> bool {
-        self.keep_warm.set_anticipate(on);
-        on
-    }
-
-    fn rehearsals(&self) -> u64 {
-        self.keep_warm.rehearsals()
     }
 
     async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
