@@ -1,6 +1,8 @@
 //! Shared workloads for the criterion benches: the same scripts and tools
 //! for every engine, driven through the `ScriptRuntimeAdapter` trait.
 
+pub mod chart;
+
 use harness::{EngineKind, FnTool, Harness, Isolation, ToolRegistry};
 use serde_json::json;
 

@@ -4,8 +4,10 @@
 //! peer first.
 //!
 //! ```text
-//! cargo run --release -p harness-benches --bin compare -- [--iters N] [--rounds N] [--warmup-ms N] [--gap-ms N] [--markdown] [--json]
+//! cargo run --release -p harness-benches --bin compare -- [--iters N] [--rounds N] [--warmup-ms N] [--gap-ms N] [--markdown] [--json] [--svg FILE]
 //! ```
+//!
+//! `--svg FILE` also writes the run's chart there (`harness_benches::chart`).
 //!
 //! Method, for both sides: each workload is run for `--warmup-ms`, then
 //! `--iters` runs are timed one by one, end to end (ours: `Harness::run`,
@@ -31,6 +33,9 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
+
+mod table;
+use table::{bars, print_table, print_twins};
 
 /// The workloads both sides run: name, our script, expected value.
 fn workloads() -> Vec<(String, String, Value)> {
@@ -64,6 +69,8 @@ struct Options {
     gap: Duration,
     markdown: bool,
     json: bool,
+    /// Where to write the chart, if anywhere.
+    svg: Option<PathBuf>,
     peer_dir: PathBuf,
     /// Only this workload (`trivial`, `sequential_10`, …).
     only: Option<String>,
@@ -78,6 +85,7 @@ fn parse_args() -> Result<Options, String> {
         only: None,
         markdown: false,
         json: false,
+        svg: None,
         peer_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers"),
     };
     let mut args = std::env::args().skip(1);
@@ -113,10 +121,11 @@ fn parse_args() -> Result<Options, String> {
             "--only" => o.only = Some(value("--only")?),
             "--markdown" => o.markdown = true,
             "--json" => o.json = true,
+            "--svg" => o.svg = Some(PathBuf::from(value("--svg")?)),
             // cargo bench passes --bench to every target.
             "--bench" => {}
             "-h" | "--help" => return Err(
-                "usage: compare [--iters N] [--rounds N] [--warmup-ms N] [--gap-ms N] [--only WORKLOAD] [--peer-dir DIR] [--markdown] [--json]"
+                "usage: compare [--iters N] [--rounds N] [--warmup-ms N] [--gap-ms N] [--only WORKLOAD] [--peer-dir DIR] [--markdown] [--json] [--svg FILE]"
                     .into(),
             ),
             other => return Err(format!("unknown argument {other}")),
@@ -658,105 +667,6 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
-    let rule = if o.markdown {
-        "|---|---|---:|---:|---:|---|---:|---:|---:|"
-    } else {
-        ""
-    };
-    let line = |cells: [String; 9]| print_line(o, &cells);
-    line([
-        format!("{:<15}", "workload"),
-        format!("{:<16}", "ours"),
-        format!("{:>11}", "median µs"),
-        format!("{:>9}", "p90 µs"),
-        format!("{:>9}", "p99 µs"),
-        format!("{:<28}", "peer"),
-        format!("{:>11}", "median µs"),
-        format!("{:>9}", "p90 µs"),
-        format!("{:>9}", "peer/ours"),
-    ]);
-    if !rule.is_empty() {
-        println!("{rule}");
-    }
-    for r in ours {
-        let peers: Vec<&Row> = peer.iter().filter(|p| p.workload == r.workload).collect();
-        if peers.is_empty() {
-            line([
-                format!("{:<15}", r.workload),
-                format!("{:<16}", r.config),
-                format!("{:>11.1}", r.median_us),
-                format!("{:>9.1}", r.p90_us),
-                format!("{:>9.1}", r.p99_us),
-                format!("{:<28}", "-"),
-                format!("{:>11}", "-"),
-                format!("{:>9}", "-"),
-                format!("{:>9}", "-"),
-            ]);
-        }
-        for p in peers {
-            line([
-                format!("{:<15}", r.workload),
-                format!("{:<16}", r.config),
-                format!("{:>11.1}", r.median_us),
-                format!("{:>9.1}", r.p90_us),
-                format!("{:>9.1}", r.p99_us),
-                format!("{:<28}", p.config),
-                format!("{:>11.1}", p.median_us),
-                format!("{:>9.1}", p.p90_us),
-                format!("{:>8.2}x", p.median_us / r.median_us),
-            ]);
-        }
-    }
-}
-
-/// One line of a table: `| a | b |` with `--markdown`, otherwise the
-/// cells two spaces apart.
-fn print_line(o: &Options, cells: &[String]) {
-    if o.markdown {
-        println!("| {} |", cells.join(" | "));
-    } else {
-        println!("{}", cells.join("  "));
-    }
-}
-
-/// With `--gap-ms`: each [`TWIN_ROWS`] row spaced beside its twin timed
-/// back to back in the same rounds, the ratio of their medians, and the
-/// spaced row's p99 against its median.
-fn print_twins(twins: &[Twin], o: &Options) {
-    if twins.is_empty() {
-        return;
-    }
-    println!(
-        "\nThe same rows back to back, timed in the same rounds (spaced ÷ back to back: medians):\n"
-    );
-    let line = |cells: [String; 7]| print_line(o, &cells);
-    line([
-        format!("{:<15}", "workload"),
-        format!("{:<16}", "ours"),
-        format!("{:>14}", "back to back µs"),
-        format!("{:>11}", "spaced µs"),
-        format!("{:>17}", "spaced ÷ b2b"),
-        format!("{:>12}", "spaced p99 µs"),
-        format!("{:>11}", "p99 ÷ p50"),
-    ]);
-    if o.markdown {
-        println!("|---|---|---:|---:|---:|---:|---:|");
-    }
-    for t in twins {
-        let (s, b) = (&t.spaced, &t.back_to_back);
-        line([
-            format!("{:<15}", s.workload),
-            format!("{:<16}", s.config),
-            format!("{:>14.1}", b.median_us),
-            format!("{:>11.1}", s.median_us),
-            format!("{:>16.2}x", s.median_us / b.median_us),
-            format!("{:>12.1}", s.p99_us),
-            format!("{:>10.2}x", s.p99_us / s.median_us),
-        ]);
-    }
-}
-
 // Also this binary's own worker processes (the process boundary).
 harness::main! {
     fn main() -> ExitCode {
@@ -845,6 +755,19 @@ harness::main! {
             print_table(&ours, &peer_rows, &o);
             print_twins(&twins, &o);
             print_in_process(&o);
+        }
+        if let Some(path) = &o.svg {
+            let title = format!(
+                "{}; {} runs per row, {} ms apart; peer: {about}",
+                cpu_model(),
+                o.iters,
+                o.gap.as_millis()
+            );
+            let svg = harness_benches::chart::svg(&bars(&ours, &peer_rows), &title);
+            if let Err(e) = std::fs::write(path, svg) {
+                eprintln!("--svg {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
         }
         match peer {
             Ok(_) => ExitCode::SUCCESS,
