@@ -6,8 +6,7 @@
 //!
 //! On VMs whose idle vCPUs halt, a run that arrives on a halted CPU after
 //! a pause of 2 ms costs 4-10× what it costs back to back (the wake-up
-//! itself, and caches the host emptied meanwhile; docs/performance.md,
-//! "Where a plain spaced run's time goes"). Keeping the engine awake
+//! itself, and caches the host emptied meanwhile). Keeping the engine awake
 //! through a whole window after each run (`keep_warm_awake`) removes that
 //! but spends a CPU for the whole window, after a lone run as well. This
 //! spends only the stretch around the predicted arrival, and only while

@@ -22,6 +22,7 @@ pub mod layer;
 pub mod limits;
 mod pool;
 pub mod process;
+mod rehearsal;
 pub mod report;
 mod sinks;
 pub mod source;

@@ -74,8 +74,7 @@ pub(crate) fn left_crowded_lately() -> bool {
 /// busy task there takes the CPU at each yield until the next scheduler
 /// tick (4 ms at 250 Hz), while the poller stays runnable, so it is
 /// never woken and the scheduler never places it anew. So the poller
-/// moves off that CPU ([`move_off`]) and polls on (docs/performance.md,
-/// "A poller leaves a crowded CPU": with one busy task on one of 2 CPUs,
+/// moves off that CPU ([`move_off`]) and polls on (with one busy task on one of 2 CPUs,
 /// 13-17% of the runs of 100 tool calls behind the boundary took 30-418
 /// ms before, instead of about 2).
 pub(crate) fn until(budget: Duration, ready: impl FnMut() -> bool) -> bool {
@@ -153,8 +152,7 @@ pub(crate) fn current_cpu() -> Option<u32> {
 /// and forth at every frame (a context switch each, where two CPUs would
 /// answer in a fraction of a microsecond); the scheduler puts them there
 /// when one wakes the other through a pipe, which tells it the waker is
-/// about to sleep (docs/performance.md, "The worker process moves off
-/// its host thread's CPU"), and treats both as too cache-hot to move
+/// about to sleep, and treats both as too cache-hot to move
 /// apart again within a run.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]

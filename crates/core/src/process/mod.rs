@@ -257,7 +257,7 @@ pub(crate) enum FromWorker {
 /// slow: with the host and its worker on different CPUs, 10 sequential tool
 /// calls behind the boundary took 0.4 ms median but 1.3–1.7 ms at p90 on
 /// the development VM, and 0.45 ms at p90 with both processes pinned to one
-/// CPU (docs/performance.md). A reader that spins through the short gaps of
+/// CPU. A reader that spins through the short gaps of
 /// an exchange keeps its CPU awake.
 const PIPE_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
@@ -268,8 +268,7 @@ const PIPE_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// window its CPU never halts, and at most this long past the window's
 /// end. Its CPU, not the host thread's, is the one kept awake on 2 CPUs:
 /// a run behind the boundary keeps the worker's CPU and its host thread's
-/// busy, and a poller on the host thread's side held up the worker there
-/// (docs/performance.md, "The worker process stays awake").
+/// busy, and a poller on the host thread's side held up the worker there.
 pub(crate) const WORKER_LINGER: std::time::Duration =
     crate::pool::REHEARSAL_PERIOD.saturating_add(std::time::Duration::from_micros(200));
 

@@ -2,9 +2,8 @@
 //!
 //! A frame crossing a pipe costs a `write` on one side and a `poll` and a
 //! `read` on the other: about 2.8 µs on the development VM, against about
-//! 0.3 µs through shared memory, and a trivial run sends five frames
-//! (docs/performance.md, "Frames through shared memory"). So the host
-//! makes one sealed memfd per worker, holding two single-producer rings
+//! 0.3 µs through shared memory, and a trivial run sends five frames. So
+//! the host makes one sealed memfd per worker, holding two single-producer rings
 //! (host to worker, worker to host), and the worker maps it. Frames are
 //! the pipe's: a 4-byte little-endian length and the JSON message.
 //!
@@ -37,8 +36,7 @@
 //! the region's descriptor (`SCM_RIGHTS`, [`send_with_descriptor`]), so no
 //! other process can be handed it, and the worker is started with
 //! `posix_spawn` rather than a fork of the host (which, in a host with a
-//! large heap, copies its page tables and makes its next writes fault:
-//! docs/performance.md).
+//! large heap, copies its page tables and makes its next writes fault).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -1,0 +1,372 @@
+//! The main loop of one run ([`LoopControl`]): load, start, then jobs,
+//! tool calls and settles until the script ends or is stopped.
+
+use super::*;
+
+/// How the main loop ended.
+#[derive(Debug)]
+pub(super) enum End {
+    Settled,
+    Fault(EngineFault),
+    /// Compiling the script failed (syntax, or nesting too deep).
+    ParseFailed(EngineFault),
+    /// The source is not one function body ([`Body::parse`]); no engine saw it.
+    Refused(ScriptError),
+    Timeout,
+    Cancelled,
+    Deadlock,
+}
+
+pub(super) struct LoopControl<'a, E: Engine + ?Sized> {
+    pub(super) engine: &'a mut E,
+    pub(super) host: Rc<RefCell<HostState>>,
+    pub(super) tx: mpsc::Sender<LoopEvent>,
+    pub(super) tokio: &'a tokio::runtime::Handle,
+    pub(super) deadline: Instant,
+    pub(super) cancel: CancellationToken,
+    /// Registered with the watchdog for the whole run.
+    pub(super) watch: Option<crate::watchdog::Watch>,
+    /// Set while the loop blocks on its event channel ([`CallSlot`]).
+    pub(super) loop_waiting: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<E: Engine + ?Sized> LoopControl<'_, E> {
+    pub(super) fn drive(
+        &mut self,
+        setup: &EngineSetup<'_>,
+        source: &str,
+        rx: &mpsc::Receiver<LoopEvent>,
+    ) -> End {
+        let _driving = crate::spin::Counted::begin(&DRIVING);
+        // Nothing reaches an engine but a source parsed as one function
+        // body: a source that would close its wrapper never runs.
+        let body = match Body::parse(source) {
+            Ok(body) => body,
+            Err(e) => return End::Refused(e),
+        };
+        if let Err(f) = self.engine.load(setup, self.host.clone() as HostHandle) {
+            return self.fault_end(f);
+        }
+        let stopper = self.engine.stopper();
+        let tx = self.tx.clone();
+        let at_deadline = crate::pool::take_at_deadline();
+        self.watch = Some(crate::watchdog::watch(
+            self.deadline,
+            self.cancel.clone(),
+            move || {
+                if let Some(stop) = stopper {
+                    stop();
+                }
+                let _ = tx.send(LoopEvent::Stop);
+                if let Some(f) = at_deadline {
+                    f();
+                }
+            },
+        ));
+        if let Err(f) = self.engine.start(&body) {
+            // Script code runs inside the prelude's async wrapper, so a
+            // stack overflow escaping `start` happened while parsing.
+            return if is_parse_failure(&f) {
+                End::ParseFailed(f)
+            } else {
+                self.fault_end(f)
+            };
+        }
+        loop {
+            if let Err(f) = self.engine.run_jobs() {
+                return self.fault_end(f);
+            }
+            let finished = self.finished_calls();
+            if !finished.is_empty() {
+                for (id, outcome) in finished {
+                    if let Err(f) = self.complete(id, outcome) {
+                        return self.fault_end(f);
+                    }
+                }
+                // A script looping over calls that finish inline never
+                // waits below, so check the deadline and cancel here too.
+                if self.cancel.is_cancelled() {
+                    return End::Cancelled;
+                }
+                if Instant::now() >= self.deadline {
+                    return End::Timeout;
+                }
+                // Their promises settled: let the script react first.
+                continue;
+            }
+            let (settled, pending) = {
+                let h = self.host.borrow();
+                (
+                    h.outcome.is_some(),
+                    h.tracker.pending_count() + h.tasks_live,
+                )
+            };
+            if settled {
+                return End::Settled;
+            }
+            if pending == 0 {
+                return self.stalled();
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return End::Timeout;
+            }
+            self.loop_waiting
+                .store(true, std::sync::atomic::Ordering::Release);
+            let received = recv_spinning(rx, left);
+            self.loop_waiting
+                .store(false, std::sync::atomic::Ordering::Release);
+            let first = match received {
+                Ok(ev) => ev,
+                Err(mpsc::RecvTimeoutError::Timeout) => return End::Timeout,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return End::Fault(EngineFault::new(
+                        FaultKind::Internal,
+                        "Error",
+                        "event channel closed",
+                    ))
+                }
+            };
+            // Take everything that is ready before running jobs again.
+            let mut next = Some(first);
+            while let Some(ev) = next.take().or_else(|| rx.try_recv().ok()) {
+                match ev {
+                    LoopEvent::Stop => {
+                        if self.cancel.is_cancelled() {
+                            return End::Cancelled;
+                        }
+                        if Instant::now() >= self.deadline {
+                            return End::Timeout;
+                        }
+                    }
+                    LoopEvent::ToolDone(id, outcome) => {
+                        if let Err(f) = self.complete(id, outcome) {
+                            return self.fault_end(f);
+                        }
+                    }
+                    LoopEvent::Poll(slot) => {
+                        let outcome = {
+                            let _rt = self.tokio.enter();
+                            slot.poll_once()
+                        };
+                        if let Some(outcome) = outcome {
+                            if let Err(f) = self.complete(slot.id, outcome) {
+                                return self.fault_end(f);
+                            }
+                        }
+                    }
+                    LoopEvent::TaskDone(settle, outcome) => {
+                        {
+                            let mut h = self.host.borrow_mut();
+                            h.tasks_live = h.tasks_live.saturating_sub(1);
+                        }
+                        if let Err(f) = self.settle(settle, &outcome) {
+                            return self.fault_end(f);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Nothing is pending and the script has not settled. Usually the
+    /// script awaits a promise nothing can settle; but an engine may also
+    /// swallow its own interrupt or out-of-memory error into an unobserved
+    /// promise (quickjs-ng does, inside promise reaction jobs), so look at
+    /// why the engine stopped first.
+    pub(super) fn stalled(&mut self) -> End {
+        if self.engine.memory_exhausted() {
+            return End::Fault(EngineFault::new(
+                FaultKind::OutOfMemory,
+                "InternalError",
+                "out of memory",
+            ));
+        }
+        if self.cancel.is_cancelled() {
+            return End::Cancelled;
+        }
+        if Instant::now() >= self.deadline {
+            return End::Timeout;
+        }
+        End::Deadlock
+    }
+
+    pub(super) fn fault_end(&mut self, mut f: EngineFault) -> End {
+        // Whatever the engine threw once its heap is exhausted (often a bare
+        // value, or an interrupt the engine uses to stop the script) is an
+        // out-of-memory.
+        if matches!(
+            f.kind,
+            FaultKind::Interrupted | FaultKind::Thrown | FaultKind::Internal
+        ) && self.engine.memory_exhausted()
+        {
+            f.kind = FaultKind::OutOfMemory;
+        }
+        if f.kind == FaultKind::Interrupted {
+            if self.cancel.is_cancelled() {
+                return End::Cancelled;
+            }
+            if Instant::now() >= self.deadline {
+                return End::Timeout;
+            }
+        }
+        End::Fault(f)
+    }
+
+    /// The calls that finished on their first poll since the last look
+    /// (they were started as the script made them: [`HostState::start_call`]).
+    pub(super) fn finished_calls(&mut self) -> Vec<(u64, CallOutcome)> {
+        std::mem::take(&mut self.host.borrow_mut().finished)
+    }
+
+    pub(super) fn settle(&mut self, id: u64, outcome: &CallOutcome) -> Result<(), EngineFault> {
+        match outcome {
+            Ok(json) => self.engine.settle(id, true, json),
+            Err(f) => self.engine.settle(id, false, &f.payload()),
+        }
+    }
+
+    /// Records a finished call and settles its promise in the engine.
+    pub(super) fn complete(&mut self, id: u64, outcome: CallOutcome) -> Result<(), EngineFault> {
+        if !self.host.borrow_mut().record(id, &outcome) {
+            return Ok(());
+        }
+        self.settle(id, &outcome)
+    }
+
+    /// Turns how the loop ended into the report's value and error.
+    pub(super) fn conclude(
+        &self,
+        end: End,
+        limits: &Limits,
+        memory_exhausted: bool,
+        source: &str,
+    ) -> (Option<Value>, Option<ScriptError>) {
+        match end {
+            End::Timeout => (None, Some(timeout_error(limits))),
+            End::Cancelled => (None, Some(cancelled_error())),
+            End::Deadlock => (
+                None,
+                Some(ScriptError::new(
+                    ErrorCode::ScriptRuntimeError,
+                    Phase::Executing,
+                    "the script is waiting on a promise that nothing can settle \
+                     (no tool call is pending and there are no timers)",
+                )),
+            ),
+            End::ParseFailed(f) => (None, Some(parse_error(&f, source))),
+            End::Refused(e) => (None, Some(e)),
+            End::Fault(f) => (None, Some(fault_error(&f, limits))),
+            End::Settled => {
+                let outcome = self.host.borrow().outcome.clone();
+                match outcome {
+                    Some(Outcome::Done(None)) => (None, None),
+                    Some(Outcome::Done(Some(json))) => parse_return(&json, limits),
+                    Some(Outcome::Failed(desc)) => (
+                        None,
+                        Some(self.described_error(&desc, limits, memory_exhausted)),
+                    ),
+                    None => (
+                        None,
+                        Some(ScriptError::internal("script settled without an outcome")),
+                    ),
+                }
+            }
+        }
+    }
+
+    pub(super) fn described_error(
+        &self,
+        desc: &str,
+        limits: &Limits,
+        memory_exhausted: bool,
+    ) -> ScriptError {
+        let failure = Failure::parse(desc);
+        let d = &failure.0;
+        let s = |k: &str| failure.text(k).to_owned();
+        let non_error = failure.flag("non_error");
+        if memory_exhausted {
+            return self.kind_error(
+                FaultKind::OutOfMemory,
+                "InternalError",
+                "out of memory",
+                limits,
+            );
+        }
+        let stack = sanitize_stack(&s("stack"), WRAPPER_LINE_OFFSET);
+        if let Some((error_name, error_message)) = failure.serialization_error() {
+            match self.engine.classify(error_name, error_message) {
+                FaultKind::Thrown | FaultKind::Syntax => {
+                    return ScriptError::new(
+                        ErrorCode::SerializationError,
+                        Phase::Finalizing,
+                        s("message"),
+                    )
+                }
+                kind => return self.kind_error(kind, error_name, error_message, limits),
+            }
+        }
+        if failure.flag("host") {
+            if let Some(code) = ErrorCode::parse(&s("code")) {
+                let mut e =
+                    ScriptError::new(code, Phase::Executing, s("message")).with_stack(stack);
+                if let Some(tool) = d.get("tool").and_then(Value::as_str) {
+                    e = e.with_tool(tool, d.get("call_id").and_then(Value::as_u64));
+                }
+                e.stderr = d.get("stderr").and_then(Value::as_str).map(str::to_owned);
+                return e;
+            }
+        }
+        let (name, message) = failure.error();
+        let (name, message) = (name.to_owned(), message.to_owned());
+        let kind = match self.engine.classify(&name, &message) {
+            // Only the host knows whether it stopped the run: a script's
+            // own `throw new InternalError('interrupted')` is its error.
+            FaultKind::Interrupted
+                if !self.cancel.is_cancelled() && Instant::now() < self.deadline =>
+            {
+                FaultKind::Thrown
+            }
+            kind => kind,
+        };
+        match kind {
+            FaultKind::Thrown | FaultKind::Syntax => {
+                let message = if non_error {
+                    message
+                } else {
+                    uncaught(&name, &message)
+                };
+                ScriptError::new(ErrorCode::ScriptRuntimeError, Phase::Executing, message)
+                    .with_name(name)
+                    .with_stack(stack)
+            }
+            kind => self
+                .kind_error(kind, &name, &message, limits)
+                .with_stack(stack),
+        }
+    }
+
+    pub(super) fn kind_error(
+        &self,
+        kind: FaultKind,
+        name: &str,
+        message: &str,
+        limits: &Limits,
+    ) -> ScriptError {
+        if kind == FaultKind::Interrupted {
+            if self.cancel.is_cancelled() {
+                return cancelled_error();
+            }
+            return timeout_error(limits);
+        }
+        fault_error(
+            &EngineFault {
+                kind,
+                name: name.to_owned(),
+                message: message.to_owned(),
+                stack: None,
+            },
+            limits,
+        )
+    }
+}
