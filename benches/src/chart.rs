@@ -75,7 +75,11 @@ pub fn svg(bars: &[Bar], title: &str) -> String {
         s,
         r#"<text x="10" y="18" font-size="13" font-weight="bold">Median run time: quickjs-emscripten at its best ÷ ours (right of 1×: ours is faster)</text>"#
     );
-    let _ = writeln!(s, r##"<text x="10" y="34" fill="#555">{}</text>"##, escape(title));
+    let _ = writeln!(
+        s,
+        r##"<text x="10" y="34" fill="#555">{}</text>"##,
+        escape(title)
+    );
     let axis_bottom = height - 30.0;
     for p in lo as i32..=hi as i32 {
         let ratio = 2f64.powi(p);

@@ -17,8 +17,7 @@ pub fn quantile(sorted: &[f64], p: f64) -> f64 {
 /// it (steal, the eighth figure of `/proc/stat`'s `cpu` line), in
 /// seconds since boot; `None` where there is no such figure. On the
 /// development VM it is what runs 2 ms apart behind the process boundary
-/// meet most of (docs/performance.md, "Where a spaced run's stalls come
-/// from"), so `compare` and `split` say how much of it fell into their
+/// meet most of, so `compare` and `split` say how much of it fell into their
 /// runs.
 pub fn steal_s() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;

@@ -629,7 +629,7 @@ impl harness_core::engine::Host for Quiet {
 /// forced collection, between runs: the collection drops the shapes and
 /// caches the per-run objects use (Boa keeps shape transitions behind weak
 /// references), and the run after it took twice the median to build them
-/// again (docs/performance.md). It installs what the last run installed
+/// again. It installs what the last run installed
 /// and ends like any run, so the next run meets the context as it would
 /// after a clean run with that configuration.
 fn warm_up(engine: &mut BoaEngine, config: &str) -> Option<Warm> {
@@ -652,7 +652,7 @@ fn warm_up(engine: &mut BoaEngine, config: &str) -> Option<Warm> {
 /// collector otherwise starts inside whichever run crosses its
 /// threshold and marks the whole hardened context there; 1–2% of runs
 /// 2 ms apart took 500–570 µs against an 80 µs median, and half that once
-/// collections came between runs (docs/performance.md). Boa does not say
+/// collections came between runs. Boa does not say
 /// how much it has allocated, so the collection comes by count instead.
 const RUNS_PER_GC: u32 = 32;
 
@@ -700,7 +700,7 @@ impl EngineThread for BoaThread {
             if private {
                 // A dropped realm is collected now: left for later, the
                 // collection lands inside later runs (p90 of private runs
-                // back to back 8.2 ms against 6.5, docs/performance.md).
+                // back to back 8.2 ms against 6.5).
                 self.since_gc = RUNS_PER_GC;
             }
             if self.since_gc >= RUNS_PER_GC {

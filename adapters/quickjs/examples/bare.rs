@@ -10,8 +10,7 @@
 //! With `handoff` the engine lives on its own thread, as in the harness's
 //! pool: the caller sends each run over a channel and waits for the answer,
 //! so each run pays the two thread wake-ups too. Comparing GAP 0 with
-//! GAP 2 says what a CPU that idled between runs costs the engine alone
-//! (docs/performance.md):
+//! GAP 2 says what a CPU that idled between runs costs the engine alone:
 //! `cargo build --release -p harness-quickjs --example bare &&
 //!  target/release/examples/bare 2000 2 && target/release/examples/bare 2000 2 handoff`
 use rquickjs::{Context, Runtime};

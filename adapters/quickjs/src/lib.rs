@@ -655,7 +655,7 @@ impl QuickJsThread {
     /// [`Self::recycle`]; `dropped_realm`: the run's private realm was
     /// just dropped, a whole set of intrinsics to collect now (left to the
     /// slack, the collection lands inside a later run instead: p90 of
-    /// private runs back to back 850 µs against 310, docs/performance.md).
+    /// private runs back to back 850 µs against 310).
     fn recycle_after(&mut self, tainted: bool, reuse: Option<Warm>, dropped_realm: bool) {
         let Some(slot) = &self.slot else { return };
         if let Ok(mut i) = slot.interrupt.lock() {

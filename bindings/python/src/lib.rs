@@ -169,7 +169,7 @@ fn run_python(job: PyJob) {
         // Attached once for the whole relay (a job's own attach is then
         // nested), detached while it waits: a thread not attached made a
         // new thread state for each job, which cost more than the rest of
-        // the call (docs/performance.md).
+        // the call.
         Python::attach(|py| {
             let mut job = job;
             loop {

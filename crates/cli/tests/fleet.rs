@@ -543,7 +543,7 @@ fn submit_wait_prints_one_reply_per_request() {
 /// Throughput through Redis with 1, 2 and 4 worker processes, and the
 /// latency one request adds against an in-process run. A measurement, not
 /// a check: `cargo test -p harness-cli --test fleet -- --ignored --nocapture fleet_bench`
-/// (docs/performance.md has the figures; FLEET_BENCH_N sets the request count).
+/// (FLEET_BENCH_N sets the request count).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn fleet_bench() {

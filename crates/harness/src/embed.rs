@@ -264,7 +264,7 @@ pub async fn respond(
 /// Hands one value (a binding's next tool call) from the thread that makes
 /// it to a thread that spins for it, instead of waking a sleeping one: on a
 /// VM whose idle CPUs halt, that wake-up was most of what a binding's tool
-/// call cost a script calling tools one after another (docs/performance.md).
+/// call cost a script calling tools one after another.
 /// At most one thread waits at a time; a value offered while none waits
 /// comes back to its caller, to deliver the usual way.
 ///

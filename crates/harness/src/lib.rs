@@ -281,8 +281,7 @@ impl Harness {
     /// engine (QuickJS and Boa) where the machine has the CPUs for it: 2
     /// or more, in process and behind the process boundary, where the
     /// worker process polls (and the host thread too on 3 or more, since
-    /// a run there keeps two CPUs busy; docs/performance.md, "The worker
-    /// process stays awake").
+    /// a run there keeps two CPUs busy).
     pub fn keeps_warm_awake(&self) -> bool {
         self.awake
     }
@@ -291,7 +290,7 @@ impl Harness {
     /// steady pace (on unless turned off with
     /// [`HarnessBuilder::anticipate`] or `[workers] anticipate = false`):
     /// every pooled engine does, in process and behind the process
-    /// boundary (docs/performance.md, "Anticipating steady runs").
+    /// boundary.
     pub fn anticipates(&self) -> bool {
         self.anticipates
     }
@@ -576,8 +575,7 @@ impl HarnessBuilder {
     /// thread during each window, and longer windows than a minute are cut
     /// to one. Behind the process boundary the host thread rehearses
     /// through its worker process, so both stay warm. (`[workers]
-    /// keep_warm_ms` in the configuration file; docs/performance.md,
-    /// "Keeping an idle engine thread warm".)
+    /// keep_warm_ms` in the configuration file.)
     pub fn keep_warm(mut self, window: std::time::Duration) -> Self {
         self.keep_warm = Some(window);
         self
@@ -596,7 +594,7 @@ impl HarnessBuilder {
     /// does (its caller's side stays as cold as the caller), for most
     /// of a CPU through each window: for latency first, on a machine with
     /// a CPU to spare. (`[workers] keep_warm_awake` in the configuration
-    /// file; docs/performance.md, "Halting is what a pause costs".)
+    /// file.)
     pub fn keep_warm_awake(mut self, awake: bool) -> Self {
         self.keep_awake = awake;
         self
@@ -614,8 +612,7 @@ impl HarnessBuilder {
     /// allow, as [`HarnessBuilder::keep_warm_awake`] does (behind the
     /// process boundary the worker process polls); on one CPU it only
     /// rehearses ahead of the run. ([`Harness::anticipates`];
-    /// `[workers] anticipate` in the configuration file;
-    /// docs/performance.md, "Anticipating steady runs".)
+    /// `[workers] anticipate` in the configuration file.)
     pub fn anticipate(mut self, on: bool) -> Self {
         self.no_anticipate = !on;
         self

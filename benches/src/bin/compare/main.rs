@@ -232,8 +232,7 @@ const WARM_ROWS: [&str; 2] = ["trivial", "sequential_100"];
 /// same rounds (their twins), for the targets that set a spaced figure
 /// beside a back-to-back one: on a VM whose speed drifts for minutes,
 /// two `compare` runs minutes apart compare the minutes as much as the
-/// code (docs/performance.md, "Spaced against back to back, in the same
-/// rounds").
+/// code.
 const TWIN_ROWS: [&str; 2] = ["trivial", "sequential_100"];
 
 /// What a row of ours runs.
@@ -313,8 +312,7 @@ type Peer<R> = Result<(Vec<R>, String), String>;
 /// (starting one row further on each round), and runs the peer for the
 /// same share, after ours in even rounds and before them in odd ones.
 /// Each row's samples are pooled over the rounds. This VM's speed changes
-/// by up to 2× for seconds at a time (docs/performance.md, "This VM's
-/// slow spells"): with every row measured in one stretch, a ratio between
+/// by up to 2× for seconds at a time: with every row measured in one stretch, a ratio between
 /// two rows said as much about the minute each was measured in as about
 /// the code; taking turns spreads every row over the whole run. Every
 /// harness lives for the whole run, so that a row keeps its engine (and
