@@ -1,0 +1,484 @@
+//! The host side: [`ProcessAdapter`] runs scripts in worker processes.
+
+use super::{
+    Classified, FromWorker, Link, Settle, StepPhase, ToWorker, EXIT_OUT_OF_MEMORY,
+    PROTOCOL_VERSION, WORKER_ARG,
+};
+use crate::adapter::{
+    Capabilities, EngineInfo, ExecutionRequest, GlobalEval, GlobalEvalOutcome, ScriptRuntimeAdapter,
+};
+use crate::engine::{
+    run_script, Engine, EngineDescriptor, EngineFault, EngineSetup, FaultKind, HostHandle,
+    KeepWarm, Rehearsal,
+};
+use crate::error::ScriptError;
+use crate::limits::{Isolation, Limits};
+use crate::pool::WorkerPool;
+use crate::report::ExecutionReport;
+use crate::tuning::{Tunable, Tuned, Tuning};
+use async_trait::async_trait;
+use std::cell::RefCell;
+use std::ffi::OsString;
+use std::io;
+use std::path::PathBuf;
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+mod proc;
+mod remote;
+
+use proc::*;
+pub(crate) use remote::RemoteEngine;
+
+/// Stack of the host threads that drive remote runs: the event loop reads
+/// tool arguments and results (deeply nested JSON) on it.
+const HOST_THREAD_STACK_BYTES: usize = 16 << 20;
+
+/// How the host starts and caps worker processes. Made with
+/// [`ProcessOptions::new`] or [`ProcessOptions::current_exe`], then
+/// changed field by field: more fields will come, so it cannot be
+/// written as a struct literal outside this crate.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ProcessOptions {
+    /// Engine the workers serve (`boa`, `quickjs`, …).
+    pub engine: String,
+    /// The worker binary; it must call
+    /// [`serve_if_requested`](super::serve_if_requested) first thing (see
+    /// [`crate::worker_main!`]).
+    pub program: PathBuf,
+    /// Arguments before `--harness-worker ENGINE`.
+    pub args: Vec<OsString>,
+    /// Worker processes (and runs in flight) at most; more runs queue.
+    pub max_workers: usize,
+    /// RLIMIT_AS of each worker (`None`: no address-space cap).
+    pub address_space_bytes: Option<u64>,
+    /// How long a new worker may take to answer the handshake.
+    pub start_timeout: Duration,
+    /// Let workers write to the host's stderr (for debugging engines).
+    pub inherit_stderr: bool,
+    /// Environment variables a worker gets; it starts with an empty
+    /// environment otherwise (WASI-QuickJS passes its guest's path here).
+    pub env: Vec<(OsString, OsString)>,
+    /// Runs a worker serves before it is replaced by a fresh one
+    /// (`None`: no limit). Bounds what an engine leaks over many runs
+    /// (Boa 0.22 leaks some strings) at the cost of one worker start every
+    /// so many runs.
+    pub max_runs_per_worker: Option<u32>,
+    /// On Linux, frames between the host and a worker go through a pair
+    /// of rings in memory the two share (one sealed memfd per worker),
+    /// with the pipes kept for waking a reader that sleeps, frames too
+    /// large for a ring, and noticing a worker's death: a trivial run
+    /// sends five frames, each about 2.5 µs cheaper this way. Default:
+    /// on, unless `HARNESS_PROCESS_RINGS=0` is set; off, or anywhere
+    /// else, frames take the pipes.
+    pub rings: bool,
+}
+
+impl ProcessOptions {
+    /// Workers for `engine` started from `program`.
+    pub fn new(engine: &str, program: impl Into<PathBuf>) -> Self {
+        ProcessOptions {
+            engine: engine.to_owned(),
+            program: program.into(),
+            args: Vec::new(),
+            max_workers: 16,
+            address_space_bytes: Some(4 << 30),
+            start_timeout: Duration::from_secs(10),
+            inherit_stderr: false,
+            max_runs_per_worker: Some(10_000),
+            env: Vec::new(),
+            rings: std::env::var_os("HARNESS_PROCESS_RINGS").is_none_or(|v| v != "0"),
+        }
+    }
+
+    /// Workers started from this very binary (which must call
+    /// `serve_if_requested`), or from `$HARNESS_WORKER_BIN` when set.
+    pub fn current_exe(engine: &str) -> io::Result<Self> {
+        let program = match std::env::var_os("HARNESS_WORKER_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => std::env::current_exe()?,
+        };
+        Ok(Self::new(engine, program))
+    }
+}
+
+/// A pool thread's worker process, kept warm between runs.
+struct Slot {
+    opts: Arc<ProcessOptions>,
+    proc: Option<Proc>,
+    /// Workers started by the whole adapter.
+    started: Arc<AtomicU64>,
+    /// What this thread rehearses while the adapter keeps warm, until
+    /// when ([`Tuning::keep_warm`]).
+    rehearsal: Option<Rehearsal>,
+}
+
+impl Slot {
+    fn spawn(&self) -> Result<Proc, String> {
+        let p = Proc::spawn(&self.opts)?;
+        self.started.fetch_add(1, Ordering::SeqCst);
+        Ok(p)
+    }
+
+    fn take(&mut self) -> Result<Proc, String> {
+        match self.proc.take() {
+            Some(p) if p.alive() => Ok(p),
+            Some(_) => {
+                // The prepared worker died while idle.
+                metrics::counter!("worker_restarts_total", "engine" => self.opts.engine.clone())
+                    .increment(1);
+                self.spawn()
+            }
+            None => self.spawn(),
+        }
+    }
+
+    /// Starts the next worker while nobody waits for it.
+    fn prewarm(&mut self) {
+        if self.proc.is_none() {
+            self.proc = self.spawn().ok();
+        }
+    }
+
+    /// Runs `request` on this thread's worker; `linger`: the worker polls
+    /// for its next frame for a while after it ([`super::WORKER_LINGER`]).
+    fn execute(
+        &mut self,
+        request: ExecutionRequest,
+        tokio: &tokio::runtime::Handle,
+        linger: bool,
+        respond: impl FnOnce(ExecutionReport),
+    ) {
+        let mut proc = match self.take() {
+            Ok(p) => p,
+            Err(e) => {
+                respond(ExecutionReport::failed(
+                    &self.opts.engine,
+                    ScriptError::internal(e),
+                ));
+                return;
+            }
+        };
+        proc.linger = linger;
+        let mut engine = RemoteEngine::new(proc);
+        // Counted in flight until the report is ready, not through the
+        // worker's tidying up (super::may_spin).
+        let in_flight = super::remote_run();
+        let out = run_script(&mut engine, &self.opts.engine, request, tokio);
+        drop(in_flight);
+        respond(out.report);
+        self.keep_worker(engine);
+        if let Some(p) = &mut self.proc {
+            p.runs = p.runs.saturating_add(1);
+            if self
+                .opts
+                .max_runs_per_worker
+                .is_some_and(|max| p.runs >= max)
+            {
+                // Dropping it kills and reaps it; a fresh one follows.
+                self.proc = None;
+                metrics::counter!("worker_restarts_total", "engine" => self.opts.engine.clone())
+                    .increment(1);
+            }
+        }
+        self.prewarm();
+    }
+
+    /// Whether a rehearsal is due ([`WorkerPool::with_rehearsal`]).
+    fn rehearsal_due(&mut self) -> bool {
+        Rehearsal::due(&mut self.rehearsal)
+    }
+
+    /// Whether there is a rehearsal to run ahead of an anticipated run
+    /// ([`WorkerPool::with_anticipation`]).
+    fn rehearsal_ready(&mut self) -> bool {
+        Rehearsal::ready(&mut self.rehearsal)
+    }
+
+    /// A rehearsal ahead of an anticipated run: the worker lingers after
+    /// it (where the CPUs allow, as when kept awake), polling for the run
+    /// that is due shortly instead of halting its CPU; the pool then lets
+    /// the host thread poll for the run too where it has a CPU for it
+    /// (`pool::anticipation_fits`: 2 CPUs with no run in flight), so that
+    /// the run does not wait for the host thread's wake-up.
+    fn rehearse_ahead(&mut self) {
+        self.rehearse_lingering(true);
+    }
+
+    /// Drops the rehearsal plan: the host thread sleeps until its next
+    /// run.
+    fn forget_rehearsal(&mut self) {
+        self.rehearsal = None;
+    }
+
+    /// Runs a rehearsal through this thread's worker, when one is due and
+    /// the worker is there and alive: a run like any other on both sides
+    /// of the boundary (the host's event loop, the frames, the worker's
+    /// engine and its tidy-up), whose report nobody hears of. It is not
+    /// counted against `max_runs_per_worker`. A worker that dies in it is
+    /// replaced, as after a run.
+    fn rehearse(&mut self) {
+        let awake = self.rehearsal.as_ref().is_some_and(Rehearsal::awake);
+        self.rehearse_lingering(awake);
+    }
+
+    /// [`Slot::rehearse`]; `linger`: the worker polls for its next frame
+    /// after it.
+    fn rehearse_lingering(&mut self, linger: bool) {
+        let mut proc = match self.proc.take() {
+            Some(p) if p.alive() => p,
+            idle => {
+                // None started, or dead: the next run replaces it (and
+                // counts the restart); no rehearsal until then.
+                self.proc = idle;
+                self.rehearsal = None;
+                return;
+            }
+        };
+        let engine = &self.opts.engine;
+        let Some((request, tokio)) = self.rehearsal.as_ref().map(|p| p.next(engine)) else {
+            self.proc = Some(proc);
+            return;
+        };
+        proc.linger = linger;
+        let mut engine = RemoteEngine::new(proc);
+        let in_flight = super::remote_run();
+        crate::event_loop::rehearse(&mut engine, &self.opts.engine, request, &tokio);
+        drop(in_flight);
+        self.keep_worker(engine);
+        self.prewarm();
+    }
+
+    /// Keeps the worker of a finished run (or rehearsal) for the next,
+    /// once it is ready; one killed (deadline, cancel) or dead is counted
+    /// as a restart, and a fresh one will replace it.
+    fn keep_worker(&mut self, engine: RemoteEngine) {
+        self.proc = engine.into_reusable(self.opts.start_timeout);
+        if self.proc.is_none() {
+            metrics::counter!("worker_restarts_total", "engine" => self.opts.engine.clone())
+                .increment(1);
+            tracing::info!(engine = %self.opts.engine, "worker process replaced after a kill or death");
+        }
+    }
+
+    /// One request/answer exchange outside a run (check, global eval); the
+    /// worker is killed if it takes longer than `limit`.
+    fn ask(&mut self, msg: ToWorker, limit: Duration) -> Result<FromWorker, Asked> {
+        let mut proc = self.take().map_err(Asked::Failed)?;
+        let _watch = crate::watchdog::watch(
+            Instant::now() + limit,
+            CancellationToken::new(),
+            proc.killer(),
+        );
+        let answer = proc.send(&msg).and_then(|()| proc.recv());
+        match answer {
+            Ok(a) => {
+                self.proc = Some(proc);
+                Ok(a)
+            }
+            Err(_) if proc.killed.load(Ordering::SeqCst) => Err(Asked::TimedOut),
+            Err(e) => Err(Asked::Failed(format!(
+                "the worker failed ({e}; {})",
+                proc.death_note()
+            ))),
+        }
+    }
+}
+
+/// Why [`Slot::ask`] got no answer.
+#[derive(Debug)]
+enum Asked {
+    TimedOut,
+    Failed(String),
+}
+
+/// Runs scripts of one engine in worker processes, one run per process at
+/// a time, killed (SIGKILL) on deadline or cancel and replaced for the next
+/// run. Tools, approvals and the tracker stay in the host.
+#[derive(Debug, Clone)]
+pub struct ProcessAdapter {
+    info: EngineInfo,
+    opts: Arc<ProcessOptions>,
+    pool: Arc<WorkerPool<Slot>>,
+    started: Arc<AtomicU64>,
+    /// Whether host threads rehearse through their workers after each
+    /// run ([`Tunable::tune`]); shared by clones.
+    keep_warm: KeepWarm,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("warm", &self.proc.is_some())
+            .finish()
+    }
+}
+
+impl ProcessAdapter {
+    /// `engine` is the in-process adapter's own description (name, version,
+    /// capabilities); behind the boundary every engine can be stopped and
+    /// held to its memory limit.
+    pub fn new(engine: EngineInfo, opts: ProcessOptions) -> Self {
+        Self::build(engine, opts, false)
+    }
+
+    /// [`ProcessAdapter::new`]; `long_private_tidy_up` as the engine's
+    /// descriptor says ([`EngineDescriptor::with_long_private_tidy_up`]).
+    fn build(engine: EngineInfo, opts: ProcessOptions, long_private_tidy_up: bool) -> Self {
+        let opts = Arc::new(opts);
+        let factory_opts = opts.clone();
+        let started = Arc::new(AtomicU64::new(0));
+        let factory_started = started.clone();
+        let info = EngineInfo {
+            capabilities: Capabilities {
+                interrupt: true,
+                memory_limit: true,
+                hard_kill: true,
+                // A worker that overflows its stack dies alone, and the
+                // host reports StackOverflowError.
+                stack_guard: true,
+                ..engine.capabilities
+            },
+            isolation: Isolation::Process,
+            ..engine
+        };
+        let keep_warm = KeepWarm::anticipating();
+        ProcessAdapter {
+            info,
+            pool: Arc::new(
+                WorkerPool::new(
+                    &format!("harness-{}-process", opts.engine),
+                    opts.max_workers,
+                    HOST_THREAD_STACK_BYTES,
+                    move || Slot {
+                        opts: factory_opts.clone(),
+                        proc: None,
+                        started: factory_started.clone(),
+                        rehearsal: None,
+                    },
+                )
+                .with_rehearsal(Slot::rehearsal_due, Slot::rehearse, keep_warm.awake_flag())
+                .with_anticipation(
+                    Slot::rehearsal_ready,
+                    Slot::rehearse_ahead,
+                    Slot::forget_rehearsal,
+                    keep_warm.anticipate_flag(),
+                )
+                // The host thread and its worker process.
+                .with_cpus_per_run(2)
+                .with_long_private_tidy_up(long_private_tidy_up),
+            ),
+            opts,
+            started,
+            keep_warm,
+        }
+    }
+
+    /// Workers serving `engine`, after its process set-up hook has run on
+    /// `opts` (see [`EngineDescriptor::with_process_setup`]).
+    pub fn for_engine(engine: &EngineDescriptor, mut opts: ProcessOptions) -> Self {
+        engine.prepare_process(&mut opts);
+        Self::build(engine.info(), opts, engine.long_private_tidy_up)
+    }
+
+    /// Worker processes started so far (the first ones, replacements after
+    /// kills and deaths, and recycling after `max_runs_per_worker`).
+    pub fn workers_started(&self) -> u64 {
+        self.started.load(Ordering::SeqCst)
+    }
+
+    /// Starts `n` workers now, so that the first runs find them warm.
+    pub fn prewarm(&self, n: usize) {
+        for _ in 0..n.min(self.opts.max_workers) {
+            let _ = self.pool.submit(Slot::prewarm);
+        }
+    }
+}
+
+/// Tuned behind the boundary. Kept warm, the host thread rehearses a
+/// trivial run through its worker process about every 0.8 ms while no run
+/// comes (both sides' caches, and the worker's prepared context, stay
+/// warm). Kept awake, the worker process polls for its next frame after
+/// each run and rehearsal (`process::WORKER_LINGER`) on 2 or more CPUs
+/// (one for it, one for its host thread and the caller), while a single
+/// run is in flight; the host thread polls between rehearsals as well
+/// only on a machine with CPUs for a run's two sides and its caller
+/// besides that poller's (the pool decides, `can_stay_awake`: on 2, a
+/// host-side poller held up the worker process). Anticipating, the host
+/// thread rehearses through its worker process ahead of a run due
+/// shortly, and the worker then polls for it on 2 CPUs or more; the host
+/// thread polls as well while no other run is in flight there (the
+/// anticipation window is short, unlike a keep-awake window).
+impl Tunable for ProcessAdapter {
+    fn tune(&self, tuning: Tuning) -> Tuned {
+        self.keep_warm.tune(tuning, crate::spin::cores() >= 2)
+    }
+
+    fn rehearsals(&self) -> u64 {
+        self.keep_warm.rehearsals()
+    }
+}
+
+#[async_trait]
+impl ScriptRuntimeAdapter for ProcessAdapter {
+    fn info(&self) -> EngineInfo {
+        self.info.clone()
+    }
+
+    async fn check_syntax(&self, source: &str) -> Result<(), ScriptError> {
+        crate::body::Body::parse(source)?;
+        let msg = ToWorker::Check {
+            source: source.to_owned(),
+        };
+        let limit = self.opts.start_timeout;
+        match self.pool.ask(move |s| s.ask(msg, limit)).await? {
+            Ok(FromWorker::Checked { error: None }) => Ok(()),
+            Ok(FromWorker::Checked { error: Some(e) }) => Err(e),
+            Ok(other) => Err(ScriptError::internal(format!(
+                "the worker answered a check with {other:?}"
+            ))),
+            Err(Asked::TimedOut) => Err(ScriptError::internal("the worker took too long to parse")),
+            Err(Asked::Failed(e)) => Err(ScriptError::internal(e)),
+        }
+    }
+
+    async fn execute(&self, mut request: ExecutionRequest) -> ExecutionReport {
+        // Where it runs, for the run's span.
+        request.limits.isolation = Some(crate::limits::Isolation::Process);
+        // Kept warm: nothing is cloned for a run of an adapter that is not.
+        let warm = self.keep_warm.for_run(self.pool.steady());
+        self.pool
+            .execute(
+                &self.opts.engine,
+                request,
+                move |s, request, tokio, reply| {
+                    // Kept awake: the worker polls between rehearsals.
+                    let linger = warm.as_ref().is_some_and(KeepWarm::awake);
+                    let rehearsal = warm.map(|warm| Rehearsal::after(&request, warm, tokio));
+                    s.execute(request, tokio, linger, |report| reply.send(report));
+                    s.rehearsal = rehearsal.map(Rehearsal::starting_now);
+                },
+            )
+            .await
+    }
+
+    async fn eval_global(&self, eval: GlobalEval) -> GlobalEvalOutcome {
+        // The worker's engine may not stop itself: kill it at the deadline.
+        let limit = Duration::from_millis(eval.timeout_ms.saturating_add(100));
+        match self
+            .pool
+            .ask(move |s| s.ask(ToWorker::EvalGlobal { eval }, limit))
+            .await
+        {
+            Ok(Ok(FromWorker::Global { outcome })) => outcome,
+            Ok(Ok(other)) => GlobalEvalOutcome::Unsupported(format!("unexpected answer {other:?}")),
+            Ok(Err(Asked::TimedOut)) => GlobalEvalOutcome::TimedOut { prints: Vec::new() },
+            Ok(Err(Asked::Failed(e))) => GlobalEvalOutcome::Unsupported(e),
+            Err(e) => GlobalEvalOutcome::Unsupported(e.message),
+        }
+    }
+}
