@@ -1,224 +1,7 @@
-//! Scale-out on Redis Streams: [`Worker`]s take run requests from a
-//! stream through a consumer group, any number of them on any number of
-//! machines; a [`FleetClient`] submits requests, waits for replies, reads
-//! events and cancels.
-//!
-//! Keys, for a stream named `S` (default `harness:runs`):
-//!
-//! | key | type | what |
-//! |---|---|---|
-//! | `S` | stream | requests: one field `request`, a [`RunRequest`] as JSON |
-//! | `S:done:ID` | string, TTL | set when request `ID` was answered (idempotency) |
-//! | `S:reply:ID` | string, TTL | the [`RunReply`] when the request names no `reply_to` |
-//! | `reply_to` | stream | fields `id` and `reply` (a [`RunReply`]) |
-//! | `S:events:ID` | stream, TTL | console lines and progress while `ID` runs, then `end` |
-//! | `S:cancelled:ID` | string, TTL | a cancel that arrived before the run started |
-//! | `S:cancel` | pub/sub channel | request ids to cancel wherever they run |
-//! | `S:dead` | stream | requests given up on: fields `id`, `entry`, `request`, `error` |
-//!
-//! Delivery is at least once (a worker that dies mid-run leaves its entries
-//! pending; live workers claim them after the visibility timeout), and
-//! answering is exactly once: the reply and the `S:done:ID` marker are
-//! written by one Lua script only if the marker is absent, and the marker
-//! is checked before a run starts, so a request already answered is never
-//! run again and never answered twice. An entry is acknowledged only after
-//! its answer is written.
+//! The fleet's worker: consumes the stream, runs each request once,
+//! answers, and takes over what a dead worker left.
 
-use crate::{Allowlist, ExecutionReport, Harness, RunObserver, ScriptLanguage};
-use redis::aio::ConnectionManager;
-use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions, StreamReadReply};
-use redis::AsyncCommands;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
-
-/// The version of [`RunRequest`] and [`RunReply`].
-pub const PROTOCOL_VERSION: u32 = 1;
-/// The stream requests go to by default.
-pub const DEFAULT_STREAM: &str = "harness:runs";
-/// The consumer group workers read with by default.
-pub const DEFAULT_GROUP: &str = "harness";
-
-/// Why the fleet could not do what was asked.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FleetError {
-    /// Redis refused, or could not be reached.
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    /// A value could not be encoded or decoded.
-    #[error("bad JSON: {0}")]
-    Json(#[from] serde_json::Error),
-    /// A request is not valid (the client checks before submitting).
-    #[error("invalid request: {0}")]
-    Invalid(String),
-}
-
-/// One run request, as JSON in the stream's `request` field. Only
-/// `version`, `id` and `script` are required.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct RunRequest {
-    /// [`PROTOCOL_VERSION`].
-    pub version: u32,
-    /// The caller's id for the request: replies, events and idempotency
-    /// are keyed by it.
-    pub id: String,
-    /// The script.
-    pub script: String,
-    /// `js`, `ts` or `auto` (default: the worker's configuration).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub language: Option<ScriptLanguage>,
-    /// The context object, in the camelCase keys scripts see
-    /// (`conversationId`, `sessionId`, `turnId`, `provider`, `model`,
-    /// `workingDirectory`, `identity`, `extra`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<Value>,
-    /// Limits by their snake_case names (`timeout_ms`, …), bounded by the
-    /// worker configuration's ceilings.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<Map<String, Value>>,
-    /// The configuration's `[providers.NAME]` to run under.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
-    /// Tools and packs the script may call, within what the worker exposes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tools: Option<Vec<String>>,
-    /// A stream to add the reply to; default: the key `S:reply:ID`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply_to: Option<String>,
-}
-
-impl RunRequest {
-    /// A request with the required fields.
-    pub fn new(id: impl Into<String>, script: impl Into<String>) -> Self {
-        RunRequest {
-            version: PROTOCOL_VERSION,
-            id: id.into(),
-            script: script.into(),
-            language: None,
-            context: None,
-            limits: None,
-            provider: None,
-            tools: None,
-            reply_to: None,
-        }
-    }
-
-    /// With replies added to the stream `reply_to`.
-    pub fn with_reply_to(mut self, reply_to: impl Into<String>) -> Self {
-        self.reply_to = Some(reply_to.into());
-        self
-    }
-
-    /// With limits (snake_case names).
-    pub fn with_limits(mut self, limits: Map<String, Value>) -> Self {
-        self.limits = Some(limits);
-        self
-    }
-}
-
-/// Why a request was answered without a report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct RequestError {
-    /// `InvalidRequest`, `RequestTooLarge`, `UnsupportedVersion`,
-    /// `ToolsNotExposed`, `InvalidLimits`, `UnknownProvider`, `Cancelled`,
-    /// `DeadLetter`.
-    pub code: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-/// The answer to one request: a report, or a request error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct RunReply {
-    /// [`PROTOCOL_VERSION`].
-    pub version: u32,
-    /// The request's id.
-    pub id: String,
-    /// The run's report.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub report: Option<ExecutionReport>,
-    /// Why there is no report.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<RequestError>,
-    /// The worker (consumer name) that answered.
-    pub worker: String,
-    /// How many times the request was delivered (more than 1: reclaimed
-    /// from a worker that died or stalled).
-    pub deliveries: u64,
-}
-
-/// How a worker reads, runs and answers.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct WorkerOptions {
-    /// The requests stream.
-    pub stream: String,
-    /// The consumer group.
-    pub group: String,
-    /// This worker's consumer name (unique per worker).
-    pub consumer: String,
-    /// Runs at once.
-    pub concurrency: usize,
-    /// An entry pending this long with another consumer is claimed.
-    pub visibility_timeout_ms: u64,
-    /// A request delivered more often than this goes to the dead letters.
-    pub max_deliveries: u64,
-    /// How long replies, markers and events are kept.
-    pub ttl_s: u64,
-    /// The largest request accepted (bytes of JSON).
-    pub max_request_bytes: usize,
-    /// On shutdown, how long runs in flight may finish before they are
-    /// cancelled (and left to other workers, unanswered).
-    pub grace_ms: u64,
-    /// How long an answer is retried while Redis is away.
-    pub answer_retry_ms: u64,
-}
-
-impl WorkerOptions {
-    /// Defaults for the consumer `consumer`: stream `harness:runs`, group
-    /// `harness`, 4 runs at once, 30 s visibility, 5 deliveries, replies
-    /// kept a day, 1 MiB requests, 30 s grace, answers retried 5 minutes.
-    pub fn new(consumer: impl Into<String>) -> Self {
-        WorkerOptions {
-            stream: DEFAULT_STREAM.into(),
-            group: DEFAULT_GROUP.into(),
-            consumer: consumer.into(),
-            concurrency: 4,
-            visibility_timeout_ms: 30_000,
-            max_deliveries: 5,
-            ttl_s: 86_400,
-            max_request_bytes: 1024 * 1024,
-            grace_ms: 30_000,
-            answer_retry_ms: 300_000,
-        }
-    }
-}
-
-fn key(stream: &str, kind: &str, id: &str) -> String {
-    format!("{stream}:{kind}:{id}")
-}
-
-/// Writes the reply and the done marker together, only if the marker is
-/// absent: 1 if this call answered, 0 if the request was answered before.
-const ANSWER: &str = r#"
-if redis.call('SET', KEYS[1], ARGV[4], 'NX', 'EX', ARGV[1]) then
-  if ARGV[3] == 'stream' then
-    redis.call('XADD', KEYS[2], '*', 'id', ARGV[4], 'reply', ARGV[2])
-  else
-    redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[1])
-  end
-  return 1
-end
-return 0
-"#;
+use super::*;
 
 /// Builds the harness a request runs on, for its provider (`None`: the
 /// configuration's global settings).
@@ -227,11 +10,11 @@ pub type HarnessFactory =
 
 /// A worker: consumes a stream until shut down.
 pub struct Worker {
-    opts: WorkerOptions,
-    client: redis::Client,
-    factory: Arc<HarnessFactory>,
-    harnesses: Mutex<HashMap<Option<String>, (Harness, crate::config::Config)>>,
-    running: Mutex<HashMap<String, CancellationToken>>,
+    pub(super) opts: WorkerOptions,
+    pub(super) client: redis::Client,
+    pub(super) factory: Arc<HarnessFactory>,
+    pub(super) harnesses: Mutex<HashMap<Option<String>, (Harness, crate::config::Config)>>,
+    pub(super) running: Mutex<HashMap<String, CancellationToken>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -243,7 +26,7 @@ impl std::fmt::Debug for Worker {
 }
 
 /// What became of one delivered entry.
-enum Outcome {
+pub(super) enum Outcome {
     /// Answered (now or before): acknowledge it.
     Done,
     /// Cancelled by shutdown: leave it pending for another worker.
@@ -266,7 +49,7 @@ impl Worker {
         })
     }
 
-    async fn connect(&self) -> ConnectionManager {
+    pub(super) async fn connect(&self) -> ConnectionManager {
         let mut backoff = Backoff::new(None);
         // Longer than the blocking read's BLOCK, so that it is never cut.
         let config = redis::aio::ConnectionManagerConfig::new()
@@ -378,7 +161,7 @@ impl Worker {
 
     /// Claims entries idle longer than the visibility timeout, with their
     /// delivery counts.
-    async fn claim(
+    pub(super) async fn claim(
         &self,
         conn: &mut ConnectionManager,
         count: usize,
@@ -409,7 +192,7 @@ impl Worker {
         Ok(out)
     }
 
-    async fn listen_for_cancels(self: Arc<Self>, shutdown: CancellationToken) {
+    pub(super) async fn listen_for_cancels(self: Arc<Self>, shutdown: CancellationToken) {
         use futures::StreamExt;
         let channel = format!("{}:cancel", self.opts.stream);
         loop {
@@ -443,7 +226,7 @@ impl Worker {
 
     /// Handles one delivered entry, then acknowledges it unless the run was
     /// abandoned by shutdown.
-    async fn deliver(
+    pub(super) async fn deliver(
         self: Arc<Self>,
         mut conn: ConnectionManager,
         entry: StreamId,
@@ -468,7 +251,7 @@ impl Worker {
         }
     }
 
-    async fn handle(
+    pub(super) async fn handle(
         &self,
         conn: &mut ConnectionManager,
         entry: &StreamId,
@@ -654,7 +437,7 @@ impl Worker {
     }
 
     /// The harness and the request to run, or why not.
-    fn prepare(
+    pub(super) fn prepare(
         &self,
         request: &RunRequest,
     ) -> Result<(Harness, crate::ExecutionRequest), RequestError> {
@@ -739,7 +522,12 @@ impl Worker {
     }
 
     /// Writes `reply` (once: see [`ANSWER`]), retrying while Redis is away.
-    async fn answer(&self, conn: &mut ConnectionManager, reply: &RunReply, reply_to: Option<&str>) {
+    pub(super) async fn answer(
+        &self,
+        conn: &mut ConnectionManager,
+        reply: &RunReply,
+        reply_to: Option<&str>,
+    ) {
         let json = match serde_json::to_string(reply) {
             Ok(j) => j,
             Err(e) => {
@@ -784,11 +572,11 @@ impl Worker {
         }
     }
 
-    fn answer_retry(&self) -> Duration {
+    pub(super) fn answer_retry(&self) -> Duration {
         Duration::from_millis(self.opts.answer_retry_ms)
     }
 
-    async fn dead_letter(
+    pub(super) async fn dead_letter(
         &self,
         conn: &mut ConnectionManager,
         entry: &StreamId,
@@ -818,24 +606,24 @@ impl Worker {
 
 /// The waits between retries while Redis is away: 100 ms, doubling up to
 /// 5 s; `expired` once `bound` has passed since the first try.
-struct Backoff {
-    delay: Duration,
-    started: Instant,
-    bound: Option<Duration>,
+pub(super) struct Backoff {
+    pub(super) delay: Duration,
+    pub(super) started: Instant,
+    pub(super) bound: Option<Duration>,
 }
 
 impl Backoff {
-    fn new(bound: Option<Duration>) -> Self {
+    pub(super) fn new(bound: Option<Duration>) -> Self {
         Backoff {
             delay: Duration::from_millis(100),
             started: Instant::now(),
             bound,
         }
     }
-    fn expired(&self) -> bool {
+    pub(super) fn expired(&self) -> bool {
         self.bound.is_some_and(|b| self.started.elapsed() > b)
     }
-    async fn wait(&mut self) {
+    pub(super) async fn wait(&mut self) {
         tokio::time::sleep(self.delay).await;
         self.delay = (self.delay * 2).min(Duration::from_secs(5));
     }
@@ -843,9 +631,9 @@ impl Backoff {
 
 /// Takes a run's cancel token out of the running map when the delivery
 /// is handled, whichever way it ends.
-struct Registered<'a> {
-    running: &'a Mutex<HashMap<String, CancellationToken>>,
-    id: String,
+pub(super) struct Registered<'a> {
+    pub(super) running: &'a Mutex<HashMap<String, CancellationToken>>,
+    pub(super) id: String,
 }
 
 impl Drop for Registered<'_> {
@@ -857,7 +645,7 @@ impl Drop for Registered<'_> {
 }
 
 /// Console lines and progress, to the events stream.
-struct Events(tokio::sync::mpsc::UnboundedSender<Value>);
+pub(super) struct Events(tokio::sync::mpsc::UnboundedSender<Value>);
 
 impl RunObserver for Events {
     fn progress(&self, message: &str, data: Option<&Value>) {
@@ -872,7 +660,7 @@ impl RunObserver for Events {
     }
 }
 
-async fn write_events(
+pub(super) async fn write_events(
     mut conn: ConnectionManager,
     stream: String,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
@@ -892,158 +680,5 @@ async fn write_events(
             first = false;
             let _: redis::RedisResult<bool> = conn.expire(&stream, ttl_s as i64).await;
         }
-    }
-}
-
-/// Submits requests and reads what the fleet answers.
-#[derive(Clone)]
-pub struct FleetClient {
-    conn: ConnectionManager,
-    stream: String,
-    ttl_s: u64,
-}
-
-impl std::fmt::Debug for FleetClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FleetClient")
-            .field("stream", &self.stream)
-            .finish_non_exhaustive()
-    }
-}
-
-impl FleetClient {
-    /// Connects to Redis `url`, for the requests stream `stream`.
-    pub async fn connect(url: &str, stream: &str) -> Result<FleetClient, FleetError> {
-        let client = redis::Client::open(url)?;
-        // Blocking reads (read_replies) wait up to their block_ms: the
-        // response timeout must be longer.
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(Duration::from_secs(60)));
-        Ok(FleetClient {
-            conn: ConnectionManager::new_with_config(client, config).await?,
-            stream: stream.to_owned(),
-            ttl_s: 86_400,
-        })
-    }
-
-    /// Adds `request` to the stream; returns its id.
-    pub async fn submit(&mut self, request: &RunRequest) -> Result<String, FleetError> {
-        if request.id.is_empty() || request.id.len() > 256 {
-            return Err(FleetError::Invalid("the id must be 1 to 256 bytes".into()));
-        }
-        let json = serde_json::to_string(request)?;
-        let _: String = self
-            .conn
-            .xadd(&self.stream, "*", &[("request", json)])
-            .await?;
-        Ok(request.id.clone())
-    }
-
-    /// Adds a raw JSON request (checked by the worker, not here).
-    pub async fn submit_raw(&mut self, json: &str) -> Result<(), FleetError> {
-        let _: String = self
-            .conn
-            .xadd(&self.stream, "*", &[("request", json)])
-            .await?;
-        Ok(())
-    }
-
-    /// Waits up to `timeout` for the reply to a request submitted without
-    /// `reply_to` (polls its reply key).
-    pub async fn wait(
-        &mut self,
-        id: &str,
-        timeout: Duration,
-    ) -> Result<Option<RunReply>, FleetError> {
-        let k = key(&self.stream, "reply", id);
-        let until = Instant::now() + timeout;
-        let mut delay = Duration::from_millis(5);
-        loop {
-            let v: Option<String> = self.conn.get(&k).await?;
-            if let Some(v) = v {
-                return Ok(Some(serde_json::from_str(&v)?));
-            }
-            if Instant::now() >= until {
-                return Ok(None);
-            }
-            tokio::time::sleep(delay.min(until.saturating_duration_since(Instant::now()))).await;
-            delay = (delay * 2).min(Duration::from_millis(100));
-        }
-    }
-
-    /// Reads replies from the stream `reply_to`, after the entry id
-    /// `after` (`"0"` for all), waiting up to `block_ms` (under 60 s);
-    /// returns them with the id to read after next time.
-    pub async fn read_replies(
-        &mut self,
-        reply_to: &str,
-        after: &str,
-        block_ms: usize,
-    ) -> Result<(Vec<RunReply>, String), FleetError> {
-        let opts = StreamReadOptions::default().block(block_ms).count(1000);
-        let r: Option<StreamReadReply> = self
-            .conn
-            .xread_options(&[reply_to], &[after], &opts)
-            .await?;
-        let mut last = after.to_owned();
-        let mut out = Vec::new();
-        for k in r.map(|r| r.keys).unwrap_or_default() {
-            for e in k.ids {
-                last = e.id.clone();
-                if let Some(j) = e.get::<String>("reply") {
-                    out.push(serde_json::from_str(&j)?);
-                }
-            }
-        }
-        Ok((out, last))
-    }
-
-    /// The events of request `id` so far (console lines, progress, `end`).
-    pub async fn events(&mut self, id: &str) -> Result<Vec<Value>, FleetError> {
-        let r: redis::streams::StreamRangeReply = self
-            .conn
-            .xrange_all(key(&self.stream, "events", id))
-            .await?;
-        Ok(r.ids
-            .into_iter()
-            .filter_map(|e| e.get::<String>("event"))
-            .filter_map(|s| serde_json::from_str(&s).ok())
-            .collect())
-    }
-
-    /// Cancels request `id`: a run in progress stops (ScriptCancelledError),
-    /// one not started yet is answered `Cancelled`.
-    pub async fn cancel(&mut self, id: &str) -> Result<(), FleetError> {
-        let _: () = self
-            .conn
-            .set_ex(key(&self.stream, "cancelled", id), 1, self.ttl_s)
-            .await?;
-        let _: i64 = self
-            .conn
-            .publish(format!("{}:cancel", self.stream), id)
-            .await?;
-        Ok(())
-    }
-
-    /// Deletes a stream (a private reply stream, once its replies are read).
-    pub async fn delete_stream(&mut self, stream: &str) {
-        let _: redis::RedisResult<i64> = self.conn.del(stream).await;
-    }
-
-    /// The dead letters: (id, error) of each.
-    pub async fn dead_letters(&mut self) -> Result<Vec<(String, String)>, FleetError> {
-        let r: redis::streams::StreamRangeReply = self
-            .conn
-            .xrange_all(format!("{}:dead", self.stream))
-            .await?;
-        Ok(r.ids
-            .into_iter()
-            .map(|e| {
-                (
-                    e.get::<String>("id").unwrap_or_default(),
-                    e.get::<String>("error").unwrap_or_default(),
-                )
-            })
-            .collect())
     }
 }
