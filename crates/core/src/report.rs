@@ -46,7 +46,7 @@ pub struct ExecutionReport {
     /// Detached tasks the script started with `tools.spawn`, as they
     /// stood when the report was made (or later, where the host waited).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub detached_tasks: Vec<crate::tasks::DetachedTask>,
+    pub detached_tasks: Vec<DetachedTask>,
     /// Lossy conversions of the return value into JSON (a function or
     /// `undefined` dropped, a class instance with nothing to show).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -248,4 +248,42 @@ pub struct Metrics {
     /// Fuel the run consumed, for engines that count it (WASI-QuickJS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuel_consumed: Option<u64>,
+}
+
+/// How a detached task stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TaskStatus {
+    /// Still running.
+    Running,
+    /// The tool returned a result.
+    Ok,
+    /// The tool (or a check before it) failed.
+    Error,
+    /// Cancelled by the script, the host, or its deadline's end.
+    Cancelled,
+}
+
+/// One detached task, as the report and the host see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DetachedTask {
+    /// `task_` + a number unique in its registry.
+    pub id: String,
+    /// The tool it calls.
+    pub tool: String,
+    /// The run that started it (`context.scriptId`).
+    pub script_id: String,
+    /// How it stands.
+    pub status: TaskStatus,
+    /// The tool's result, once `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<CallError>,
+    /// How long it ran, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<f64>,
 }

@@ -20,43 +20,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-/// How a detached task stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum TaskStatus {
-    /// Still running.
-    Running,
-    /// The tool returned a result.
-    Ok,
-    /// The tool (or a check before it) failed.
-    Error,
-    /// Cancelled by the script, the host, or its deadline's end.
-    Cancelled,
-}
-
-/// One detached task, as the report and the host see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct DetachedTask {
-    /// `task_` + a number unique in its registry.
-    pub id: String,
-    /// The tool it calls.
-    pub tool: String,
-    /// The run that started it (`context.scriptId`).
-    pub script_id: String,
-    /// How it stands.
-    pub status: TaskStatus,
-    /// The tool's result, once `ok`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<Value>,
-    /// Why it failed or was cancelled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<CallError>,
-    /// How long it ran, once it ended.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration_ms: Option<f64>,
-}
+pub use crate::report::{DetachedTask, TaskStatus};
 
 /// The caps on detached tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,8 +8,8 @@
 //! listDir), `file-ops` (readFile, listDir, grepFiles, applyPatch,
 //! fileSearch).
 
-use crate::builtin::{blocking, io_error, relative};
 pub use crate::patch::{FileChange, PatchResult};
+use crate::rooted::{blocking, io_error, relative};
 use crate::typed::typed_tool;
 use crate::walk;
 use crate::{ToolError, ToolRegistry};
@@ -179,7 +179,7 @@ fn read_text(dir: &Dir, p: &str) -> Result<String, ToolError> {
             meta.len()
         )));
     }
-    let bytes = crate::builtin::read_regular(dir, &rel, p, 16 * 1024 * 1024)?;
+    let bytes = crate::rooted::read_regular(dir, &rel, p, 16 * 1024 * 1024)?;
     if bytes.contains(&0) {
         return Err(ToolError::new(format!("{p} is a binary file")));
     }
@@ -428,7 +428,7 @@ fn grep_files(dir: &Dir, a: GrepArgs) -> Result<GrepResult, ToolError> {
     each_file(dir, a.path.as_deref(), globs, |e| {
         // Opened from the directory the walk holds, not followed if it
         // became a link, and searched only if it is still a regular file.
-        let Some(file) = crate::builtin::open_regular(e.parent, Path::new(e.name)) else {
+        let Some(file) = crate::rooted::open_regular(e.parent, Path::new(e.name)) else {
             return ControlFlow::Continue(());
         };
         let mut hit = false;
@@ -613,7 +613,7 @@ pub struct ViewImageResult {
 
 fn view_image(dir: &Dir, a: ViewImageArgs) -> Result<ViewImageResult, ToolError> {
     let rel = relative(&a.path)?;
-    let bytes = crate::builtin::read_regular(dir, &rel, &a.path, 64 * 1024 * 1024)?;
+    let bytes = crate::rooted::read_regular(dir, &rel, &a.path, 64 * 1024 * 1024)?;
     let reader = image::ImageReader::new(std::io::Cursor::new(&bytes))
         .with_guessed_format()
         .map_err(|e| ToolError::new(format!("{}: {e}", a.path)))?;

@@ -50,6 +50,8 @@ pub mod http;
 pub mod mcp;
 #[cfg(feature = "builtin-tools")]
 mod patch;
+#[cfg(feature = "builtin-tools")]
+mod rooted;
 #[cfg(any(feature = "prometheus", feature = "otlp"))]
 pub mod telemetry;
 pub mod typed;

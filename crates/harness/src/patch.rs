@@ -3,7 +3,7 @@
 //! (each hunk located, every path checked) before anything is written;
 //! then each file is written atomically.
 
-use crate::builtin::{io_error, relative, write_atomic};
+use crate::rooted::{io_error, relative, write_atomic};
 use crate::ToolError;
 use cap_std::fs::Dir;
 use schemars::JsonSchema;
@@ -342,7 +342,7 @@ fn read(dir: &Dir, p: &str) -> Result<Option<String>, ToolError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         _ => {}
     }
-    let bytes = crate::builtin::read_regular(dir, &rel, p, MAX_PATCHED_BYTES)?;
+    let bytes = crate::rooted::read_regular(dir, &rel, p, MAX_PATCHED_BYTES)?;
     String::from_utf8(bytes)
         .map(Some)
         .map_err(|_| ToolError::new(format!("{p} is not UTF-8 text")))

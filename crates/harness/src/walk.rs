@@ -14,7 +14,7 @@
 //! The walk is a loop over an explicit stack, so a deep tree costs memory
 //! and descriptors (one per level), never the thread's stack.
 
-use crate::builtin::{io_error, outside, relative};
+use crate::rooted::{io_error, outside, relative};
 use crate::ToolError;
 use cap_std::fs::{Dir, FileType};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
@@ -100,7 +100,7 @@ fn read_ignores(dir: &Dir, rel: &Path, outer: Option<Rc<Ignores>>) -> Option<Rc<
     });
     let mut any = false;
     for name in [".gitignore", ".ignore"] {
-        let Ok(bytes) = crate::builtin::read_regular(dir, Path::new(name), name, MAX_IGNORE_FILE)
+        let Ok(bytes) = crate::rooted::read_regular(dir, Path::new(name), name, MAX_IGNORE_FILE)
         else {
             continue;
         };

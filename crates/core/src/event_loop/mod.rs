@@ -10,11 +10,11 @@
 //! build the report.
 
 use crate::adapter::{ExecutionRequest, Mode};
-use crate::engine::{Engine, EngineFault, EngineSetup, FaultKind, Host, HostHandle, HostOp};
 use crate::error::{clamp_location, first_location, sanitize_stack, ErrorCode, Phase, ScriptError};
 use crate::error::{ErrorMetadata, Location};
 use crate::facade::{CallFailure, CallOutcome, CallSite, ToolFacade};
 use crate::limits::Limits;
+use crate::primitives::{Engine, EngineFault, EngineSetup, FaultKind, Host, HostHandle, HostOp};
 use crate::report::{CallError, CallStatus, Warning};
 use crate::report::{ConsoleLevel, ExecutionReport, Metrics};
 use crate::sinks::{ms, ConsoleSink, ProgressSink};

@@ -37,9 +37,9 @@ use worker::sys;
 pub use worker::{serve, serve_if_requested, WorkerAllocator, EXIT_NO_WORKER_ALLOCATOR};
 
 use crate::adapter::{GlobalEval, GlobalEvalOutcome};
-use crate::engine::{EngineFault, FaultKind};
 use crate::error::ScriptError;
 use crate::limits::Limits;
+use crate::primitives::{EngineFault, FaultKind};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};

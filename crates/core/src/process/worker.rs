@@ -6,12 +6,13 @@ use super::{
 };
 use crate::adapter::GlobalEvalOutcome;
 use crate::body::Body;
-use crate::engine::{
-    Engine, EngineDescriptor, EngineFault, EngineSetup, EngineThread, FaultKind, Host, HostHandle,
-    HostOp, PRELUDE,
-};
+use crate::engine::EngineDescriptor;
 use crate::error::ScriptError;
+use crate::event_loop::PRELUDE;
 use crate::limits::Limits;
+use crate::primitives::{
+    Engine, EngineFault, EngineSetup, EngineThread, FaultKind, Host, HostHandle, HostOp,
+};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
 use std::io::{self, StdinLock, StdoutLock};

@@ -164,7 +164,8 @@ impl Proc {
             }) if protocol == PROTOCOL_VERSION && engine == opts.engine => {
                 #[cfg(target_os = "linux")]
                 if let (true, Some(region)) = (rings, region) {
-                    proc.link.use_rings(crate::process::ring::Rings::host(region));
+                    proc.link
+                        .use_rings(crate::process::ring::Rings::host(region));
                 }
                 #[cfg(not(target_os = "linux"))]
                 let _ = rings;
@@ -224,7 +225,8 @@ impl Proc {
             self.sent_limits = Some(limits.clone());
             Some(limits)
         };
-        let (config, config_delta) = match crate::process::config_delta(&self.sent_config, &config) {
+        let (config, config_delta) = match crate::process::config_delta(&self.sent_config, &config)
+        {
             Some(delta) => {
                 let delta = delta.to_owned();
                 self.sent_config = config;
