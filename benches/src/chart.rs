@@ -133,10 +133,13 @@ pub fn svg(bars: &[Bar], title: &str) -> String {
     s
 }
 
-/// `0.25`, `1`, `16`: a power of two without trailing zeros.
+/// `1/4`, `1`, `16`: a power of two as a whole number or its inverse.
 fn trim(v: f64) -> String {
-    let t = format!("{v:.2}");
-    t.trim_end_matches('0').trim_end_matches('.').to_string()
+    if v < 1.0 {
+        format!("1/{:.0}", 1.0 / v)
+    } else {
+        format!("{v:.0}")
+    }
 }
 
 fn escape(s: &str) -> String {

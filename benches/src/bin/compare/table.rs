@@ -56,9 +56,11 @@ pub(crate) fn print_table(ours: &[Row], peer: &[Row], o: &Options) {
 }
 
 /// The chart's bars: each row of ours against the peer's best median on
-/// its workload (rows without a peer row are left out).
+/// its workload (rows without a peer row are left out, and the sandbox's:
+/// the peer has no sandbox, its row there is only its trivial time).
 pub(crate) fn bars(ours: &[Row], peer: &[Row]) -> Vec<harness_benches::chart::Bar> {
     ours.iter()
+        .filter(|r| r.workload != "sandbox_execute")
         .filter_map(|r| {
             let best = peer
                 .iter()
