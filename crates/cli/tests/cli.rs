@@ -4,28 +4,11 @@ use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-fn harness(args: &[&str], stdin: &str, cwd: &std::path::Path) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn harness");
-    // A usage error may end the process before it reads its input.
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
-}
+mod common;
+use common::json;
 
-fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
+fn harness(args: &[&str], stdin: &str, cwd: &std::path::Path) -> Output {
+    common::harness(args, stdin, Some(cwd), &[])
 }
 
 #[test]

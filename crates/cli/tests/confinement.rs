@@ -3,33 +3,15 @@
 //! case is one of the ways out docs/security.md's tool section closes.
 
 use serde_json::Value;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-fn harness(args: &[&str], script: &str, cwd: &Path, env: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn harness");
-    let _ = child.stdin.take().unwrap().write_all(script.as_bytes());
-    child.wait_with_output().unwrap()
-}
+mod common;
+use common::json as report;
 
-fn report(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
+fn harness(args: &[&str], script: &str, cwd: &Path, env: &[(&str, &str)]) -> Output {
+    common::harness(args, script, Some(cwd), env)
 }
 
 /// A temporary directory with a `root` inside, the root the runs get.

@@ -2,32 +2,15 @@
 //! and a secret that stays out of stdout, stderr (at `RUST_LOG=trace`) and
 //! the audit log.
 
-use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
+
+mod common;
+use common::json as report;
 
 fn harness(args: &[&str], script: &str, env: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn harness");
-    let _ = child.stdin.take().unwrap().write_all(script.as_bytes());
-    child.wait_with_output().unwrap()
-}
-
-fn report(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
+    common::harness(args, script, None, env)
 }
 
 #[test]
