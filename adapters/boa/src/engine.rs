@@ -1,10 +1,10 @@
-//! One run's engine ([`BoaEngine`]): a hardened context, fresh or handed
+//! One run's engine ([`BoaRun`]): a hardened context, fresh or handed
 //! on by the last run, and the primitives the event loop drives.
 
 use super::*;
 
 /// One run's engine: a hardened context, fresh or handed on by the last run.
-pub(super) struct BoaEngine {
+pub(super) struct BoaRun {
     pub(super) ctx: Option<Context>,
     /// The loaded context's [`Engine::context_id`].
     pub(super) context: Option<u64>,
@@ -33,7 +33,7 @@ pub(super) struct BoaEngine {
     pub(super) probe: Option<(String, JsValue)>,
 }
 
-impl BoaEngine {
+impl BoaRun {
     /// Ends the installed run and takes its context back if it may serve
     /// another run: the prelude's `end` found nothing of the run pending
     /// and no job is queued. Any doubt drops it.
@@ -106,7 +106,7 @@ impl BoaEngine {
     }
 }
 
-impl Engine for BoaEngine {
+impl Engine for BoaRun {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         debug_assert_eq!(setup.prelude, PRELUDE);
         self.private = setup.limits.private_realm();

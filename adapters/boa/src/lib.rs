@@ -40,8 +40,8 @@ use boa_engine::{
     JsValue, NativeFunction, Source,
 };
 use harness_core::engine::{
-    parse_error, Body, EndCheck, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
-    EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, TEST262_HOST,
+    parse_error, Body, EndCheck, Engine, EngineDescriptor, EngineFault, EngineSetup, EngineThread,
+    FaultKind, HostHandle, Pooled, PooledEngine, PRELUDE, TEST262_HOST,
 };
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, Isolation, ScriptError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -383,8 +383,8 @@ struct BoaThread {
 
 impl BoaThread {
     /// A new engine for one run, using the context prepared ahead if any.
-    fn engine(&mut self) -> BoaEngine {
-        BoaEngine {
+    fn engine(&mut self) -> BoaRun {
+        BoaRun {
             ctx: None,
             context: None,
             install: None,
@@ -420,7 +420,7 @@ impl harness_core::engine::Host for Quiet {
 /// again. It installs what the last run installed
 /// and ends like any run, so the next run meets the context as it would
 /// after a clean run with that configuration.
-fn warm_up(engine: &mut BoaEngine, config: &str) -> Option<Warm> {
+fn warm_up(engine: &mut BoaRun, config: &str) -> Option<Warm> {
     let limits = harness_core::Limits::default();
     let cancel = harness_core::CancellationToken::new();
     let setup = EngineSetup {
@@ -675,11 +675,15 @@ pub fn print_harden_cost(n: u32) {
 /// Boa on the shared event loop: its descriptor and thread state for
 /// [`Pooled`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct BoaAdapter;
+pub struct BoaEngine;
 
 /// Boa in this process: a pool of engine threads, each with its own
 /// contexts. See the crate docs for what it cannot enforce.
-pub type Boa = Pooled<BoaAdapter>;
+pub type Boa = Pooled<BoaEngine>;
+
+/// The old name of [`BoaEngine`].
+#[deprecated(note = "renamed to BoaEngine")]
+pub type BoaAdapter = BoaEngine;
 
 /// Boa: in this process no way to stop a running script, no memory limit,
 /// and native stack exhaustion ends the process; so it runs behind the
@@ -699,7 +703,7 @@ pub fn descriptor() -> EngineDescriptor {
     .with_long_private_tidy_up()
 }
 
-impl EngineAdapter for BoaAdapter {
+impl PooledEngine for BoaEngine {
     fn descriptor() -> EngineDescriptor {
         descriptor()
     }

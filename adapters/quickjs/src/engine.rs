@@ -1,10 +1,10 @@
-//! One run's engine ([`QjsEngine`]): a fresh context on the engine
+//! One run's engine ([`QjsRun`]): a fresh context on the engine
 //! thread's runtime, and the primitives the event loop drives.
 
 use super::*;
 
 /// One run's engine: a fresh context on the worker's runtime.
-pub(super) struct QjsEngine<'w> {
+pub(super) struct QjsRun<'w> {
     // Field order is drop order: JS handles before the context, the context
     // before the runtime it lives in.
     pub(super) start_fn: Option<Persistent<Function<'static>>>,
@@ -39,7 +39,7 @@ pub(super) fn internal(msg: &str) -> EngineFault {
 /// engine and its guest, which run the same QuickJS).
 pub use harness_abi::classify_quickjs as classify;
 
-impl QjsEngine<'_> {
+impl QjsRun<'_> {
     /// Ends the installed run and takes its context back if it may serve
     /// another run: the prelude's `end` closed the run and found nothing
     /// of it pending. Any doubt (no run installed, `end` failing) drops it.
@@ -151,7 +151,7 @@ impl QjsEngine<'_> {
 }
 
 /// Reads the pending exception. A non-object is reported with an empty
-/// name, for [`QjsEngine::finish_fault`] to judge.
+/// name, for [`QjsRun::finish_fault`] to judge.
 pub(super) fn exception_fault(v: Value<'_>) -> EngineFault {
     let e = read_exception(v);
     let mut f = EngineFault::new(e.kind, e.name, e.message);
@@ -159,7 +159,7 @@ pub(super) fn exception_fault(v: Value<'_>) -> EngineFault {
     f
 }
 
-impl Engine for QjsEngine<'_> {
+impl Engine for QjsRun<'_> {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         {
             let mut i = self

@@ -26,8 +26,8 @@
 //! ```
 
 use harness_core::engine::{
-    parse_error, Body, EndCheck, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
-    EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, PRELUDE_FILE, TEST262_HOST,
+    parse_error, Body, EndCheck, Engine, EngineDescriptor, EngineFault, EngineSetup, EngineThread,
+    FaultKind, HostHandle, Pooled, PooledEngine, PRELUDE, PRELUDE_FILE, TEST262_HOST,
 };
 use harness_core::CancellationToken;
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
@@ -366,7 +366,7 @@ impl EngineThread for QuickJsThread {
                 return;
             }
         };
-        let mut engine = QjsEngine {
+        let mut engine = QjsRun {
             start_fn: None,
             settle_fn: None,
             end_fn: None,
@@ -541,11 +541,15 @@ impl std::fmt::Debug for QuickJsThread {
 /// QuickJS on the shared event loop: its descriptor and thread state for
 /// [`Pooled`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct QuickJsAdapter;
+pub struct QuickJsEngine;
 
 /// The QuickJS engine in this process: a pool of engine threads, each with
 /// its own runtime.
-pub type QuickJs = Pooled<QuickJsAdapter>;
+pub type QuickJs = Pooled<QuickJsEngine>;
+
+/// The old name of [`QuickJsEngine`].
+#[deprecated(note = "renamed to QuickJsEngine")]
+pub type QuickJsAdapter = QuickJsEngine;
 
 /// QuickJS: it stops scripts with its interrupt handler and enforces the
 /// memory limit with its own allocator, so it runs in this process by
@@ -568,7 +572,7 @@ pub fn descriptor() -> EngineDescriptor {
     .with_thread_stack_bytes(THREAD_STACK_BYTES)
 }
 
-impl EngineAdapter for QuickJsAdapter {
+impl PooledEngine for QuickJsEngine {
     fn descriptor() -> EngineDescriptor {
         descriptor()
     }

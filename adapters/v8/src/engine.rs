@@ -1,4 +1,4 @@
-//! One run's engine ([`V8Engine`]): a context on the engine thread's
+//! One run's engine ([`V8Run`]): a context on the engine thread's
 //! isolate, and the primitives the event loop drives.
 
 use super::*;
@@ -19,7 +19,7 @@ pub(super) struct RunHandles {
 }
 
 /// One run's engine: a hardened context on the worker's isolate.
-pub(super) struct V8Engine<'w> {
+pub(super) struct V8Run<'w> {
     pub(super) worker: &'w mut V8Thread,
     pub(super) handles: Option<RunHandles>,
     /// Peak of heap in use plus ArrayBuffer bytes, sampled after each
@@ -39,7 +39,7 @@ pub(super) struct V8Engine<'w> {
     pub(super) end_check: EndCheck,
 }
 
-impl V8Engine<'_> {
+impl V8Run<'_> {
     /// Ends the installed run and takes its context back if it may serve
     /// another run: no microtask is queued and the prelude's `end` closed
     /// the run and found nothing of it pending. Any doubt (no run
@@ -136,7 +136,7 @@ impl V8Engine<'_> {
     }
 }
 
-impl Engine for V8Engine<'_> {
+impl Engine for V8Run<'_> {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         debug_assert_eq!(setup.prelude, PRELUDE);
         let key = IsolateKey::of(setup.limits);

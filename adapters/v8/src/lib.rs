@@ -36,8 +36,8 @@
 //!   stacks keep only `script.js` frames.
 
 use harness_core::engine::{
-    parse_error, Body, EndCheck, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
-    EngineThread, FaultKind, HostHandle, Pooled, PRELUDE, PRELUDE_FILE, TEST262_HOST,
+    parse_error, Body, EndCheck, Engine, EngineDescriptor, EngineFault, EngineSetup, EngineThread,
+    FaultKind, HostHandle, Pooled, PooledEngine, PRELUDE, PRELUDE_FILE, TEST262_HOST,
 };
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
 use std::cell::RefCell;
@@ -227,7 +227,7 @@ struct Prints(RefCell<Vec<String>>);
 
 /// A hardened context with no run installed: fresh from the prelude's
 /// hardening, or handed back by a run that ended clean (see
-/// [`V8Engine::end_run`]).
+/// [`V8Run::end_run`]).
 struct Warm {
     install: v8::Global<v8::Function>,
     context: v8::Global<v8::Context>,
@@ -621,7 +621,7 @@ impl EngineThread for V8Thread {
     /// off the critical path.
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
         let (tainted, reuse) = {
-            let mut engine = V8Engine {
+            let mut engine = V8Run {
                 worker: self,
                 handles: None,
                 peak: 0,
@@ -760,11 +760,15 @@ fn stopper_for(slot: &IsolateSlot, generation: u64) -> Box<dyn FnOnce() + Send> 
 /// V8 isolates on the shared event loop: its descriptor and thread state
 /// for [`Pooled`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct V8Adapter;
+pub struct V8Engine;
 
 /// The V8 engine in this process: a pool of engine threads, each with its
 /// own isolate (64 at most by default).
-pub type V8 = Pooled<V8Adapter>;
+pub type V8 = Pooled<V8Engine>;
+
+/// The old name of [`V8Engine`].
+#[deprecated(note = "renamed to V8Engine")]
+pub type V8Adapter = V8Engine;
 
 /// V8: it stops scripts by terminating the isolate and enforces the memory
 /// limit with its heap limit and buffer allocator.
@@ -802,7 +806,7 @@ fn widen_address_space(opts: &mut harness_core::process::ProcessOptions) {
     }
 }
 
-impl EngineAdapter for V8Adapter {
+impl PooledEngine for V8Engine {
     fn descriptor() -> EngineDescriptor {
         descriptor()
     }

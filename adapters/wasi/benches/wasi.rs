@@ -6,7 +6,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use harness_core::{ExecutionRequest, ScriptRuntimeAdapter};
-use harness_wasi::{load_uncached, ModuleOptions, Sandbox, SandboxPolicy, Wasi, WasiAdapter};
+use harness_wasi::{load_uncached, ModuleOptions, Sandbox, SandboxPolicy, Wasi, WasiEngine};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ fn trivial(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let engine = Wasi::new();
     engine
-        .adapter()
+        .engine()
         .preload()
         .expect("bin/quickjs.wasm (scripts/build-quickjs-wasm)");
     let mut g = c.benchmark_group("wasi");
@@ -54,7 +54,7 @@ fn first_run(c: &mut Criterion) {
             b.iter(|| {
                 let loaded = load_uncached(opts).expect("loads");
                 assert_eq!(loaded.from_cache, name == "disk_cache");
-                let engine = Wasi::with_adapter(WasiAdapter::with_loaded(Arc::new(loaded)), 1);
+                let engine = Wasi::with_engine(WasiEngine::with_loaded(Arc::new(loaded)), 1);
                 let r = rt.block_on(engine.execute(ExecutionRequest::new("return 1+1")));
                 assert!(r.ok, "{r:?}");
             })

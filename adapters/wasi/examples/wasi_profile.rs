@@ -29,7 +29,7 @@ fn main() {
         .expect("tokio");
     let engine = harness_wasi::Wasi::new();
     engine
-        .adapter()
+        .engine()
         .preload()
         .expect("bin/quickjs.wasm (scripts/build-quickjs-wasm)");
     let per_run = mean(n, gap, || {

@@ -31,8 +31,8 @@
 //! ```
 
 use harness_core::engine::{
-    parse_error, Body, EndCheck, Engine, EngineAdapter, EngineDescriptor, EngineFault, EngineSetup,
-    EngineThread, FaultKind, HostHandle, Pooled,
+    parse_error, Body, EndCheck, Engine, EngineDescriptor, EngineFault, EngineSetup, EngineThread,
+    FaultKind, HostHandle, Pooled, PooledEngine,
 };
 use harness_core::process::ProcessOptions;
 use harness_core::{
@@ -304,7 +304,7 @@ pub(crate) fn check_source(
 
 /// One run's engine: the instance the last clean run left on this thread,
 /// or a fresh one, made ready in `load`.
-struct WasiEngine<'t> {
+struct WasiRun<'t> {
     loaded: Result<Arc<module::Loaded>, EngineFault>,
     /// Where the guest comes from, for its private snapshot.
     source: &'t Source,
@@ -319,7 +319,7 @@ struct WasiEngine<'t> {
     end_check: EndCheck,
 }
 
-impl WasiEngine<'_> {
+impl WasiRun<'_> {
     /// The private snapshot of `harness`, if it is ready (it is made on a
     /// thread of its own the first time one is asked for).
     fn private_snapshot(&mut self, harness: &Arc<Loaded>) -> Option<Arc<Loaded>> {
@@ -343,7 +343,7 @@ impl WasiEngine<'_> {
     }
 }
 
-impl Engine for WasiEngine<'_> {
+impl Engine for WasiRun<'_> {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         let loaded = self.loaded.clone()?;
         let limits = setup.limits;
@@ -509,7 +509,7 @@ impl WasiThread {
 impl EngineThread for WasiThread {
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
         let loaded = self.loaded();
-        let mut engine = WasiEngine {
+        let mut engine = WasiRun {
             loaded,
             source: &self.source,
             private: &mut self.private,
@@ -557,27 +557,27 @@ impl EngineThread for WasiThread {
 /// WASI-QuickJS on the shared event loop: where its guest comes from.
 /// The default is [`default_wasm_path`], cached on disk next to it.
 #[derive(Debug, Clone)]
-pub struct WasiAdapter {
+pub struct WasiEngine {
     source: Source,
 }
 
-impl Default for WasiAdapter {
+impl Default for WasiEngine {
     fn default() -> Self {
-        WasiAdapter::with_options(ModuleOptions::cached())
+        WasiEngine::with_options(ModuleOptions::cached())
     }
 }
 
-impl WasiAdapter {
+impl WasiEngine {
     /// A given guest and cache, loaded on the first run.
     pub fn with_options(opts: ModuleOptions) -> Self {
-        WasiAdapter {
+        WasiEngine {
             source: Source::Options(opts),
         }
     }
 
     /// A guest loaded already (see [`load_uncached`]).
     pub fn with_loaded(loaded: Arc<Loaded>) -> Self {
-        WasiAdapter {
+        WasiEngine {
             source: Source::Loaded(loaded),
         }
     }
@@ -595,7 +595,7 @@ impl WasiAdapter {
     /// starts compiling it on a thread of its own; until it is ready, such
     /// runs harden their realm inside the run (milliseconds instead of
     /// about a trivial run's time). False where it cannot be made: a guest
-    /// loaded by the caller ([`WasiAdapter::with_loaded`]), no
+    /// loaded by the caller ([`WasiEngine::with_loaded`]), no
     /// pre-initialisation, or a guest built before private snapshots. Such
     /// runs still work, the slow way.
     pub fn preload_private(&self) -> Result<bool, LoadError> {
@@ -607,7 +607,7 @@ impl WasiAdapter {
     }
 }
 
-impl EngineAdapter for WasiAdapter {
+impl PooledEngine for WasiEngine {
     fn descriptor() -> EngineDescriptor {
         descriptor()
     }
@@ -622,8 +622,12 @@ impl EngineAdapter for WasiAdapter {
 }
 
 /// The WASI-QuickJS engine: a pool of engine threads, an instance per run
-/// (`Wasi::with_adapter(WasiAdapter::with_options(…), n)` for another guest).
-pub type Wasi = Pooled<WasiAdapter>;
+/// (`Wasi::with_engine(WasiEngine::with_options(…), n)` for another guest).
+pub type Wasi = Pooled<WasiEngine>;
+
+/// The old name of [`WasiEngine`].
+#[deprecated(note = "renamed to WasiEngine")]
+pub type WasiAdapter = WasiEngine;
 
 /// The engine in this process with at most `threads` engine threads.
 /// The guest is compiled (or read back) now, once per process, rather
@@ -631,7 +635,7 @@ pub type Wasi = Pooled<WasiAdapter>;
 /// run.
 fn in_process(threads: usize) -> Arc<dyn ScriptRuntimeAdapter> {
     let engine = Wasi::with_max_workers(threads);
-    let _ = engine.adapter().preload();
+    let _ = engine.engine().preload();
     Arc::new(engine)
 }
 

@@ -87,7 +87,7 @@ fn runs_without_room_for_the_instance_pool() {
 #[test]
 fn private_runs_start_from_their_snapshot() {
     let engine = Wasi::new();
-    assert!(engine.adapter().preload_private().unwrap());
+    assert!(engine.engine().preload_private().unwrap());
     let private = Limits::default().with_realm(Some(Realm::Private));
     let shared = run(&engine, "return [1, 2].at(-1)", Limits::default());
     assert_eq!(shared.value, Some(serde_json::json!(2)), "{shared:?}");
@@ -131,9 +131,9 @@ fn private_runs_start_from_their_snapshot() {
     // A guest the caller loaded has no private snapshot: the same run
     // hardens its realm inside the instance, and pays for it in fuel.
     let loaded = harness_wasi::load_uncached(&harness_wasi::ModuleOptions::cached()).unwrap();
-    let adapter = harness_wasi::WasiAdapter::with_loaded(std::sync::Arc::new(loaded));
+    let adapter = harness_wasi::WasiEngine::with_loaded(std::sync::Arc::new(loaded));
     assert!(!adapter.preload_private().unwrap());
-    let slow = Wasi::with_adapter(adapter, 1);
+    let slow = Wasi::with_engine(adapter, 1);
     let r = run(
         &slow,
         polyfill,

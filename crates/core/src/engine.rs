@@ -240,20 +240,30 @@ impl EngineDescriptor {
 }
 
 /// An adapter crate's engine, as [`Pooled`] runs it: the descriptor, and a
-/// factory for the state of each engine thread.
-pub trait EngineAdapter: fmt::Debug + Clone + Send + Sync + 'static {
+/// factory for the state of each engine thread (`QuickJsEngine`,
+/// `BoaEngine`, …; "adapter" is only what implements
+/// [`ScriptRuntimeAdapter`]).
+pub trait PooledEngine: fmt::Debug + Clone + Send + Sync + 'static {
     /// Who the engine is.
     fn descriptor() -> EngineDescriptor;
     /// The state of one new engine thread of this process.
     fn new_thread(&self) -> Box<dyn EngineThread>;
 }
 
+/// The old name of [`PooledEngine`], for bounds (`A: EngineAdapter`);
+/// implement [`PooledEngine`].
+#[deprecated(note = "renamed to PooledEngine")]
+pub trait EngineAdapter: PooledEngine {}
+
+#[allow(deprecated)]
+impl<T: PooledEngine> EngineAdapter for T {}
+
 /// An engine in this process: a pool of threads, each owning one
 /// [`EngineThread`], running one script at a time on the shared event loop.
 /// Adapter crates name it for their engine (`pub type QuickJs =
 /// Pooled<QuickJsEngine>`).
-pub struct Pooled<A: EngineAdapter> {
-    adapter: A,
+pub struct Pooled<A: PooledEngine> {
+    engine: A,
     /// The engine's name, for reports (static: no copy per run).
     name: &'static str,
     info: EngineInfo,
@@ -266,10 +276,10 @@ pub struct Pooled<A: EngineAdapter> {
     keep_warm: KeepWarm,
 }
 
-impl<A: EngineAdapter> Clone for Pooled<A> {
+impl<A: PooledEngine> Clone for Pooled<A> {
     fn clone(&self) -> Self {
         Pooled {
-            adapter: self.adapter.clone(),
+            engine: self.engine.clone(),
             name: self.name,
             info: self.info.clone(),
             global_eval: self.global_eval,
@@ -279,17 +289,17 @@ impl<A: EngineAdapter> Clone for Pooled<A> {
     }
 }
 
-impl<A: EngineAdapter> fmt::Debug for Pooled<A> {
+impl<A: PooledEngine> fmt::Debug for Pooled<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pooled")
             .field("engine", &self.info.name)
-            .field("adapter", &self.adapter)
+            .field("engine", &self.engine)
             .field("pool", &self.pool)
             .finish()
     }
 }
 
-impl<A: EngineAdapter + Default> Default for Pooled<A> {
+impl<A: PooledEngine + Default> Default for Pooled<A> {
     fn default() -> Self {
         Self::new()
     }
@@ -339,7 +349,7 @@ fn rehearse(thread: &mut Box<dyn EngineThread>) {
 /// Engine threads a [`Pooled`] engine starts at most, unless told otherwise.
 pub const DEFAULT_MAX_THREADS: usize = 64;
 
-impl<A: EngineAdapter + Default> Pooled<A> {
+impl<A: PooledEngine + Default> Pooled<A> {
     /// The engine with up to 64 threads (runs in flight; more queue).
     pub fn new() -> Self {
         Self::with_max_workers(DEFAULT_MAX_THREADS)
@@ -347,16 +357,16 @@ impl<A: EngineAdapter + Default> Pooled<A> {
 
     /// The engine with at most `max_workers` runs in flight; more queue.
     pub fn with_max_workers(max_workers: usize) -> Self {
-        Self::with_adapter(A::default(), max_workers)
+        Self::with_engine(A::default(), max_workers)
     }
 }
 
-impl<A: EngineAdapter> Pooled<A> {
-    /// The engine as `adapter` configures it, with at most `max_workers`
+impl<A: PooledEngine> Pooled<A> {
+    /// The engine as `engine` configures it, with at most `max_workers`
     /// runs in flight.
-    pub fn with_adapter(adapter: A, max_workers: usize) -> Self {
+    pub fn with_engine(engine: A, max_workers: usize) -> Self {
         let d = A::descriptor();
-        let for_threads = adapter.clone();
+        let for_threads = engine.clone();
         let keep_warm = KeepWarm::anticipating();
         Pooled {
             name: d.name,
@@ -379,21 +389,33 @@ impl<A: EngineAdapter> Pooled<A> {
                 )
                 .with_long_private_tidy_up(d.long_private_tidy_up),
             ),
-            adapter,
+            engine,
             keep_warm,
         }
     }
 
-    /// The adapter's own configuration.
+    /// The engine's own configuration.
+    pub fn engine(&self) -> &A {
+        &self.engine
+    }
+
+    /// The old name of [`Pooled::with_engine`].
+    #[deprecated(note = "renamed to with_engine")]
+    pub fn with_adapter(engine: A, max_workers: usize) -> Self {
+        Self::with_engine(engine, max_workers)
+    }
+
+    /// The old name of [`Pooled::engine`].
+    #[deprecated(note = "renamed to engine")]
     pub fn adapter(&self) -> &A {
-        &self.adapter
+        &self.engine
     }
 }
 
 /// Tuned in process: awake on a machine with a CPU for the poller and
 /// one for a caller; anticipation waits for the run awake there and only
 /// rehearses ahead of it on one CPU.
-impl<A: EngineAdapter> Tunable for Pooled<A> {
+impl<A: PooledEngine> Tunable for Pooled<A> {
     fn tune(&self, tuning: Tuning) -> Tuned {
         self.keep_warm.tune(tuning, self.pool.can_stay_awake())
     }
@@ -404,7 +426,7 @@ impl<A: EngineAdapter> Tunable for Pooled<A> {
 }
 
 #[async_trait]
-impl<A: EngineAdapter> ScriptRuntimeAdapter for Pooled<A> {
+impl<A: PooledEngine> ScriptRuntimeAdapter for Pooled<A> {
     fn info(&self) -> EngineInfo {
         self.info.clone()
     }
