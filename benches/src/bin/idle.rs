@@ -5,8 +5,8 @@
 //! cargo run --release -p harness-benches --bin idle -- [--idle-s N] [--runs N] [--only CONFIG]
 //! ```
 //!
-//! For each configuration (the default tuning, then kept warm, then kept
-//! warm and awake): `--runs` trivial runs 2 ms apart, then `--idle-s`
+//! For each configuration (anticipation off, the baseline; the default
+//! tuning, which anticipates; kept warm; kept warm and awake): `--runs` trivial runs 2 ms apart, then `--idle-s`
 //! seconds with no run at all. It prints the process's CPU time (user +
 //! system, worker processes included once they exit: `getrusage` of self
 //! and of children) over each stretch as a share of one core. A library
@@ -85,6 +85,7 @@ harness::main! {
             .expect("tokio runtime");
         let mut configs: Vec<Config> = Vec::new();
         for plain in engines() {
+            configs.push(Config { asleep: true, ..plain });
             configs.push(plain);
             configs.push(Config { keep_warm: true, ..plain });
             configs.push(Config { keep_warm: true, awake: true, ..plain });
@@ -123,7 +124,8 @@ harness::main! {
     }
 }
 
-/// `quickjs`, `quickjs/process keep_warm`, `boa keep_warm+awake`.
+/// `quickjs no_anticipate`, `quickjs`, `quickjs/process keep_warm`,
+/// `boa keep_warm+awake`.
 fn tuning_name(c: &Config) -> String {
     let base = Config {
         keep_warm: false,
@@ -131,10 +133,11 @@ fn tuning_name(c: &Config) -> String {
         asleep: false,
         ..*c
     };
-    match (c.keep_warm, c.awake) {
-        (false, _) => base.to_string(),
-        (true, false) => format!("{base} keep_warm"),
-        (true, true) => format!("{base} keep_warm+awake"),
+    match (c.asleep, c.keep_warm, c.awake) {
+        (true, _, _) => format!("{base} no_anticipate"),
+        (false, false, _) => base.to_string(),
+        (false, true, false) => format!("{base} keep_warm"),
+        (false, true, true) => format!("{base} keep_warm+awake"),
     }
 }
 
