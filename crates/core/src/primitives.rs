@@ -60,7 +60,7 @@ impl EngineFault {
 /// What an engine needs to set up one run.
 #[derive(Debug)]
 pub struct EngineSetup<'a> {
-    /// The hardening prelude ([`PRELUDE`]).
+    /// The hardening prelude ([`PRELUDE`](crate::engine::PRELUDE)).
     pub prelude: &'a str,
     /// What the prelude's `install` takes: tool names and the context, as JSON.
     pub config_json: &'a str,
@@ -150,7 +150,7 @@ pub const TEST262_HOST: &str = "globalThis.$262 = { global: globalThis, gc() {},
     detachArrayBuffer() { throw new TypeError('detachArrayBuffer is not supported'); }, agent: {} };";
 
 /// One operation of the engine's native function `host(op, a, b)`, decoded
-/// (see the table in the [module docs](self)).
+/// (see the table in the [module docs](crate::engine)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HostOp<'a> {
@@ -314,7 +314,7 @@ fn split_site(a: &str) -> (&str, Option<crate::error::Location>) {
 /// The engine state one thread owns (a runtime, an isolate, a compiled
 /// module). Not `Send`: it is created on its thread and stays there.
 ///
-/// Core drives it from the in-process pool ([`Pooled`]) and from a worker
+/// Core drives it from the in-process pool ([`Pooled`](crate::engine::Pooled)) and from a worker
 /// process ([`crate::process`]); adapters never implement the pooling or
 /// the process protocol themselves.
 pub trait EngineThread {

@@ -17,7 +17,7 @@ pub struct ProcessOptions {
     /// Engine the workers serve (`boa`, `quickjs`, …).
     pub engine: String,
     /// The worker binary; it must call
-    /// [`serve_if_requested`](super::serve_if_requested) first thing (see
+    /// [`serve_if_requested`](crate::process::serve_if_requested) first thing (see
     /// [`crate::worker_main!`]).
     pub program: PathBuf,
     /// Arguments before `--harness-worker ENGINE`.

@@ -87,7 +87,7 @@ fn print_line(o: &Options, cells: &[String]) {
     }
 }
 
-/// With `--gap-ms`: each [`TWIN_ROWS`] row spaced beside its twin timed
+/// With `--gap-ms`: each [`TWIN_ROWS`](super::TWIN_ROWS) row spaced beside its twin timed
 /// back to back in the same rounds, the ratio of their medians, and the
 /// spaced row's p99 against its median.
 pub(crate) fn print_twins(twins: &[Twin], o: &Options) {

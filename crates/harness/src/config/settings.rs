@@ -267,7 +267,7 @@ pub struct Approvals {
     pub default: ApprovalDefault,
 }
 
-/// The effective settings: what a [`Config`] resolves to.
+/// The effective settings: what a [`Config`](super::Config) resolves to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 #[non_exhaustive]
