@@ -172,23 +172,18 @@ const workloads = [
   { name: "trivial", config: "quickjs-emscripten/async", module: asyncModule, script: "return 1+1", expect: "2" },
   { name: "trivial", config: "quickjs-emscripten/reused", module: syncModule, script: "return 1+1", expect: "2", reuse: true },
   { name: "polyfill", config: "quickjs-emscripten", module: syncModule, script: polyfill, expect: "2" },
-  ...[1, 10, 100].map((n) => ({
-    name: `sequential_${n}`,
-    config: "quickjs-emscripten/async",
-    module: asyncModule,
-    tools: "promise",
-    script: sequential(n),
-    expect: String(n - 1),
-  })),
-  ...[1, 10, 100].map((n) => ({
-    name: `sequential_${n}`,
-    config: "quickjs-emscripten/async,reused",
-    module: asyncModule,
-    tools: "promise",
-    script: sequential(n),
-    expect: String(n - 1),
-    reuse: true,
-  })),
+  // Promise tools on a fresh context per run, then on one kept for every run.
+  ...[false, true].flatMap((reuse) =>
+    [1, 10, 100].map((n) => ({
+      name: `sequential_${n}`,
+      config: reuse ? "quickjs-emscripten/async,reused" : "quickjs-emscripten/async",
+      module: asyncModule,
+      tools: "promise",
+      script: sequential(n),
+      expect: String(n - 1),
+      reuse,
+    })),
+  ),
   ...[1, 10, 100].map((n) => ({
     name: `sequential_${n}`,
     config: "quickjs-emscripten/asyncify",
