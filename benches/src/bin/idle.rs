@@ -64,8 +64,11 @@ harness::main! {
         let mut only: Option<String> = None;
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
-            let v = args.next();
-            match (a.as_str(), v) {
+            // `--bench` (from `cargo bench`) takes no value; the rest take one.
+            if a == "--bench" {
+                continue;
+            }
+            match (a.as_str(), args.next()) {
                 ("--idle-s", Some(v)) => match v.parse() {
                     Ok(s) => idle = Duration::from_secs(s),
                     Err(e) => return usage(&format!("--idle-s: {e}")),
@@ -75,7 +78,6 @@ harness::main! {
                     Err(e) => return usage(&format!("--runs: {e}")),
                 },
                 ("--only", Some(v)) => only = Some(v),
-                ("--bench", _) => {}
                 (other, _) => return usage(&format!("unknown argument {other}")),
             }
         }
