@@ -197,6 +197,6 @@ async fn run(cli: Cli) -> ExitCode {
 // Also this binary's own worker processes (the process boundary).
 harness::main! {
     fn main() -> ExitCode {
-        harness::cli_support::main("conformance", run)
+        harness_services::cli_support::main("conformance", run)
     }
 }

@@ -1,9 +1,9 @@
 //! `harness worker` and `harness submit`: the Redis Streams fleet
-//! (`harness::fleet`).
+//! (`harness_services::fleet`).
 
 use crate::{build_harness, flag_overrides, upstreams, usage_error, ConfigArgs, EngineArgs};
 use harness::config::Config;
-use harness::fleet::{
+use harness_services::fleet::{
     FleetClient, RunRequest, Worker, WorkerOptions, DEFAULT_GROUP, DEFAULT_STREAM,
 };
 use std::collections::BTreeSet;
@@ -74,7 +74,7 @@ fn consumer_name() -> String {
 
 pub(crate) async fn worker(args: WorkerArgs) -> ExitCode {
     if let Some(addr) = args.metrics {
-        if let Err(e) = harness::telemetry::serve_prometheus(addr) {
+        if let Err(e) = harness_services::telemetry::serve_prometheus(addr) {
             return usage_error(format!("cannot serve metrics on {addr}: {e}"));
         }
     }

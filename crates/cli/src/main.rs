@@ -46,7 +46,7 @@ use std::sync::Arc;
 // Also this binary's own worker processes (the process boundary).
 harness::main! {
     fn main() -> ExitCode {
-        harness::cli_support::main("harness", |cli: Cli| async move {
+        harness_services::cli_support::main("harness", |cli: Cli| async move {
             match cli.command {
                 Command::Run(a) => run(a).await,
                 Command::Check(a) => check(a).await,

@@ -4,7 +4,7 @@ use super::*;
 
 pub(super) async fn mcp(args: McpArgs) -> ExitCode {
     if let Some(addr) = args.metrics {
-        if let Err(e) = harness::telemetry::serve_prometheus(addr) {
+        if let Err(e) = harness_services::telemetry::serve_prometheus(addr) {
             return usage_error(format!("cannot serve metrics on {addr}: {e}"));
         }
     }

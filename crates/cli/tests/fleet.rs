@@ -2,7 +2,7 @@
 //! scripts/test installs), started per test on a free loopback port with
 //! no persistence, and real `harness worker` processes.
 
-use harness::fleet::{FleetClient, RunReply, RunRequest};
+use harness_services::fleet::{FleetClient, RunReply, RunRequest};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -171,7 +171,7 @@ fn busy(ms: u64) -> String {
 }
 
 async fn client(redis: &Redis) -> FleetClient {
-    FleetClient::connect(&redis.url(), harness::fleet::DEFAULT_STREAM)
+    FleetClient::connect(&redis.url(), harness_services::fleet::DEFAULT_STREAM)
         .await
         .unwrap()
 }

@@ -40,7 +40,7 @@ fn sample(text: &str, name: &str, with: &[&str]) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scrape_counts_the_runs_made() {
     let addr = free_port();
-    harness::telemetry::serve_prometheus(addr).unwrap();
+    harness_services::telemetry::serve_prometheus(addr).unwrap();
 
     let mut tools = ToolRegistry::new();
     tools

@@ -31,32 +31,20 @@
 
 pub mod audit;
 #[cfg(feature = "builtin-tools")]
-pub mod builtin;
-#[cfg(feature = "cli-support")]
-pub mod cli_support;
+pub use harness_tools::builtin;
 #[cfg(feature = "builtin-tools")]
-pub mod coding;
+pub use harness_tools::coding;
 pub mod config;
-#[cfg(all(feature = "builtin-tools", target_os = "linux"))]
-mod confine;
 pub mod declarations;
 pub mod embed;
 mod engine;
-#[cfg(feature = "fleet")]
-pub mod fleet;
 #[cfg(feature = "http")]
-pub mod http;
+pub use harness_tools::http;
 #[cfg(feature = "mcp")]
-pub mod mcp;
-#[cfg(feature = "builtin-tools")]
-mod patch;
-#[cfg(feature = "builtin-tools")]
-mod rooted;
-#[cfg(any(feature = "prometheus", feature = "otlp"))]
-pub mod telemetry;
-pub mod typed;
-#[cfg(feature = "builtin-tools")]
-mod walk;
+pub use harness_tools::mcp;
+#[cfg(feature = "otlp")]
+mod traceparent;
+pub use harness_tools::typed;
 
 pub use engine::{engines, serve_worker_if_requested, EngineKind, UnknownEngine};
 /// The engine-neutral core crate. Everything a user of the harness needs is
@@ -223,7 +211,7 @@ impl Harness {
         if let Some(tp) = request.traceparent.as_deref() {
             #[cfg(feature = "otlp")]
             {
-                request.trace = Some(telemetry::span_from_traceparent(tp));
+                request.trace = Some(traceparent::span_from_traceparent(tp));
             }
             #[cfg(not(feature = "otlp"))]
             {

@@ -6,14 +6,14 @@ use super::*;
 /// Builds the harness a request runs on, for its provider (`None`: the
 /// configuration's global settings).
 pub type HarnessFactory =
-    dyn Fn(Option<&str>) -> Result<(Harness, crate::config::Config), String> + Send + Sync;
+    dyn Fn(Option<&str>) -> Result<(Harness, harness::config::Config), String> + Send + Sync;
 
 /// A worker: consumes a stream until shut down.
 pub struct Worker {
     pub(super) opts: WorkerOptions,
     pub(super) client: redis::Client,
     pub(super) factory: Arc<HarnessFactory>,
-    pub(super) harnesses: Mutex<HashMap<Option<String>, (Harness, crate::config::Config)>>,
+    pub(super) harnesses: Mutex<HashMap<Option<String>, (Harness, harness::config::Config)>>,
     pub(super) running: Mutex<HashMap<String, CancellationToken>>,
 }
 
@@ -403,7 +403,7 @@ impl Worker {
         exec.cancel = token.clone();
         let events = key(&self.opts.stream, "events", &id);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-        exec.observer = Some(crate::Observer::new(Arc::new(Events(tx.clone()))));
+        exec.observer = Some(harness::Observer::new(Arc::new(Events(tx.clone()))));
         let writer = tokio::spawn(write_events(
             conn.clone(),
             events.clone(),
@@ -440,7 +440,7 @@ impl Worker {
     pub(super) fn prepare(
         &self,
         request: &RunRequest,
-    ) -> Result<(Harness, crate::ExecutionRequest), RequestError> {
+    ) -> Result<(Harness, harness::ExecutionRequest), RequestError> {
         let fail = |code: &str, message: String| RequestError {
             code: code.into(),
             message,
@@ -467,7 +467,7 @@ impl Worker {
             exec.language = l;
         }
         if let Some(limits) = &request.limits {
-            let mut o = crate::config::Overrides::new();
+            let mut o = harness::config::Overrides::new();
             for (k, v) in limits {
                 o = o
                     .set(&format!("limits.{k}"), v.clone())
@@ -653,7 +653,7 @@ impl RunObserver for Events {
             .0
             .send(json!({"kind": "progress", "message": message, "data": data}));
     }
-    fn console(&self, level: crate::ConsoleLevel, text: &str) {
+    fn console(&self, level: harness::ConsoleLevel, text: &str) {
         let _ = self
             .0
             .send(json!({"kind": "console", "level": level, "text": text}));

@@ -15,8 +15,8 @@
 //! and descriptors (one per level), never the thread's stack.
 
 use crate::rooted::{io_error, outside, relative};
-use crate::ToolError;
 use cap_std::fs::{Dir, FileType};
+use harness_core::ToolError;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 use std::ffi::OsString;

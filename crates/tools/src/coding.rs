@@ -12,8 +12,8 @@ pub use crate::patch::{FileChange, PatchResult};
 use crate::rooted::{blocking, io_error, relative};
 use crate::typed::typed_tool;
 use crate::walk;
-use crate::{ToolError, ToolRegistry};
 use cap_std::fs::Dir;
+use harness_core::{ToolError, ToolRegistry};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::ops::ControlFlow;
@@ -28,7 +28,7 @@ pub const MAX_LINE_CHARS: usize = 500;
 /// Adds the coding tools and their packs to `registry` (which must hold
 /// `exec` already), confined to the root `dir`.
 pub(crate) fn register(registry: &mut ToolRegistry, dir: Arc<Dir>) -> std::io::Result<()> {
-    let err = |e: crate::RegistryError| std::io::Error::other(e.to_string());
+    let err = |e: harness_core::RegistryError| std::io::Error::other(e.to_string());
     let d = dir.clone();
     registry
         .register(typed_tool("readFile", move |a: ReadFileArgs, _| {

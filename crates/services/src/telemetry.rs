@@ -1,5 +1,5 @@
 //! Exporting what the harness measures. Core records metrics through the
-//! `metrics` facade (names and labels: [`harness_core::telemetry`]) and
+//! `metrics` facade (names and labels: `harness::core::telemetry`) and
 //! spans through `tracing`; this module serves the metrics to Prometheus
 //! (feature `prometheus`) and ships the spans over OTLP (feature `otlp`).
 
@@ -82,19 +82,4 @@ where
         tracing_opentelemetry::layer().with_tracer(tracer),
         OtlpGuard(provider),
     ))
-}
-
-/// A span whose parent is the caller's trace, from a W3C `traceparent`
-/// (`00-<trace id>-<span id>-<flags>`); a malformed one starts a new
-/// trace.
-#[cfg(feature = "otlp")]
-pub(crate) fn span_from_traceparent(traceparent: &str) -> tracing::Span {
-    use opentelemetry::propagation::TextMapPropagator as _;
-    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-    let carrier =
-        std::collections::HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
-    let cx = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
-    let span = tracing::info_span!("harness_run", traceparent = traceparent);
-    let _ = span.set_parent(cx);
-    span
 }

@@ -15,8 +15,8 @@
 //! with an error that says so, and is started again by the next call
 //! (at most [`MAX_RESTARTS`] times).
 
-use crate::config::McpServerSettings;
-use crate::{Tool, ToolContext, ToolError, ToolRegistry};
+use crate::McpServerSettings;
+use harness_core::{Tool, ToolContext, ToolError, ToolRegistry};
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceExt};
 use rmcp::transport::TokioChildProcess;
@@ -175,7 +175,7 @@ async fn bounded<T>(
 pub struct Upstreams {
     servers: Vec<Arc<Upstream>>,
     /// Each upstream tool with the name of its server.
-    tools: Vec<(String, Arc<crate::FnTool>)>,
+    tools: Vec<(String, Arc<harness_core::FnTool>)>,
 }
 
 impl Upstreams {
@@ -205,7 +205,7 @@ impl Upstreams {
                 .map_err(|_| err("tools/list timed out".into()))?
                 .map_err(|e| err(format!("tools/list failed: {e}")))?;
             *up.session.lock().await = Some(client);
-            let tools: Vec<(String, Arc<crate::FnTool>)> = listed
+            let tools: Vec<(String, Arc<harness_core::FnTool>)> = listed
                 .into_iter()
                 .filter(|t| {
                     settings
@@ -241,7 +241,7 @@ impl Upstreams {
 
     /// Adds the upstream tools and the three resource tools to `registry`
     /// (nothing when no server is configured).
-    pub fn register(&self, registry: &mut ToolRegistry) -> Result<(), crate::RegistryError> {
+    pub fn register(&self, registry: &mut ToolRegistry) -> Result<(), harness_core::RegistryError> {
         if self.servers.is_empty() {
             return Ok(());
         }
@@ -265,7 +265,7 @@ impl Upstreams {
 }
 
 /// One upstream tool, as a tool of the registry named `mcp.SERVER.TOOL`.
-fn upstream_tool(server: Arc<Upstream>, t: rmcp::model::Tool) -> crate::FnTool {
+fn upstream_tool(server: Arc<Upstream>, t: rmcp::model::Tool) -> harness_core::FnTool {
     let upstream_name = t.name.to_string();
     let full_name = format!("mcp.{}.{}", server.name, upstream_name);
     let mut schema = Value::Object((*t.input_schema).clone());
@@ -287,7 +287,7 @@ fn upstream_tool(server: Arc<Upstream>, t: rmcp::model::Tool) -> crate::FnTool {
         .iter()
         .any(|a| a == "*" || *a == upstream_name);
     let name = full_name.clone();
-    let tool = crate::FnTool::new(&full_name, description, schema, move |args, ctx| {
+    let tool = harness_core::FnTool::new(&full_name, description, schema, move |args, ctx| {
         let up = server.clone();
         let upstream_name = upstream_name.clone();
         let full_name = name.clone();
@@ -346,7 +346,7 @@ fn content_text(content: &[rmcp::model::ContentBlock]) -> String {
 }
 
 /// `listMcpResources`, `listMcpResourceTemplates`, `readMcpResource`.
-fn resource_tools(servers: &[Arc<Upstream>]) -> Vec<crate::FnTool> {
+fn resource_tools(servers: &[Arc<Upstream>]) -> Vec<harness_core::FnTool> {
     let names: Vec<Value> = servers.iter().map(|s| json!(s.name)).collect();
     let by_name: Arc<BTreeMap<String, Arc<Upstream>>> = Arc::new(
         servers
@@ -364,7 +364,7 @@ fn resource_tools(servers: &[Arc<Upstream>]) -> Vec<crate::FnTool> {
     };
     let list = |name: &str, description: &str, key: &'static str, templates: bool| {
         let by_name = by_name.clone();
-        crate::FnTool::new(
+        harness_core::FnTool::new(
             name,
             description,
             json!({"type": "object", "properties": {"server": server_arg.clone()},
@@ -414,7 +414,7 @@ fn resource_tools(servers: &[Arc<Upstream>]) -> Vec<crate::FnTool> {
     };
     let read = {
         let by_name = by_name.clone();
-        crate::FnTool::new(
+        harness_core::FnTool::new(
             "readMcpResource",
             "Reads one resource of an MCP server by its URI. Returns {contents: [{uri, mimeType?, text?, blob?}]}.",
             json!({"type": "object", "properties": {"server": server_arg.clone(),

@@ -34,7 +34,7 @@
 //! # });
 //! ```
 
-use crate::{FnTool, ToolContext, ToolError};
+use harness_core::{FnTool, ToolContext, ToolError};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

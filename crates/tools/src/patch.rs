@@ -4,8 +4,8 @@
 //! then each file is written atomically.
 
 use crate::rooted::{io_error, relative, write_atomic};
-use crate::ToolError;
 use cap_std::fs::Dir;
+use harness_core::ToolError;
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -24,7 +24,7 @@
 //! run again and never answered twice. An entry is acknowledged only after
 //! its answer is written.
 
-use crate::{Allowlist, ExecutionReport, Harness, RunObserver, ScriptLanguage};
+use harness::{Allowlist, ExecutionReport, Harness, RunObserver, ScriptLanguage};
 use redis::aio::ConnectionManager;
 use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;

@@ -50,7 +50,7 @@
 //! # });
 //! ```
 
-use crate::{ToolContext, ToolError};
+use harness_core::{ToolContext, ToolError};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use schemars::JsonSchema;
@@ -441,9 +441,11 @@ pub struct HttpResponse {
     pub redirects: u32,
 }
 
-/// The `http` tool for `policy`; the facade registers it under the
-/// reserved name when the host sets a policy.
-pub(crate) fn tool(policy: HttpPolicy) -> crate::FnTool {
+/// The `http` tool for `policy`. The harness registers it under the
+/// reserved name `http` when the host sets a policy
+/// (`HarnessBuilder::http`); register it yourself only in a registry of
+/// your own.
+pub fn tool(policy: HttpPolicy) -> harness_core::FnTool {
     let policy = std::sync::Arc::new(policy);
     crate::typed::typed_tool("http", move |args: HttpArgs, ctx: ToolContext| {
         let policy = policy.clone();
