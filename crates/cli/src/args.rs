@@ -255,7 +255,7 @@ pub(super) struct McpArgs {
     pub(super) metrics: Option<std::net::SocketAddr>,
     /// Above this many bytes of declarations, run_script's description
     /// lists tool names only and points at search_tools/describe_tools.
-    #[arg(long, value_name = "BYTES", default_value_t = mcp_server::DEFAULT_MAX_DESCRIPTION_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = harness_services::mcp_server::DEFAULT_MAX_DESCRIPTION_BYTES)]
     pub(super) max_description_bytes: usize,
 }
 

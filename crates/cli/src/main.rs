@@ -9,7 +9,6 @@ mod config_cmd;
 mod fleet_cmd;
 mod front;
 mod mcp_cmd;
-mod mcp_server;
 mod respond_cmd;
 mod run_cmd;
 #[cfg(feature = "wasi")]

@@ -1,6 +1,7 @@
 //! `harness mcp`: code mode as an MCP server (stdio or HTTP).
 
 use super::*;
+use harness_services::mcp_server::CodeMode;
 
 pub(super) async fn mcp(args: McpArgs) -> ExitCode {
     if let Some(addr) = args.metrics {
@@ -12,10 +13,40 @@ pub(super) async fn mcp(args: McpArgs) -> ExitCode {
         Ok(h) => h,
         Err(code) => return code,
     };
-    let ask_client = args.engine.approve.is_none();
-    let server = mcp_server::CodeMode::new(harness, args.max_description_bytes, ask_client);
-    match args.http {
-        Some(addr) => mcp_server::serve_http(server, addr).await,
-        None => mcp_server::serve_stdio(server).await,
+    let server = CodeMode::new(harness)
+        .with_max_description_bytes(args.max_description_bytes)
+        .with_ask_client(args.engine.approve.is_none());
+    let Some(addr) = args.http else {
+        return match server.serve_stdio().await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("harness mcp: {e}");
+                ExitCode::from(1)
+            }
+        };
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("harness mcp: cannot listen on {addr}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    eprintln!(
+        "harness mcp: serving streamable HTTP on http://{}/mcp",
+        listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
+    );
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    match server.serve_http(listener, stop).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("harness mcp: {e}");
+            ExitCode::from(1)
+        }
     }
 }

@@ -74,6 +74,19 @@ async def exercise(session: ClientSession, root: str) -> None:
     r = await session.call_tool("run_script", {"code": "null.x"})
     assert r.is_error and structured(r)["error"]["code"] == "ScriptRuntimeError", r
 
+    # Malformed arguments are a tool error that names the field (the model
+    # can correct itself), not a failed request; an extra argument is
+    # ignored, and `javascript` is accepted for `js`.
+    r = await session.call_tool("run_script", {})
+    text = r.content[0].text
+    assert r.is_error and "code" in text, r
+    r = await session.call_tool("run_script", {"code": "return 1", "language": "python"})
+    assert r.is_error and "python" in r.content[0].text, r
+    r = await session.call_tool("run_script", {"code": "return 2", "language": "javascript", "extra": 1})
+    assert structured(r)["value"] == 2, structured(r)
+    r = await session.call_tool("search_tools", {"query": "read", "limit": -1})
+    assert r.is_error, r
+
     # check_script: diagnostics with line and column, nothing run.
     r = await session.call_tool("check_script", {"code": "let a = 1;\nlet = ;"})
     d = structured(r)

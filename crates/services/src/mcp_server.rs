@@ -1,0 +1,618 @@
+//! The harness as an MCP server ("code mode"), as `harness mcp` serves
+//! it. A client sees four tools: `run_script` (whose description carries
+//! the TypeScript declarations of every tool a script may call),
+//! `check_script`, `search_tools` and `describe_tools`.
+//!
+//! The tools are routed by rmcp's typed router: each tool's arguments are
+//! a struct whose JSON Schema schemars generates, and a call's arguments
+//! arrive deserialised (malformed ones answer a tool error that names the
+//! field).
+//!
+//! # Examples
+//! ```no_run
+//! # async fn serve() -> Result<(), harness_services::mcp_server::ServeError> {
+//! use harness_services::mcp_server::CodeMode;
+//! let harness = harness::Harness::builder().build().unwrap();
+//! CodeMode::new(harness).serve_stdio().await
+//! # }
+//! ```
+
+use harness::{ConsoleLevel, Harness, RunObserver, ScriptLanguage};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{tool, tool_router, ErrorData, ServerHandler};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::future::Future;
+use std::sync::Arc;
+
+/// Above this many bytes of declarations, `run_script`'s description lists
+/// names and summaries only, and points at `search_tools`/`describe_tools`.
+pub const DEFAULT_MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
+
+/// The tools in the order `tools/list` gives them: the one a model uses
+/// first comes first.
+const TOOLS: [&str; 4] = [
+    "run_script",
+    "check_script",
+    "search_tools",
+    "describe_tools",
+];
+
+/// Why serving stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The stdio client went away before it finished `initialize`.
+    #[error("the client did not initialize: {0}")]
+    Initialize(String),
+}
+
+/// The server: one harness, shared by every client and run. Cloning it is
+/// cheap (the HTTP transport gives each session a clone).
+#[derive(Clone)]
+pub struct CodeMode {
+    harness: Harness,
+    router: ToolRouter<CodeMode>,
+    /// Ask the client (MCP elicitation) when a call needs approval and the
+    /// client can be asked; off when the host answers approvals itself.
+    ask_client: bool,
+}
+
+impl std::fmt::Debug for CodeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeMode")
+            .field("tools", &TOOLS)
+            .field("ask_client", &self.ask_client)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `run_script` and `check_script`: a script.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct ScriptArgs {
+    /// The script.
+    code: String,
+    /// The script's language (default: JavaScript if it parses, else TypeScript).
+    #[serde(default)]
+    language: Option<Language>,
+}
+
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+enum Language {
+    #[serde(rename = "js", alias = "javascript")]
+    Js,
+    #[serde(rename = "ts", alias = "typescript")]
+    Ts,
+}
+
+impl From<Language> for ScriptLanguage {
+    fn from(l: Language) -> ScriptLanguage {
+        match l {
+            Language::Js => ScriptLanguage::JavaScript,
+            Language::Ts => ScriptLanguage::TypeScript,
+        }
+    }
+}
+
+/// `search_tools`: words to rank the tools by.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct SearchArgs {
+    /// Words to look for.
+    query: String,
+    /// At most this many (default 10).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
+    limit: Option<u32>,
+}
+
+/// `describe_tools`: the tools to declare.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct DescribeArgs {
+    #[schemars(length(min = 1))]
+    names: Vec<String>,
+}
+
+/// The input schema MCP clients are shown for `T`: a plain object schema,
+/// no meta-schema or definitions, an optional field described by its
+/// value's schema (it may be left out, not sent as null), no numeric
+/// formats.
+fn input_schema<T: JsonSchema>() -> Arc<JsonObject> {
+    let mut settings = schemars::generate::SchemaSettings::draft2020_12();
+    settings.meta_schema = None;
+    settings.inline_subschemas = true;
+    let schema = settings.into_generator().into_root_schema_for::<T>();
+    let Value::Object(mut root) = schema.to_value() else {
+        return Arc::new(JsonObject::new());
+    };
+    root.remove("title");
+    root.remove("description");
+    let required: Vec<Value> = root
+        .get("required")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(Value::Object(props)) = root.get_mut("properties") {
+        for (name, prop) in props.iter_mut() {
+            if !required.contains(&Value::String(name.clone())) {
+                not_nullable(prop);
+            }
+            strip_formats(prop);
+        }
+    }
+    Arc::new(root)
+}
+
+/// An optional field's schema without the `null` schemars adds for `Option`.
+fn not_nullable(prop: &mut Value) {
+    let Value::Object(p) = prop else { return };
+    if p.get("default") == Some(&Value::Null) {
+        p.remove("default");
+    }
+    if let Some(Value::Array(types)) = p.get("type") {
+        let kept: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+        if let [one] = kept.as_slice() {
+            p.insert("type".into(), one.clone());
+        }
+    }
+    if let Some(Value::Array(list)) = p.get("enum") {
+        let kept: Vec<Value> = list.iter().filter(|v| !v.is_null()).cloned().collect();
+        p.insert("enum".into(), Value::Array(kept));
+    }
+    if let Some(Value::Array(any)) = p.remove("anyOf") {
+        let mut kept: Vec<Value> = any.into_iter().filter(|s| s["type"] != "null").collect();
+        match (kept.len(), kept.pop()) {
+            (1, Some(Value::Object(inner))) => {
+                for (k, v) in inner {
+                    p.entry(k).or_insert(v);
+                }
+            }
+            (_, Some(last)) => {
+                kept.push(last);
+                p.insert("anyOf".into(), Value::Array(kept));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Drops `format` (`uint32` and the like: not JSON Schema vocabulary
+/// every client knows).
+fn strip_formats(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.remove("format");
+            m.values_mut().for_each(strip_formats);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_formats),
+        _ => {}
+    }
+}
+
+/// `run_script`'s description: the contract of a script, its limits, and
+/// the declarations of the tools (or, past `max_bytes`, their names).
+fn run_description(harness: &Harness, max_bytes: usize) -> String {
+    let names = harness.tool_names();
+    let declarations = harness.typescript();
+    let limits = harness.limits();
+    let api = if declarations.len() <= max_bytes {
+        format!("The globals a script can use:\n\n```ts\n{declarations}```")
+    } else {
+        let registry = harness.registry();
+        let list: Vec<String> = names
+            .iter()
+            .map(|n| format!("- tools.{n}: {}", summary(registry, n)))
+            .collect();
+        format!(
+            "The tools ({} of them; their TypeScript declarations are too long for this \
+             description: call `describe_tools` with the names you need, or `search_tools`):\n{}",
+            names.len(),
+            list.join("\n")
+        )
+    };
+    format!(
+        "Runs a JavaScript or TypeScript script in a sandbox ({engine}) and returns its report \
+         (value, console, tool calls, error). The script is the body of an async function: \
+         use `await`, and `return` the result (it must be JSON-serialisable). Call tools as \
+         `await tools.NAME(args)` (upstream MCP tools as `tools.mcp.SERVER.TOOL(args)`); \
+         several calls can run at once with Promise.all. Limits: {timeout} ms, {calls} tool \
+         calls, {mem} MiB. No network, no filesystem except through tools.\n\n{api}",
+        engine = harness.engine().name,
+        timeout = limits.timeout_ms,
+        calls = limits.max_tool_calls,
+        mem = limits.memory_bytes / (1024 * 1024),
+    )
+}
+
+/// The first line of a tool's description.
+fn summary(registry: &harness::ToolRegistry, name: &str) -> String {
+    registry
+        .get(name)
+        .map(|t| t.description().lines().next().unwrap_or("").to_owned())
+        .unwrap_or_default()
+}
+
+impl CodeMode {
+    /// A server over `harness`. Approvals go to the client (MCP
+    /// elicitation) when it can answer them; declarations up to
+    /// [`DEFAULT_MAX_DESCRIPTION_BYTES`] go into `run_script`'s description.
+    pub fn new(harness: Harness) -> CodeMode {
+        CodeMode {
+            router: Self::tool_router(),
+            harness,
+            ask_client: true,
+        }
+        .with_max_description_bytes(DEFAULT_MAX_DESCRIPTION_BYTES)
+    }
+
+    /// Above `max_bytes` of declarations, `run_script`'s description lists
+    /// the tools' names and summaries only.
+    pub fn with_max_description_bytes(mut self, max_bytes: usize) -> CodeMode {
+        let description = run_description(&self.harness, max_bytes);
+        if let Some(route) = self.router.map.get_mut("run_script") {
+            route.attr.description = Some(description.into());
+        }
+        self
+    }
+
+    /// Whether a call that needs approval is put to the client (when it
+    /// supports elicitation); off leaves approvals to the harness's own
+    /// bridge (e.g. the CLI's `--approve`).
+    pub fn with_ask_client(mut self, ask: bool) -> CodeMode {
+        self.ask_client = ask;
+        self
+    }
+
+    /// What `tools/list` answers.
+    pub fn tools(&self) -> Vec<Tool> {
+        TOOLS
+            .iter()
+            .filter_map(|n| self.router.get(n).cloned())
+            .collect()
+    }
+
+    /// Serves one client on stdin/stdout until it disconnects.
+    pub async fn serve_stdio(self) -> Result<(), ServeError> {
+        use rmcp::ServiceExt;
+        let running = self
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| ServeError::Initialize(e.to_string()))?;
+        let _ = running.waiting().await;
+        Ok(())
+    }
+
+    /// Serves streamable HTTP on `listener` (the MCP endpoint is `/mcp`;
+    /// any path is accepted) until `shutdown` completes. Each client
+    /// session gets its own handler; all share the harness, and runs are
+    /// isolated as always.
+    pub async fn serve_http(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServeError> {
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+        use hyper_util::server::conn::auto::Builder;
+        use hyper_util::service::TowerToHyperService;
+        use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+        use rmcp::transport::streamable_http_server::StreamableHttpService;
+        let service = TowerToHyperService::new(StreamableHttpService::new(
+            move || Ok(self.clone()),
+            LocalSessionManager::default().into(),
+            Default::default(),
+        ));
+        tokio::pin!(shutdown);
+        loop {
+            let io = tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                accept = listener.accept() => match accept {
+                    Ok((stream, _)) => TokioIo::new(stream),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                }
+            };
+            let service = service.clone();
+            tokio::spawn(async move {
+                let _ = Builder::new(TokioExecutor::default())
+                    .serve_connection(io, service)
+                    .await;
+            });
+        }
+    }
+}
+
+#[tool_router]
+impl CodeMode {
+    /// Runs a script (the description is set from the harness in `new`).
+    #[tool(
+        description = "Runs a JavaScript or TypeScript script in a sandbox and returns its report.",
+        input_schema = input_schema::<ScriptArgs>()
+    )]
+    async fn run_script(
+        &self,
+        Parameters(args): Parameters<ScriptArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut request = self.harness.request(&args.code);
+        if let Some(language) = args.language {
+            request.language = language.into();
+        }
+        // A client's notifications/cancelled cancels the run.
+        request.cancel = ctx.ct.clone();
+        // Approvals go to the client where it can answer them.
+        let can_elicit = ctx
+            .peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.elicitation.is_some());
+        if self.ask_client && can_elicit {
+            request.tools.approvals = Arc::new(AskClient(ctx.peer.clone()));
+        }
+        // Console lines and progress as MCP progress notifications, sent
+        // while the script runs, when the client asked for them.
+        let forward = ctx.meta.get_progress_token().map(|token| {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            let peer = ctx.peer.clone();
+            let task = tokio::spawn(async move {
+                let mut n = 0.0;
+                while let Some(message) = rx.recv().await {
+                    n += 1.0;
+                    let mut p = ProgressNotificationParam::new(token.clone(), n);
+                    p.message = Some(message);
+                    if peer.notify_progress(p).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            (tx, task)
+        });
+        if let Some((tx, _)) = &forward {
+            request.observer = Some(harness::Observer::new(Arc::new(Progress(tx.clone()))));
+        }
+        let report = self.harness.execute(request).await;
+        if let Some((tx, task)) = forward {
+            drop(tx);
+            let _ = task.await;
+        }
+        let summary = match (&report.value, &report.error) {
+            (_, Some(e)) => format!("error: {}: {}", e.code.as_str(), e.message),
+            (Some(v), None) => {
+                let mut s = v.to_string();
+                if s.len() > 2000 {
+                    let mut end = 2000;
+                    while !s.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    s.truncate(end);
+                    s.push('…');
+                }
+                format!("ok: {s}")
+            }
+            (None, None) => "ok (no value)".into(),
+        };
+        let summary = format!(
+            "{summary}\n({} tool call(s), {} console line(s), {:.1} ms)",
+            report.tool_calls.len(),
+            report.console.len(),
+            report.metrics.duration_ms
+        );
+        let value = serde_json::to_value(&report).unwrap_or(Value::Null);
+        let mut result = CallToolResult::structured(value);
+        result.content = vec![ContentBlock::text(summary)];
+        result.is_error = Some(!report.ok);
+        Ok(result)
+    }
+
+    /// Syntax (JavaScript, or TypeScript with types stripped) and banned
+    /// identifiers, as the engine would see them; nothing runs.
+    #[tool(
+        description = "Checks a script without running it: syntax and banned identifiers, with line and column.",
+        input_schema = input_schema::<ScriptArgs>()
+    )]
+    async fn check_script(
+        &self,
+        Parameters(args): Parameters<ScriptArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        Ok(match self.harness.check(&args.code).await {
+            Ok(()) => diagnostics(Vec::new()),
+            Err(e) => diagnostics(vec![diagnostic(&e)]),
+        })
+    }
+
+    #[tool(
+        description = "Ranks the tools a script may call by name and description; returns names, scores and summaries.",
+        input_schema = input_schema::<SearchArgs>()
+    )]
+    fn search_tools(
+        &self,
+        Parameters(args): Parameters<SearchArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let limit = args.limit.unwrap_or(10) as usize;
+        let registry = self.harness.registry();
+        let found: Vec<Value> =
+            harness::declarations::search(registry, &self.harness.tool_names(), &args.query)
+                .into_iter()
+                .take(limit)
+                .map(|(name, score)| {
+                    let summary = summary(registry, &name);
+                    json!({"name": name, "score": score, "summary": summary})
+                })
+                .collect();
+        Ok(CallToolResult::structured(json!({ "tools": found })))
+    }
+
+    #[tool(
+        description = "The TypeScript declarations of the named tools (names as in `tools.NAME`, upstream MCP tools as `mcp.SERVER.TOOL`).",
+        input_schema = input_schema::<DescribeArgs>()
+    )]
+    fn describe_tools(
+        &self,
+        Parameters(args): Parameters<DescribeArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let known = self.harness.tool_names();
+        if let Some(missing) = args.names.iter().find(|n| !known.contains(n)) {
+            return Err(ErrorData::invalid_params(
+                format!("no tool `{missing}`; search_tools lists them"),
+                None,
+            ));
+        }
+        let d = harness::declarations::declarations(self.harness.registry(), &args.names);
+        let mut result = CallToolResult::success(vec![ContentBlock::text(d.clone())]);
+        result.structured_content = Some(json!({ "declarations": d }));
+        Ok(result)
+    }
+}
+
+fn diagnostic(e: &harness::ScriptError) -> Value {
+    let mut d = json!({"code": e.code.as_str(), "message": e.message});
+    if let Some(l) = &e.location {
+        d["line"] = json!(l.line);
+        d["column"] = json!(l.column);
+    }
+    d
+}
+
+fn diagnostics(list: Vec<Value>) -> CallToolResult {
+    let ok = list.is_empty();
+    let text = if ok {
+        "no problems found".to_owned()
+    } else {
+        list.iter()
+            .map(|d| {
+                format!(
+                    "{}{}: {}",
+                    d["code"].as_str().unwrap_or(""),
+                    d.get("line")
+                        .map(|l| format!(" at line {l}, column {}", d["column"]))
+                        .unwrap_or_default(),
+                    d["message"].as_str().unwrap_or("")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut r = CallToolResult::structured(json!({"ok": ok, "diagnostics": list}));
+    r.content = vec![ContentBlock::text(text)];
+    r
+}
+
+/// Asks the MCP client to approve a call (form elicitation with one
+/// boolean); a decline, a cancel or no answer denies.
+struct AskClient(rmcp::service::Peer<RoleServer>);
+
+#[async_trait::async_trait]
+impl harness::ApprovalBridge for AskClient {
+    async fn request(&self, req: &harness::ApprovalRequest) -> harness::ApprovalDecision {
+        let mut message = format!(
+            "Allow the script to call `{}` with arguments {}?",
+            req.tool, req.args
+        );
+        if let (Some(l), Some(c)) = (req.line, req.column) {
+            message.push_str(&format!(" (line {l}, column {c})"));
+        }
+        if let Some(snippet) = &req.snippet {
+            message.push_str("\n\n");
+            message.push_str(snippet);
+        }
+        let schema = serde_json::from_value(json!({"type": "object",
+            "properties": {"approve": {"type": "boolean", "title": "Allow this call", "default": false}},
+            "required": ["approve"]}));
+        let Ok(schema) = schema else {
+            return harness::ApprovalDecision::Denied {
+                reason: Some("cannot build the approval form".into()),
+            };
+        };
+        let params = rmcp::model::ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message,
+            requested_schema: schema,
+        };
+        match self.0.create_elicitation(params).await {
+            Ok(r)
+                if r.action == rmcp::model::ElicitationAction::Accept
+                    && r.content
+                        .as_ref()
+                        .and_then(|c| c.get("approve"))
+                        .and_then(Value::as_bool)
+                        == Some(true) =>
+            {
+                harness::ApprovalDecision::Approved
+            }
+            Ok(_) => harness::ApprovalDecision::Denied {
+                reason: Some("denied by the MCP client".into()),
+            },
+            Err(e) => harness::ApprovalDecision::Denied {
+                reason: Some(format!("the MCP client could not be asked: {e}")),
+            },
+        }
+    }
+}
+
+/// Forwards console lines and progress events to the progress task.
+struct Progress(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl RunObserver for Progress {
+    fn progress(&self, message: &str, _data: Option<&Value>) {
+        let _ = self.0.send(message.to_owned());
+    }
+    fn console(&self, level: ConsoleLevel, text: &str) {
+        let level = serde_json::to_value(level)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let _ = self.0.send(format!("console.{level}: {text}"));
+    }
+}
+
+impl ServerHandler for CodeMode {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new("harness", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "Write one script that calls the tools (see run_script's description) instead of \
+             calling tools one by one; return the result."
+                .into(),
+        );
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if !TOOLS.contains(&request.name.as_ref()) {
+            return Err(ErrorData::invalid_params(
+                format!("no tool `{}`: {}", request.name, TOOLS.join(", ")),
+                None,
+            ));
+        }
+        self.router
+            .call(ToolCallContext::new(self, request, context))
+            .await
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.router.get(name).cloned()
+    }
+}
