@@ -58,7 +58,7 @@ pub const ENGINE_NAME: &str = "boa";
 /// The Boa version compiled in.
 pub const BOA_VERSION: &str = "boa_engine 0.22.0";
 
-/// Stack of each worker thread: Boa's parser and native re-entry into the
+/// Stack of each engine thread: Boa's parser and native re-entry into the
 /// VM recurse on the native stack.
 pub const THREAD_STACK_BYTES: usize = 256 << 20;
 

@@ -1,6 +1,6 @@
 //! QuickJS (quickjs-ng through rquickjs) as a harness engine.
 //!
-//! Runs on worker threads with a plain rquickjs [`Runtime`] driven by the
+//! Runs on engine threads with a plain rquickjs [`Runtime`] driven by the
 //! core event loop (never rquickjs's `AsyncRuntime`). A context is made
 //! with a deliberate set of intrinsics and hardened once by the shared
 //! prelude (every reachable intrinsic frozen), then serves one run after
@@ -54,7 +54,7 @@ pub const ENGINE_NAME: &str = "quickjs";
 /// The QuickJS version compiled in (quickjs-ng, vendored by rquickjs-sys).
 pub const QUICKJS_VERSION: &str = "quickjs-ng 0.16.2 (rquickjs 0.14)";
 
-/// Stack of each worker thread. The JS stack limit is kept well inside it.
+/// Stack of each engine thread. The JS stack limit is kept well inside it.
 const THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
 /// Native stack kept free below the JS limit, for host code and the parser.
 const STACK_MARGIN_BYTES: u64 = 2 * 1024 * 1024;
@@ -187,7 +187,7 @@ impl InterruptState {
     }
 }
 
-/// A runtime owned by one worker thread.
+/// A runtime owned by one engine thread.
 struct RuntimeSlot {
     rt: Runtime,
     interrupt: Arc<Mutex<InterruptState>>,

@@ -7,7 +7,7 @@
 //! be had (`RUSTY_V8_ARCHIVE`, or network access). See `README.md` in this
 //! crate for what a first run must check.
 //!
-//! Runs on the shared event loop like every engine. Each worker thread owns
+//! Runs on the shared event loop like every engine. Each engine thread owns
 //! one isolate; each run gets a fresh context with the shared hardening
 //! prelude, hardened ahead of time while the worker is idle.
 //!
@@ -65,7 +65,7 @@ pub const V8_CRATE_VERSION: &str = "v8 crate 152.2.0";
 /// (`--no-expose-wasm` was here; V8 152 removed it.)
 pub const V8_FLAGS: &str = "--disallow-code-generation-from-strings";
 
-/// Stack of each worker thread; the JS stack limit is kept well inside it.
+/// Stack of each engine thread; the JS stack limit is kept well inside it.
 pub const THREAD_STACK_BYTES: usize = 16 << 20;
 /// Native stack kept free below the JS limit, for host code and the parser.
 const STACK_MARGIN_BYTES: u64 = 2 << 20;
@@ -239,7 +239,7 @@ struct Warm {
     probe: Option<(String, v8::Global<v8::Value>)>,
 }
 
-/// One isolate, owned by one worker thread. Field order is drop order:
+/// One isolate, owned by one engine thread. Field order is drop order:
 /// the isolate goes before the state its callbacks point to.
 struct IsolateSlot {
     isolate: v8::OwnedIsolate,
@@ -265,7 +265,7 @@ impl IsolateSlot {
         let params = v8::CreateParams::default()
             .heap_limits(0, key.heap_bytes as usize)
             .array_buffer_allocator(buffers::allocator(&buffers));
-        // SAFETY: the limit is an address inside this worker thread's
+        // SAFETY: the limit is an address inside this engine thread's
         // stack (its size is THREAD_STACK_BYTES, of which `stack_bytes`
         // plus a margin is at most all), and the isolate only ever runs on
         // this thread.

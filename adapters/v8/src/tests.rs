@@ -51,7 +51,7 @@ fn code_generation_is_off_without_the_prelude() {
     }
 }
 
-/// Runs `src` on `thread` as a pool worker would, and returns the
+/// Runs `src` on `thread` as a pool's engine thread would, and returns the
 /// report and the context left ready for the next run.
 fn run_on(
     thread: &mut V8Thread,

@@ -58,7 +58,7 @@ pub const ENGINE_NAME: &str = "wasi";
 /// What runs inside: QuickJS as the native engine has it, built for WASI.
 pub const QUICKJS_VERSION: &str = "quickjs-ng 0.16.2 (rquickjs 0.14) on wasm32-wasip1, wasmtime 48";
 
-/// Stack of each worker thread; wasm uses at most [`module::MAX_WASM_STACK`] of it.
+/// Stack of each engine thread; wasm uses at most [`module::MAX_WASM_STACK`] of it.
 const THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
 
 /// Linear memory beyond the script's heap limit: the guest's data, its

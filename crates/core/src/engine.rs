@@ -52,7 +52,7 @@ use crate::adapter::{
 };
 use crate::error::ScriptError;
 use crate::limits::Isolation;
-use crate::pool::WorkerPool;
+use crate::pool::ThreadPool;
 use crate::report::ExecutionReport;
 use crate::tuning::{Tunable, Tuned, Tuning};
 use async_trait::async_trait;
@@ -270,7 +270,7 @@ pub struct Pooled<A: PooledEngine> {
     /// Global code needs a way to stop it: engines that cannot interrupt
     /// themselves run it only behind the process boundary.
     global_eval: bool,
-    pool: Arc<WorkerPool<Box<dyn EngineThread>>>,
+    pool: Arc<ThreadPool<Box<dyn EngineThread>>>,
     /// Whether its threads rehearse after each run, and how many
     /// rehearsals they ran; shared by clones ([`Tunable`]).
     keep_warm: KeepWarm,
@@ -373,7 +373,7 @@ impl<A: PooledEngine> Pooled<A> {
             info: d.info(),
             global_eval: d.capabilities.interrupt,
             pool: Arc::new(
-                WorkerPool::new(
+                ThreadPool::new(
                     &format!("harness-{}", d.name),
                     max_workers,
                     d.thread_stack_bytes,

@@ -10,7 +10,7 @@ const MIB: u64 = 1024 * KIB;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Isolation {
-    /// On a worker thread of the host process: fastest; stops rely on the
+    /// On an engine thread of the host process: fastest; stops rely on the
     /// engine's own interrupt and memory limit.
     #[default]
     InProcess,

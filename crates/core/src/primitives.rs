@@ -85,7 +85,7 @@ pub trait Host {
 pub type HostHandle = Rc<dyn Host>;
 
 /// Engine primitives. Implementations are not `Send`: each run owns its
-/// engine on one worker thread.
+/// engine on one engine thread.
 pub trait Engine {
     /// Provides a fresh context that no script has run in, with a native
     /// host function that calls [`Host::call`] on `host`; evaluates the

@@ -107,7 +107,7 @@ impl KeepWarm {
 
     /// For a run starting now: the setting to plan its rehearsals with,
     /// when the engine keeps warm, or anticipates and runs have been
-    /// coming at a `steady` pace (`WorkerPool::steady`); nothing is
+    /// coming at a `steady` pace (`ThreadPool::steady`); nothing is
     /// cloned otherwise.
     pub(crate) fn for_run(&self, steady: bool) -> Option<KeepWarm> {
         let anticipated = steady && self.anticipate.load(Ordering::Relaxed);
@@ -166,7 +166,7 @@ impl Rehearsal {
     /// Whether a keep-warm rehearsal of `plan` is due: in its window,
     /// while the engine keeps warm. Drops a plan that expired
     /// ([`Rehearsal::ready`]); the pool drops one whose window passed when
-    /// its thread sleeps (`WorkerPool::with_anticipation`'s `forget`).
+    /// its thread sleeps (`ThreadPool::with_anticipation`'s `forget`).
     pub(crate) fn due(plan: &mut Option<Rehearsal>) -> bool {
         Rehearsal::ready(plan)
             && plan.as_ref().is_some_and(|p| {

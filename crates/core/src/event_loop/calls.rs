@@ -34,7 +34,7 @@ pub(super) struct Starter {
     pub(super) tokio: tokio::runtime::Handle,
 }
 
-/// Events the worker thread waits on.
+/// Events the engine thread waits on.
 #[derive(Debug)]
 pub(super) enum LoopEvent {
     ToolDone(u64, CallOutcome),

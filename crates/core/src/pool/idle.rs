@@ -238,7 +238,7 @@ pub(super) fn anticipate<S>(
 
 /// Whether an idle worker may poll through an anticipation window beside
 /// `busy` busy ones: a CPU for itself besides the CPUs their runs keep busy
-/// ([`WorkerPool::with_cpus_per_run`] each). Looser than [`awake_fits`],
+/// ([`ThreadPool::with_cpus_per_run`] each). Looser than [`awake_fits`],
 /// which also keeps CPUs for the next run and its caller, because the
 /// window is short (a few hundred microseconds per pause, against a whole
 /// keep-warm window) and ends when the run comes. In process it is the

@@ -1,4 +1,4 @@
-//! Worker threads for engines that are not `Send`.
+//! Engine threads for engines that are not `Send`.
 //!
 //! Each worker owns its engine state (created on the thread by a factory)
 //! and runs jobs one at a time. Idle workers wait on their own channel in a
@@ -20,7 +20,7 @@
 //! CPU is free) and the tidy-up overlaps it; with every CPU busy it waits
 //! for the first worker done, not for a new thread.
 //!
-//! A pool may also *rehearse* ([`WorkerPool::with_rehearsal`]): for a
+//! A pool may also *rehearse* ([`ThreadPool::with_rehearsal`]): for a
 //! while after a run, an idle worker wakes about every
 //! [`REHEARSAL_PERIOD`] to do a small fixed piece of work (an engine pool
 //! runs a trivial script), so that a run arriving a few milliseconds
@@ -32,13 +32,13 @@
 //! ([`AWAKE_REHEARSAL_PERIOD`]): its CPU never halts in the window, which
 //! on a VM is what costs a run after a pause most, and a caller waits awake for its
 //! answer. Only while the machine has CPUs for it: the busy workers' runs
-//! and the next one ([`WorkerPool::with_cpus_per_run`] each) and a caller
+//! and the next one ([`ThreadPool::with_cpus_per_run`] each) and a caller
 //! besides. A poller on a CPU that a run needs holds it up: it yields,
 //! but the scheduler may leave it running for hundreds of microseconds
 //! while the run waits (behind the process boundary on 2 CPUs, kept awake
 //! took the median down but the 90th percentile from 0.37 to 1 ms).
 //!
-//! And a pool may *anticipate* ([`WorkerPool::with_anticipation`]): it
+//! And a pool may *anticipate* ([`ThreadPool::with_anticipation`]): it
 //! notes the pauses between going idle and its next run, and while the
 //! last few agree (runs at a steady pace), the worker that went idle last
 //! sleeps until shortly before the next run is due, rehearses, and polls
@@ -70,7 +70,7 @@ struct State<S> {
     /// The pool was dropped: workers exit instead of idling.
     closed: bool,
     /// The pauses between the pool going idle and its next run
-    /// ([`WorkerPool::with_anticipation`]).
+    /// ([`ThreadPool::with_anticipation`]).
     arrivals: crate::anticipate::Arrivals,
 }
 
@@ -83,7 +83,7 @@ struct Shared<S> {
     /// Whether a worker is spinning for its next job (at most one is).
     spinning: std::sync::atomic::AtomicBool,
     /// Runs in a private realm tidy up long
-    /// ([`WorkerPool::with_long_private_tidy_up`]).
+    /// ([`ThreadPool::with_long_private_tidy_up`]).
     private_tidy_long: bool,
     /// Workers that have answered their run's caller ([`Reply::send`]) and
     /// are tidying up.
@@ -94,19 +94,19 @@ struct Shared<S> {
     /// boundary (the host thread and its worker process).
     cpus_per_run: usize,
     /// Work for a worker's state when it finds no job waiting
-    /// ([`WorkerPool::with_idle`]).
+    /// ([`ThreadPool::with_idle`]).
     idle: Option<fn(&mut S)>,
     /// Whether a rehearsal is due on this thread now, and the rehearsal
-    /// itself ([`WorkerPool::with_rehearsal`]).
+    /// itself ([`ThreadPool::with_rehearsal`]).
     rehearsal: Option<Rehearsal<S>>,
     /// How long runs have been taking from submission to answer, in µs
     /// (a moving average; 0 before the first): how long a caller may
     /// wait awake for its answer ([`answer_budget`]).
     answer_us: std::sync::atomic::AtomicU64,
-    /// Anticipating the next run ([`WorkerPool::with_anticipation`]).
+    /// Anticipating the next run ([`ThreadPool::with_anticipation`]).
     anticipation: Option<Anticipation<S>>,
     /// Whether the last pause was anticipated: runs have been coming at a
-    /// steady pace ([`WorkerPool::steady`]).
+    /// steady pace ([`ThreadPool::steady`]).
     steady: std::sync::atomic::AtomicBool,
 }
 
@@ -155,13 +155,13 @@ impl Finishing {
 }
 
 /// A growable pool of threads, each holding one `S`.
-pub(crate) struct WorkerPool<S: 'static> {
+pub(crate) struct ThreadPool<S: 'static> {
     shared: Arc<Shared<S>>,
 }
 
-impl<S> fmt::Debug for WorkerPool<S> {
+impl<S> fmt::Debug for ThreadPool<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WorkerPool")
+        f.debug_struct("ThreadPool")
             .field("name", &self.shared.name)
             .field("threads", &self.threads())
             .field("max_threads", &self.shared.max_threads)
@@ -169,7 +169,7 @@ impl<S> fmt::Debug for WorkerPool<S> {
     }
 }
 
-impl<S: 'static> WorkerPool<S> {
+impl<S: 'static> ThreadPool<S> {
     /// A pool whose threads have `stack_size` bytes of stack and build their
     /// state with `factory`.
     pub(crate) fn new(
@@ -178,7 +178,7 @@ impl<S: 'static> WorkerPool<S> {
         stack_size: usize,
         factory: impl Fn() -> S + Send + Sync + 'static,
     ) -> Self {
-        WorkerPool {
+        ThreadPool {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     idle: Vec::new(),
@@ -215,7 +215,7 @@ impl<S: 'static> WorkerPool<S> {
     /// the process boundary, where a run keeps two CPUs busy, that is 2
     /// CPUs with no run in flight); otherwise it rehearses once and
     /// sleeps. Needs
-    /// [`WorkerPool::with_rehearsal`]; unless kept awake, anticipation
+    /// [`ThreadPool::with_rehearsal`]; unless kept awake, anticipation
     /// comes before the keep-warm window's rehearsals. `forget` drops the
     /// state's plan whenever the worker sleeps with no rehearsal to come,
     /// so that no copy of a run's request outlives its use.
@@ -294,7 +294,7 @@ impl<S: 'static> WorkerPool<S> {
 
     /// Whether this machine has CPUs for a worker that stays awake
     /// between rehearsals, beside no other busy one
-    /// ([`WorkerPool::with_cpus_per_run`]).
+    /// ([`ThreadPool::with_cpus_per_run`]).
     pub(crate) fn can_stay_awake(&self) -> bool {
         awake_fits(&self.shared, 0)
     }
@@ -325,12 +325,12 @@ impl<S: 'static> WorkerPool<S> {
 
     /// Runs `job` on a worker. A panicking job is contained: the worker
     /// rebuilds its state and carries on. Returns an error only if no
-    /// worker thread could be started.
+    /// engine thread could be started.
     pub(crate) fn submit(&self, job: impl FnOnce(&mut S) + Send + 'static) -> Result<(), String> {
         self.place(Box::new(job)).map(|_| ())
     }
 
-    /// [`WorkerPool::submit`], saying whether the job queued for a worker
+    /// [`ThreadPool::submit`], saying whether the job queued for a worker
     /// that is tidying up after answering (module docs).
     fn place(&self, mut job: Job<S>) -> Result<bool, String> {
         let mut first = true;
@@ -381,7 +381,7 @@ impl<S: 'static> WorkerPool<S> {
     }
 }
 
-/// Hands a run's report back to the caller of [`WorkerPool::execute`] as
+/// Hands a run's report back to the caller of [`ThreadPool::execute`] as
 /// soon as it is ready (before the worker tidies up).
 #[derive(Debug)]
 pub(crate) struct Reply {
@@ -393,7 +393,7 @@ pub(crate) struct Reply {
 }
 
 thread_local! {
-    /// This worker thread's job has answered its caller ([`Reply::send`])
+    /// This engine thread's job has answered its caller ([`Reply::send`])
     /// and is counted in `Shared::finishing` until the thread next looks
     /// for work: `Some(long)`, as counted.
     static ANSWERED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
@@ -416,7 +416,7 @@ impl Reply {
     }
 }
 
-impl<S: 'static> WorkerPool<S> {
+impl<S: 'static> ThreadPool<S> {
     fn stopped(&self) -> String {
         format!(
             "the {} worker stopped before answering (engine panic)",
@@ -543,7 +543,7 @@ impl<S: 'static> WorkerPool<S> {
 
 thread_local! {
     /// What the job running on this thread arranges for when its run's
-    /// deadline passes or it is cancelled ([`WorkerPool::execute`]).
+    /// deadline passes or it is cancelled ([`ThreadPool::execute`]).
     static AT_DEADLINE: std::cell::RefCell<Option<Box<dyn FnOnce() + Send>>> = const { std::cell::RefCell::new(None) };
 }
 
@@ -573,7 +573,7 @@ fn retire<S: 'static>(
     {
         return;
     }
-    tracing::warn!(pool = %shared.name, "a run did not stop at its deadline inside the engine; its worker thread is retired");
+    tracing::warn!(pool = %shared.name, "a run did not stop at its deadline inside the engine; its engine thread is retired");
     metrics::counter!("worker_threads_retired_total", "pool" => shared.name.clone()).increment(1);
     give_up_place(shared);
     let _ = stuck.send(());
@@ -593,7 +593,7 @@ fn stuck_report(engine: &str, timeout_ms: u64) -> ExecutionReport {
     )
 }
 
-impl<S> Drop for WorkerPool<S> {
+impl<S> Drop for ThreadPool<S> {
     /// Idle workers wake (their channels close) and exit; busy ones exit
     /// after their job. Queued jobs are dropped, which their submitters see
     /// as a closed reply channel.
@@ -614,10 +614,10 @@ fn spawn<S: 'static>(shared: &Arc<Shared<S>>, first: Job<S>) -> Result<(), Strin
         .stack_size(shared.stack_size)
         .spawn(move || work(&shared, first))
         .map(|_| ())
-        .map_err(|e| format!("could not start a worker thread: {e}"))
+        .map_err(|e| format!("could not start an engine thread: {e}"))
 }
 
-/// Keeps the pool's books when a worker thread ends, however it ends: the
+/// Keeps the pool's books when an engine thread ends, however it ends: the
 /// pool closing, or a panic outside a job's `catch_unwind` (the state's
 /// factory, rebuilding after a job panicked) or a poisoned lock. The
 /// thread is no longer counted in `threads` (else a pool at its maximum
@@ -628,7 +628,7 @@ struct Leaving<'a, S: 'static>(&'a Arc<Shared<S>>);
 
 thread_local! {
     /// Set on a worker whose run outlived its deadline inside the engine
-    /// ([`WorkerPool::execute`]): the pool counted it gone already, and it
+    /// ([`ThreadPool::execute`]): the pool counted it gone already, and it
     /// leaves once the run returns.
     static RETIRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }

@@ -11,8 +11,8 @@ fn an_idle_worker_does_its_idle_work_and_survives_a_panic_there() {
         assert!(s.1 != 2, "idle panics");
         s.0 = 0;
     }
-    let pool = WorkerPool::new("t", 1, 1 << 20, || (0u32, 0u32)).with_idle(idle);
-    let ask = |pool: &WorkerPool<(u32, u32)>| {
+    let pool = ThreadPool::new("t", 1, 1 << 20, || (0u32, 0u32)).with_idle(idle);
+    let ask = |pool: &ThreadPool<(u32, u32)>| {
         let (tx, rx) = mpsc::channel();
         pool.submit(move |s| {
             s.0 += 1;
@@ -50,7 +50,7 @@ struct Rehearsing {
 /// rehearsals, and its count of rehearsals still due.
 fn rehearsing_pool(
     awake: Arc<std::sync::atomic::AtomicBool>,
-) -> (WorkerPool<Rehearsing>, Arc<std::sync::atomic::AtomicU32>) {
+) -> (ThreadPool<Rehearsing>, Arc<std::sync::atomic::AtomicU32>) {
     rehearsing_pool_on(awake, None, 1)
 }
 
@@ -60,7 +60,7 @@ fn rehearsing_pool_on(
     awake: Arc<std::sync::atomic::AtomicBool>,
     cores: Option<usize>,
     cpus_per_run: usize,
-) -> (WorkerPool<Rehearsing>, Arc<std::sync::atomic::AtomicU32>) {
+) -> (ThreadPool<Rehearsing>, Arc<std::sync::atomic::AtomicU32>) {
     use std::sync::atomic::Ordering;
     fn due(s: &mut Rehearsing) -> bool {
         s.due.load(Ordering::SeqCst) > 0
@@ -73,7 +73,7 @@ fn rehearsing_pool_on(
     }
     let still_due = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let for_state = still_due.clone();
-    let pool = WorkerPool::new("t", 1, 1 << 20, move || Rehearsing {
+    let pool = ThreadPool::new("t", 1, 1 << 20, move || Rehearsing {
         rehearsals: 0,
         due: for_state.clone(),
     })
@@ -87,7 +87,7 @@ fn rehearsing_pool_on(
 }
 
 /// Runs a job on `pool`: the rehearsals since the last one.
-fn rehearsals_since_last_job(pool: &WorkerPool<Rehearsing>) -> u32 {
+fn rehearsals_since_last_job(pool: &ThreadPool<Rehearsing>) -> u32 {
     let (tx, rx) = mpsc::channel();
     pool.submit(move |s| tx.send(std::mem::take(&mut s.rehearsals)).unwrap())
         .unwrap();
@@ -272,7 +272,7 @@ fn a_worker_stays_awake_only_with_cpus_for_its_run_and_a_caller() {
     }
 }
 
-/// A worker thread that dies outside a job's `catch_unwind` (here its
+/// An engine thread that dies outside a job's `catch_unwind` (here its
 /// state's factory, rebuilding after a job panicked) leaves the pool's
 /// books right: a pool of one thread runs the next jobs on a new one,
 /// and the runs queued meanwhile are not stranded.
@@ -283,7 +283,7 @@ fn a_worker_thread_that_dies_is_replaced_and_strands_no_run() {
     static MADE: AtomicU32 = AtomicU32::new(0);
     // The second state panics as it is made: after the first job's
     // panic, so the thread dies.
-    let pool = WorkerPool::new("t", 1, 1 << 20, || {
+    let pool = ThreadPool::new("t", 1, 1 << 20, || {
         let n = MADE.fetch_add(1, Ordering::SeqCst);
         assert!(n != 1, "the factory panics");
         n
@@ -321,7 +321,7 @@ fn a_worker_thread_that_dies_is_replaced_and_strands_no_run() {
 
 #[test]
 fn runs_jobs_and_survives_panics() {
-    let pool = WorkerPool::new("t", 2, 1 << 20, || 0u32);
+    let pool = ThreadPool::new("t", 2, 1 << 20, || 0u32);
     let (tx, rx) = mpsc::channel();
     pool.submit(|_| panic!("boom")).unwrap();
     for i in 0..10 {
@@ -340,7 +340,7 @@ fn runs_jobs_and_survives_panics() {
 
 #[test]
 fn jobs_past_the_maximum_wait_and_all_run() {
-    let pool = WorkerPool::new("t", 2, 1 << 20, || ());
+    let pool = ThreadPool::new("t", 2, 1 << 20, || ());
     let (tx, rx) = mpsc::channel();
     for i in 0..50 {
         let tx = tx.clone();
@@ -374,7 +374,7 @@ fn after_a_private_run_the_next_goes_to_another_worker() {
 
 fn next_run_waits_for_the_worker_tidying_up(private: bool) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pool = WorkerPool::new("t", 4, 1 << 20, || ()).with_long_private_tidy_up(true);
+    let pool = ThreadPool::new("t", 4, 1 << 20, || ()).with_long_private_tidy_up(true);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -426,7 +426,7 @@ fn a_run_whose_job_panics_while_its_caller_waits_awake_fails_cleanly() {
     // (`hot`); a job that panics drops its reply there, and the
     // caller must report that, not poll a spent receiver (tokio's
     // "called after complete" panic, seen before this test).
-    let pool = WorkerPool::new("t", 1, 1 << 20, || ());
+    let pool = ThreadPool::new("t", 1, 1 << 20, || ());
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -488,7 +488,7 @@ fn dropping_the_pool_ends_its_threads() {
     }
     let alive = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let a = alive.clone();
-    let pool = WorkerPool::new("t", 4, 1 << 20, move || {
+    let pool = ThreadPool::new("t", 4, 1 << 20, move || {
         a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Alive(a.clone())
     });
@@ -514,6 +514,6 @@ fn dropping_the_pool_ends_its_threads() {
     assert_eq!(
         alive.load(std::sync::atomic::Ordering::SeqCst),
         0,
-        "worker threads outlived the pool"
+        "engine threads outlived the pool"
     );
 }

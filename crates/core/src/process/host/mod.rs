@@ -11,7 +11,7 @@ use crate::engine::EngineDescriptor;
 use crate::error::ScriptError;
 use crate::event_loop::run_script;
 use crate::limits::{Isolation, Limits};
-use crate::pool::WorkerPool;
+use crate::pool::ThreadPool;
 use crate::primitives::{Engine, EngineFault, EngineSetup, FaultKind, HostHandle};
 use crate::rehearsal::{KeepWarm, Rehearsal};
 use crate::report::ExecutionReport;
@@ -119,13 +119,13 @@ impl Slot {
         self.prewarm();
     }
 
-    /// Whether a rehearsal is due ([`WorkerPool::with_rehearsal`]).
+    /// Whether a rehearsal is due ([`ThreadPool::with_rehearsal`]).
     fn rehearsal_due(&mut self) -> bool {
         Rehearsal::due(&mut self.rehearsal)
     }
 
     /// Whether there is a rehearsal to run ahead of an anticipated run
-    /// ([`WorkerPool::with_anticipation`]).
+    /// ([`ThreadPool::with_anticipation`]).
     fn rehearsal_ready(&mut self) -> bool {
         Rehearsal::ready(&mut self.rehearsal)
     }
@@ -234,7 +234,7 @@ enum Asked {
 pub struct ProcessAdapter {
     info: EngineInfo,
     opts: Arc<ProcessOptions>,
-    pool: Arc<WorkerPool<Slot>>,
+    pool: Arc<ThreadPool<Slot>>,
     started: Arc<AtomicU64>,
     /// Whether host threads rehearse through their workers after each
     /// run ([`Tunable::tune`]); shared by clones.
@@ -281,7 +281,7 @@ impl ProcessAdapter {
         ProcessAdapter {
             info,
             pool: Arc::new(
-                WorkerPool::new(
+                ThreadPool::new(
                     &format!("harness-{}-process", opts.engine),
                     opts.max_workers,
                     HOST_THREAD_STACK_BYTES,
