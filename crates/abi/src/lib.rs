@@ -9,8 +9,11 @@
 /// The hardening prelude every engine evaluates in a fresh context before
 /// a script: freezes the intrinsics, removes `eval` and the function
 /// constructors, and builds `tools`, `console`, `context` and the promise
-/// bookkeeping on the engine's one native function `host(op, a, b)`.
-pub const PRELUDE: &str = include_str!("prelude.js");
+/// bookkeeping on the engine's one native function `host(op, a, b)`. It
+/// is `src/prelude.js` as the build wrote it, with [`run_config`]'s layout.
+pub const PRELUDE: &str = include_str!(concat!(env!("OUT_DIR"), "/prelude.js"));
+
+pub mod run_config;
 
 /// File name the prelude is compiled under; never shown to users.
 pub const PRELUDE_FILE: &str = "harness:prelude";

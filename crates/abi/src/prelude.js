@@ -1001,14 +1001,17 @@
   const controller = freeze({ start: start, settle: settle, end: end });
 
   // The config is `{"run":"…","static":{…}}`, in that order. The run's
-  // part is one string: the 128-bit seed as 32 hex digits, then the
-  // script id (20 characters as the host makes it), so that the static
-  // part starts at a fixed offset and is compared as a string, without
-  // parsing. Any other valid config (another id's length, or the run's
-  // part as `{"scriptId":…,"seed":[…]}`) takes the JSON path.
-  const runPrefix = '{"run":"';
-  const runEnd = runPrefix.length + 52;
-  const staticMark = '","static":';
+  // part is one string: the 128-bit seed as hex digits, then the script
+  // id as the host makes it, so that the static part starts at a fixed
+  // offset and is compared as a string, without parsing. Any other valid
+  // config (another id's length, or the run's part as
+  // `{"scriptId":…,"seed":[…]}`) takes the JSON path. The build writes
+  // the layout of harness_abi::run_config in place of the four names.
+  const runPrefix = RUN_PREFIX;
+  const seedLength = SEED_HEX_LEN;
+  const scriptIdLength = SCRIPT_ID_LEN;
+  const staticMark = STATIC_MARK;
+  const runEnd = runPrefix.length + seedLength + scriptIdLength;
   return function install(configJson) {
     if (!freezing && globalsDefined) throw new TypeErrorCtor('a private realm serves one run');
     if (active !== null) throw new TypeErrorCtor('a run is already installed in this context');
@@ -1021,15 +1024,15 @@
     if (typeof configJson === 'string'
         && configJson.slice(runEnd, runEnd + staticMark.length) === staticMark
         && configJson.slice(0, runPrefix.length) === runPrefix) {
-      seed = configJson.slice(runPrefix.length, runPrefix.length + 32);
+      seed = configJson.slice(runPrefix.length, runPrefix.length + seedLength);
       scriptId = configJson.slice(runPrefix.length + 32, runEnd);
       staticJson = configJson.slice(runEnd + staticMark.length, configJson.length - 1);
     } else {
       const whole = jsonParse(configJson);
       const run = whole.run;
       if (typeof run === 'string') {
-        seed = apply(stringSlice, run, [0, 32]);
-        scriptId = apply(stringSlice, run, [32]);
+        seed = apply(stringSlice, run, [0, seedLength]);
+        scriptId = apply(stringSlice, run, [seedLength]);
       } else {
         seed = run.seed;
         scriptId = run.scriptId;

@@ -1,6 +1,6 @@
 //! `tools.http`: outbound HTTP for scripts, behind an egress policy.
 //!
-//! Off unless the host sets a policy ([`crate::HarnessBuilder::http`],
+//! Off unless the host sets a policy (`harness::HarnessBuilder::http`,
 //! `[expose] http = true` with an `[http]` table, or `--allow-host` on the
 //! CLI). A script then calls
 //! `tools.http({url, method?, headers?, body?, timeoutMs?})` and gets

@@ -7,7 +7,7 @@
 //! [`Upstreams::connect`] starts the servers (`[mcp.servers.NAME]` of the
 //! configuration: `command`/`args`/`env` over stdio, or `url` over
 //! streamable HTTP), lists their tools
-//! (every page) and [`crate::HarnessBuilder::mcp`] puts them in the
+//! (every page) and `harness::HarnessBuilder::mcp` puts them in the
 //! registry. A call goes through the facade like any tool (allowlist, the
 //! upstream's input schema, budget, concurrency, approvals); a cancelled
 //! call drops its request, which tells the server with

@@ -1,13 +1,15 @@
 //! The prelude's config for one run, and the cache of its static part.
 
 use super::*;
+use harness_abi::run_config;
 
 /// The prelude's config for one run: `{"run":"…","static":{…}}`.
 ///
-/// The run's part is one JSON string of fixed length (52 characters):
-/// the 128-bit `Math.random` seed as 32 hex digits, then the script id, so
-/// that the prelude finds the static part at a fixed offset and reads the
-/// run's part with no JSON parse (see prelude.js, `install`). The static
+/// The run's part is one JSON string of fixed length
+/// ([`harness_abi::run_config`]): the 128-bit `Math.random` seed as hex
+/// digits, then the script id, so that the prelude finds the static part
+/// at a fixed offset and reads the run's part with no JSON parse (see
+/// prelude.js, `install`). The static
 /// part (tools, context, limits) is compared by the prelude as a string
 /// and, where it is the last run's, not parsed or built again; here it is
 /// serialised again only when its inputs changed ([`StaticConfig`]).
@@ -17,35 +19,33 @@ pub(super) fn prelude_config(
     script_id: &str,
 ) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    // The seed: four 32-bit words, eight hex digits each.
+    const _: () = assert!(run_config::SEED_HEX_LEN == 4 * 8);
     let mut out = String::with_capacity(1024);
-    out.push_str(r#"{"run":""#);
+    out.push_str(run_config::PREFIX);
     for word in random_seed() {
         for shift in (0..8).rev() {
             out.push(char::from(HEX[(word >> (shift * 4)) as usize & 0xf]));
         }
     }
     // An id of another length would still be read right, through the
-    // prelude's JSON path; ids from `new_script_id` are all 20 characters
-    // that JSON need not escape.
-    debug_assert_eq!(script_id.len(), SCRIPT_ID_LEN);
+    // prelude's JSON path; ids from `new_script_id` all have the layout's
+    // length, in characters that JSON need not escape.
+    debug_assert_eq!(script_id.len(), run_config::SCRIPT_ID_LEN);
     if script_id
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'_')
     {
         out.push_str(script_id);
-        out.push('"');
     } else {
         let quoted = serde_json::to_string(script_id).unwrap_or_else(|_| "\"\"".to_owned());
-        out.push_str(&quoted[1..]);
+        out.push_str(&quoted[1..quoted.len() - 1]);
     }
-    out.push_str(r#","static":"#);
+    out.push_str(run_config::STATIC_MARK);
     StaticConfig::append(request, facade, &mut out);
     out.push('}');
     out
 }
-
-/// Characters in a script id from [`new_script_id`].
-pub(super) const SCRIPT_ID_LEN: usize = 20;
 
 /// The static part of the prelude's config, serialised again only when
 /// what it is made of changed.

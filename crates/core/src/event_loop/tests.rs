@@ -1,4 +1,5 @@
 use super::*;
+use harness_abi::run_config;
 
 fn slot(
     tokio: &tokio::runtime::Runtime,
@@ -118,20 +119,24 @@ fn the_prelude_config_is_the_requests_own_whatever_ran_before() {
     for (i, request) in requests.iter().enumerate() {
         let facade = ToolFacade::new(request, deadline, "scr_0123456789abcdef");
         let config = prelude_config(request, &facade, "scr_0123456789abcdef");
-        let head = r#"{"run":""#;
-        let mark = r#"","static":"#;
+        let (head, mark) = (run_config::PREFIX, run_config::STATIC_MARK);
+        let run_end = run_config::RUN_PART.end;
         assert!(config.starts_with(head), "{config}");
-        assert_eq!(
-            &config[head.len() + 52..head.len() + 52 + mark.len()],
-            mark,
-            "{config}"
-        );
+        assert_eq!(&config[run_end..run_end + mark.len()], mark, "{config}");
         let parsed: Value = serde_json::from_str(&config).expect("the config is JSON");
         let run = parsed["run"].as_str().unwrap();
-        assert!(run[..32].bytes().all(|b| b.is_ascii_hexdigit()), "{run}");
-        assert_eq!(&run[32..], "scr_0123456789abcdef");
-        assert!(seen.insert(run[..32].to_owned()), "a seed repeated: {run}");
-        let fixed = &config[head.len() + 52 + mark.len()..config.len() - 1];
+        assert!(
+            run[..run_config::SEED_HEX_LEN]
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit()),
+            "{run}"
+        );
+        assert_eq!(&run[run_config::SEED_HEX_LEN..], "scr_0123456789abcdef");
+        assert!(
+            seen.insert(run[..run_config::SEED_HEX_LEN].to_owned()),
+            "a seed repeated: {run}"
+        );
+        let fixed = &config[run_end + mark.len()..config.len() - 1];
         assert_eq!(fixed, static_json(request, &facade), "request {i}");
     }
     let tools = |i: usize| {

@@ -27,6 +27,8 @@
 //! ends the process with [`EXIT_OUT_OF_MEMORY`], which the host reports as
 //! ScriptMemoryError.
 
+#[cfg(test)]
+mod golden;
 mod host;
 #[cfg(target_os = "linux")]
 mod ring;
@@ -48,9 +50,9 @@ use std::io::{self, Read, Write};
 pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Where a prelude config differs from one run to the next when nothing
-/// else changed: the seed and script id after `{"run":"` (see
-/// `event_loop::prelude_config`). A `Run` may carry only these bytes.
-pub(crate) const CONFIG_DELTA: std::ops::Range<usize> = 8..60;
+/// else changed: the seed and script id (see `event_loop::prelude_config`).
+/// A `Run` may carry only these bytes.
+pub(crate) const CONFIG_DELTA: std::ops::Range<usize> = harness_abi::run_config::RUN_PART;
 
 /// `next` as a delta on `last` (the bytes at [`CONFIG_DELTA`]), when
 /// everything else in the two is the same; `None` otherwise. Exact for
@@ -658,9 +660,10 @@ mod tests {
     #[test]
     fn a_config_delta_gives_back_the_whole_config_or_nothing() {
         let seed = |s: &str| format!(r#"{{"run":"{s}","static":{{"tools":["echo"]}}}}"#);
-        let (a, b) = (seed(&"a".repeat(52)), seed(&"b".repeat(52)));
+        let n = CONFIG_DELTA.len();
+        let (a, b) = (seed(&"a".repeat(n)), seed(&"b".repeat(n)));
         let delta = config_delta(&a, &b).expect("only the run part differs");
-        assert_eq!(delta, "b".repeat(52));
+        assert_eq!(delta, "b".repeat(n));
         let mut kept = a.clone();
         apply_config_delta(&mut kept, delta).expect("applies");
         assert_eq!(kept, b);
