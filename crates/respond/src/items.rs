@@ -157,23 +157,27 @@ fn wire_err(index: usize, message: impl Into<String>) -> WireError {
     }
 }
 
-fn call_args(
-    id: &str,
-    language: Language,
-    source: &str,
-    sha256: &str,
-    status: CallStatus,
-) -> Value {
-    json!({"id": id, "language": language, "source": source, "sha256": sha256, "status": status})
-}
-
-fn output_body(
-    output: &Option<Value>,
-    error: &Option<ScriptError>,
-    summary: &str,
-    metadata: &Value,
-) -> Value {
-    json!({"output": output, "error": error, "summary": summary, "metadata": metadata})
+/// What a script call or its output carries on the wire, as every format
+/// writes it: the call's arguments, or the output's body.
+fn payload(item: &Item) -> Value {
+    match item {
+        Item::ScriptToolCall {
+            id,
+            language,
+            source,
+            sha256,
+            status,
+            ..
+        } => json!({"id": id, "language": language, "source": source, "sha256": sha256, "status": status}),
+        Item::ScriptToolCallOutput {
+            output,
+            error,
+            summary,
+            metadata,
+            ..
+        } => json!({"output": output, "error": error, "summary": summary, "metadata": metadata}),
+        Item::Text { .. } | Item::Thinking { .. } | Item::Notice { .. } => Value::Null,
+    }
 }
 
 fn parse_call(index: usize, call_id: &str, args: &Value) -> Result<Item, WireError> {
@@ -247,27 +251,14 @@ pub fn to_openai_responses(items: &[Item]) -> Vec<Value> {
                 "summary": [{"type": "summary_text", "text": text}]}),
             Item::Notice { text } => json!({"type": "message", "role": "system",
                 "content": [{"type": "input_text", "text": text}]}),
-            Item::ScriptToolCall {
-                id,
-                call_id,
-                language,
-                source,
-                sha256,
-                status,
-            } => json!({
+            Item::ScriptToolCall { id, call_id, status, .. } => json!({
                 "type": "function_call", "id": id, "call_id": call_id, "name": SCRIPT_TOOL,
-                "arguments": call_args(id, *language, source, sha256, *status).to_string(),
+                "arguments": payload(item).to_string(),
                 "status": if *status == CallStatus::Skipped { "incomplete" } else { "completed" },
             }),
-            Item::ScriptToolCallOutput {
-                call_id,
-                output,
-                error,
-                summary,
-                metadata,
-            } => json!({
+            Item::ScriptToolCallOutput { call_id, .. } => json!({
                 "type": "function_call_output", "call_id": call_id,
-                "output": output_body(output, error, summary, metadata).to_string(),
+                "output": payload(item).to_string(),
             }),
         })
         .collect()
@@ -316,29 +307,16 @@ pub fn to_chat(items: &[Item]) -> Vec<Value> {
                 json!({"role": "assistant", "content": null, "reasoning_content": text})
             }
             Item::Notice { text } => json!({"role": "system", "content": text}),
-            Item::ScriptToolCall {
-                id,
-                call_id,
-                language,
-                source,
-                sha256,
-                status,
-            } => json!({
+            Item::ScriptToolCall { call_id, .. } => json!({
                 "role": "assistant", "content": null,
                 "tool_calls": [{"id": call_id, "type": "function", "function": {
                     "name": SCRIPT_TOOL,
-                    "arguments": call_args(id, *language, source, sha256, *status).to_string(),
+                    "arguments": payload(item).to_string(),
                 }}],
             }),
-            Item::ScriptToolCallOutput {
-                call_id,
-                output,
-                error,
-                summary,
-                metadata,
-            } => json!({
+            Item::ScriptToolCallOutput { call_id, .. } => json!({
                 "role": "tool", "tool_call_id": call_id,
-                "content": output_body(output, error, summary, metadata).to_string(),
+                "content": payload(item).to_string(),
             }),
         })
         .collect()
@@ -393,28 +371,15 @@ pub fn to_anthropic(items: &[Item]) -> Vec<Value> {
                 "user",
                 json!({"type": "text", "text": format!("{NOTICE_PREFIX}{text}")}),
             ),
-            Item::ScriptToolCall {
-                id,
-                call_id,
-                language,
-                source,
-                sha256,
-                status,
-            } => (
+            Item::ScriptToolCall { call_id, .. } => (
                 "assistant",
                 json!({"type": "tool_use", "id": call_id, "name": SCRIPT_TOOL,
-                    "input": call_args(id, *language, source, sha256, *status)}),
+                    "input": payload(item)}),
             ),
-            Item::ScriptToolCallOutput {
-                call_id,
-                output,
-                error,
-                summary,
-                metadata,
-            } => (
+            Item::ScriptToolCallOutput { call_id, error, .. } => (
                 "user",
                 json!({"type": "tool_result", "tool_use_id": call_id, "is_error": error.is_some(),
-                    "content": output_body(output, error, summary, metadata).to_string()}),
+                    "content": payload(item).to_string()}),
             ),
         };
         match messages.last_mut() {
