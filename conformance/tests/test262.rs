@@ -29,7 +29,11 @@ async fn hardened_run_of_the_fixtures() {
     ] {
         assert_eq!(report.directories[dir], want, "{dir}: {text}");
     }
-    let private = |test: &str| report.private_realm.contains(&format!("built-ins/hardening/{test}"));
+    let private = |test: &str| {
+        report
+            .private_realm
+            .contains(&format!("built-ins/hardening/{test}"))
+    };
     assert!(
         private("mutates-intrinsic.js")
             && private("asks-extensible.js")

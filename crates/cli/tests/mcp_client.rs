@@ -32,7 +32,7 @@ fn parts() -> Option<(PathBuf, PathBuf)> {
     None
 }
 
-fn client_run(transport: &[&str]) {
+fn client_run(transport: &[&str], extra_args: &str) {
     let Some((python, fs)) = parts() else { return };
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
@@ -58,7 +58,7 @@ fn client_run(transport: &[&str]) {
         .args(transport)
         .env(
             "HARNESS_MCP_EXTRA_ARGS",
-            format!("--audit-log {}", audit.display()),
+            format!("--audit-log {} {extra_args}", audit.display()),
         )
         .output()
         .unwrap();
@@ -80,10 +80,12 @@ fn client_run(transport: &[&str]) {
 
 #[test]
 fn a_python_client_over_stdio() {
-    client_run(&[]);
+    client_run(&[], "");
 }
 
 #[test]
 fn a_python_client_over_streamable_http() {
-    client_run(&["--http"]);
+    // Behind the process boundary: what the client hears while a run runs
+    // (log messages, approvals) crosses it too.
+    client_run(&["--http"], "--isolation process");
 }

@@ -664,3 +664,49 @@ async fn steady_runs_are_anticipated_through_the_worker_unless_turned_off() {
         assert_eq!(a.workers_started(), 1, "rehearsals are not runs");
     }
 }
+
+/// The observer hears the run's script id first, then each console line as
+/// it is written, in process and behind the process boundary alike: what
+/// a host streams (the MCP server's log messages) is what the report keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_observer_hears_the_script_id_and_console_lines_on_both_sides_of_the_boundary() {
+    use harness::core::ConsoleLevel;
+    use harness::{Harness, Isolation, Observer, RunObserver};
+    use std::sync::Arc;
+    use std::sync::Mutex;
+    #[derive(Default)]
+    struct Heard(Mutex<Vec<String>>);
+    impl RunObserver for Heard {
+        fn started(&self, script_id: &str) {
+            self.0.lock().unwrap().push(format!("started {script_id}"));
+        }
+        fn console(&self, level: ConsoleLevel, text: &str) {
+            self.0.lock().unwrap().push(format!("{level:?} {text}"));
+        }
+    }
+    let _serial = SERIAL.lock().await;
+    for isolation in [Isolation::InProcess, Isolation::Process] {
+        let h = Harness::builder()
+            .isolation(isolation)
+            .worker(ProcessOptions::new(
+                "quickjs",
+                env!("CARGO_BIN_EXE_harness"),
+            ))
+            .build()
+            .unwrap();
+        let heard = Arc::new(Heard::default());
+        let mut request =
+            h.request("console.log('a', 1); console.warn('b'); console.debug('c'); return 1");
+        request.observer = Some(Observer::new(heard.clone()));
+        let r = h.execute(request).await;
+        assert!(r.ok, "{isolation:?}: {:?}", r.error);
+        let mut want = vec![format!("started {}", r.script_id)];
+        want.extend(
+            r.console
+                .iter()
+                .map(|c| format!("{:?} {}", c.level, c.text)),
+        );
+        assert_eq!(want.len(), 4, "{isolation:?}: {:?}", r.console);
+        assert_eq!(*heard.0.lock().unwrap(), want, "{isolation:?}");
+    }
+}

@@ -376,6 +376,11 @@ pub struct ExecutionRequest {
 /// (also behind the process boundary: they are host-side). Keep them
 /// quick; every method defaults to doing nothing.
 pub trait RunObserver: Send + Sync {
+    /// The run has its script id (the id its report, spans and tool
+    /// contexts carry), before any of the script runs.
+    fn started(&self, script_id: &str) {
+        let _ = script_id;
+    }
     /// A tool call passed to the facade (it may still be refused there).
     fn tool_call_started(&self, call_id: u64, tool: &str) {
         let _ = (call_id, tool);
@@ -393,9 +398,8 @@ pub trait RunObserver: Send + Sync {
         let _ = (message, data);
     }
     /// The script wrote a console line (only lines kept by the caps), as
-    /// it happens: hosts stream it (MCP progress notifications, a UI).
-    /// In process only: behind the process boundary lines reach the host
-    /// with the report.
+    /// it happens: hosts stream it (MCP log messages, a UI), in process
+    /// and behind the process boundary alike.
     fn console(&self, level: crate::report::ConsoleLevel, text: &str) {
         let _ = (level, text);
     }

@@ -168,7 +168,9 @@ fn payload(item: &Item) -> Value {
             sha256,
             status,
             ..
-        } => json!({"id": id, "language": language, "source": source, "sha256": sha256, "status": status}),
+        } => {
+            json!({"id": id, "language": language, "source": source, "sha256": sha256, "status": status})
+        }
         Item::ScriptToolCallOutput {
             output,
             error,
@@ -251,7 +253,12 @@ pub fn to_openai_responses(items: &[Item]) -> Vec<Value> {
                 "summary": [{"type": "summary_text", "text": text}]}),
             Item::Notice { text } => json!({"type": "message", "role": "system",
                 "content": [{"type": "input_text", "text": text}]}),
-            Item::ScriptToolCall { id, call_id, status, .. } => json!({
+            Item::ScriptToolCall {
+                id,
+                call_id,
+                status,
+                ..
+            } => json!({
                 "type": "function_call", "id": id, "call_id": call_id, "name": SCRIPT_TOOL,
                 "arguments": payload(item).to_string(),
                 "status": if *status == CallStatus::Skipped { "incomplete" } else { "completed" },

@@ -21,6 +21,12 @@ from mcp.client.stdio import stdio_client
 
 
 ASKED = []
+LOGGED = []
+
+
+async def log_message(params) -> None:
+    """The client's handler of notifications/message (MCP logging)."""
+    LOGGED.append((params.level, params.logger, params.data))
 
 
 async def approve_if_polite(context, params):
@@ -124,12 +130,14 @@ async def exercise(session: ClientSession, root: str) -> None:
     r = await session.call_tool("describe_tools", {"names": ["mcp.fs.read_text_file"]})
     assert "read_text_file(args:" in structured(r)["declarations"], structured(r)
 
-    # Progress: console lines and emitProgress arrive while the script runs.
+    # Progress: emitProgress arrives while the script runs; the console
+    # line goes out once, as a log message, not as progress.
     seen = []
 
     async def on_progress(progress, total, message):
         seen.append(message)
 
+    LOGGED.clear()
     r = await session.call_tool(
         "run_script",
         {"code": "console.log('step one'); context.telemetry.emitProgress('half way'); "
@@ -137,7 +145,8 @@ async def exercise(session: ClientSession, root: str) -> None:
         progress_callback=on_progress,
     )
     assert structured(r)["value"] == 1
-    assert "console.log: step one" in seen and "half way" in seen, seen
+    assert seen == ["half way"], seen
+    assert [d for _, _, d in LOGGED] == ["step one"], LOGGED
 
     # Approvals are asked of the client (elicitation), with the call's line.
     r = await session.call_tool(
@@ -149,6 +158,61 @@ async def exercise(session: ClientSession, root: str) -> None:
     assert structured(r)["value"] == ["yes-please\n", "ApprovalDeniedError"], structured(r)
     assert len(ASKED) == 2 and "`exec`" in ASKED[0] and "line 1" in ASKED[0], ASKED
     ASKED.clear()
+
+    # Console lines arrive as log messages while the run runs, with the
+    # script id as logger, at the client's level and above (info until it
+    # sets one); they are no longer progress notifications.
+    LOGGED.clear()
+    r = await session.call_tool(
+        "run_script", {"code": "console.debug('d'); console.log('l'); console.warn('x'); return 1"}
+    )
+    script_id = structured(r)["script_id"]
+    assert [(lv, d) for lv, _, d in LOGGED] == [("info", "l"), ("warning", "x")], LOGGED
+    assert all(logger == script_id for _, logger, _ in LOGGED), (LOGGED, script_id)
+    await session.set_logging_level("debug")
+    LOGGED.clear()
+    await session.call_tool("run_script", {"code": "console.debug('d'); return 1"})
+    assert [(lv, d) for lv, _, d in LOGGED] == [("debug", "d")], LOGGED
+    await session.set_logging_level("error")
+    LOGGED.clear()
+    await session.call_tool("run_script", {"code": "console.warn('w'); console.error('e'); return 1"})
+    assert [(lv, d) for lv, _, d in LOGGED] == [("error", "e")], LOGGED
+    await session.set_logging_level("info")
+
+    # Resources: the declarations, the script contract, one tool.
+    listed = {str(r.uri) for r in (await session.list_resources()).resources}
+    assert listed == {"harness://tools.d.ts", "harness://guide"}, listed
+    templates = [t.uri_template for t in (await session.list_resource_templates()).resource_templates]
+    assert templates == ["harness://tools/{name}"], templates
+    d_ts = (await session.read_resource("harness://tools.d.ts")).contents[0].text
+    assert "declare const tools" in d_ts and "read_text_file(args:" in d_ts, d_ts[:300]
+    guide = (await session.read_resource("harness://guide")).contents[0].text
+    assert "ScriptTimeoutError" in guide and "ms per run" in guide, guide
+    one = json.loads((await session.read_resource("harness://tools/mcp.fs.read_text_file")).contents[0].text)
+    assert one["name"] == "mcp.fs.read_text_file" and "read_text_file" in one["declaration"], one
+    try:
+        await session.read_resource("harness://tools/no-such-tool")
+        raise AssertionError("an unknown tool was read")
+    except Exception as e:
+        assert "no resource" in str(e) or "not found" in str(e).lower(), e
+
+    # Prompts: code-mode carries the declarations (narrowed on request),
+    # fix-script the failed script and its error; tool names complete.
+    prompts = {p.name for p in (await session.list_prompts()).prompts}
+    assert prompts == {"code-mode", "fix-script"}, prompts
+    p = await session.get_prompt("code-mode", {"task": "count the files"})
+    text = p.messages[0].content.text
+    assert "count the files" in text and "declare const tools" in text and "list_directory(args:" in text, text[:500]
+    p = await session.get_prompt("code-mode", {"task": "t", "tools": "mcp.fs.read_text_file"})
+    text = p.messages[0].content.text
+    assert "read_text_file(args:" in text and "list_directory(args:" not in text, text
+    p = await session.get_prompt("fix-script", {"code": "null.x", "error": "ScriptRuntimeError: x"})
+    assert "null.x" in p.messages[0].content.text
+    c = await session.complete(
+        types.PromptReference(type="ref/prompt", name="code-mode"),
+        {"name": "tools", "value": "mcp.fs.read_t"},
+    )
+    assert "mcp.fs.read_text_file" in c.completion.values, c
 
     # Cancelling a long run: the client gives up, the server cancels the run.
     started = time.monotonic()
@@ -176,7 +240,9 @@ async def main() -> None:
     if not http:
         params = StdioServerParameters(command=harness, args=args, env=dict(os.environ))
         async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write, elicitation_callback=approve_if_polite) as session:
+            async with ClientSession(
+                read, write, elicitation_callback=approve_if_polite, logging_callback=log_message
+            ) as session:
                 await exercise(session, root)
         print("ok")
         return
@@ -193,7 +259,9 @@ async def main() -> None:
             except OSError:
                 time.sleep(0.1)
         async with streamable_http_client(url) as (read, write):
-            async with ClientSession(read, write, elicitation_callback=approve_if_polite) as session:
+            async with ClientSession(
+                read, write, elicitation_callback=approve_if_polite, logging_callback=log_message
+            ) as session:
                 await exercise(session, root)
         # Two clients at once, each with its own session.
         async def one(i: int):

@@ -120,6 +120,9 @@ fn run<E: Engine + ?Sized>(
     let deadline = started + limits.timeout();
     let cancel = request.cancel.clone();
     let script_id = new_script_id();
+    if let Some(o) = &request.observer {
+        o.0.started(&script_id);
+    }
     let facade = Arc::new(ToolFacade::new(&request, deadline, &script_id));
     let (tx, rx) = mpsc::channel::<LoopEvent>();
     let starter = Starter {

@@ -17,14 +17,21 @@
 //! # }
 //! ```
 
+// MCP logging (`logging/setLevel`, `notifications/message`) is what
+// today's clients and the official conformance suite use; rmcp marks it
+// deprecated after SEP-2577.
+#![allow(deprecated)]
+
 use harness::{ConsoleLevel, Harness, RunObserver, ScriptLanguage};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{tool, tool_router, ErrorData, ServerHandler};
@@ -32,7 +39,13 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+mod bridge;
+mod catalogue;
+
+use bridge::{AskClient, Forward};
+use rmcp::model::LoggingLevel;
 
 /// Above this many bytes of declarations, `run_script`'s description lists
 /// names and summaries only, and points at `search_tools`/`describe_tools`.
@@ -65,6 +78,9 @@ pub struct CodeMode {
     /// Ask the client (MCP elicitation) when a call needs approval and the
     /// client can be asked; off when the host answers approvals itself.
     ask_client: bool,
+    /// The client's `logging/setLevel` (info until it sets one); each
+    /// client session has its own.
+    log_level: Arc<Mutex<LoggingLevel>>,
 }
 
 impl std::fmt::Debug for CodeMode {
@@ -252,6 +268,7 @@ impl CodeMode {
             router: Self::tool_router(),
             harness,
             ask_client: true,
+            log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
         }
         .with_max_description_bytes(DEFAULT_MAX_DESCRIPTION_BYTES)
     }
@@ -272,6 +289,15 @@ impl CodeMode {
     pub fn with_ask_client(mut self, ask: bool) -> CodeMode {
         self.ask_client = ask;
         self
+    }
+
+    /// The server for one more client session: the same harness and
+    /// tools, a log level of its own.
+    fn for_session(&self) -> CodeMode {
+        CodeMode {
+            log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
+            ..self.clone()
+        }
     }
 
     /// What `tools/list` answers.
@@ -308,7 +334,7 @@ impl CodeMode {
         use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
         use rmcp::transport::streamable_http_server::StreamableHttpService;
         let service = TowerToHyperService::new(StreamableHttpService::new(
-            move || Ok(self.clone()),
+            move || Ok(self.for_session()),
             LocalSessionManager::default().into(),
             Default::default(),
         ));
@@ -360,32 +386,18 @@ impl CodeMode {
         if self.ask_client && can_elicit {
             request.tools.approvals = Arc::new(AskClient(ctx.peer.clone()));
         }
-        // Console lines and progress as MCP progress notifications, sent
-        // while the script runs, when the client asked for them.
-        let forward = ctx.meta.get_progress_token().map(|token| {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-            let peer = ctx.peer.clone();
-            let task = tokio::spawn(async move {
-                let mut n = 0.0;
-                while let Some(message) = rx.recv().await {
-                    n += 1.0;
-                    let mut p = ProgressNotificationParam::new(token.clone(), n);
-                    p.message = Some(message);
-                    if peer.notify_progress(p).await.is_err() {
-                        break;
-                    }
-                }
-            });
-            (tx, task)
-        });
-        if let Some((tx, _)) = &forward {
-            request.observer = Some(harness::Observer::new(Arc::new(Progress(tx.clone()))));
-        }
+        // Progress (when the client gave a progress token) and console
+        // lines (log messages, at the client's level), sent while the
+        // script runs.
+        let (forward, task) = Forward::start(
+            ctx.peer.clone(),
+            ctx.meta.get_progress_token(),
+            self.log_level.clone(),
+        );
+        request.observer = Some(harness::Observer::new(forward.clone()));
         let report = self.harness.execute(request).await;
-        if let Some((tx, task)) = forward {
-            drop(tx);
-            let _ = task.await;
-        }
+        forward.finish();
+        let _ = task.await;
         let summary = match (&report.value, &report.error) {
             (_, Some(e)) => format!("error: {}: {}", e.code.as_str(), e.message),
             (Some(v), None) => {
@@ -508,77 +520,16 @@ fn diagnostics(list: Vec<Value>) -> CallToolResult {
     r
 }
 
-/// Asks the MCP client to approve a call (form elicitation with one
-/// boolean); a decline, a cancel or no answer denies.
-struct AskClient(rmcp::service::Peer<RoleServer>);
-
-#[async_trait::async_trait]
-impl harness::ApprovalBridge for AskClient {
-    async fn request(&self, req: &harness::ApprovalRequest) -> harness::ApprovalDecision {
-        let mut message = format!(
-            "Allow the script to call `{}` with arguments {}?",
-            req.tool, req.args
-        );
-        if let (Some(l), Some(c)) = (req.line, req.column) {
-            message.push_str(&format!(" (line {l}, column {c})"));
-        }
-        if let Some(snippet) = &req.snippet {
-            message.push_str("\n\n");
-            message.push_str(snippet);
-        }
-        let schema = serde_json::from_value(json!({"type": "object",
-            "properties": {"approve": {"type": "boolean", "title": "Allow this call", "default": false}},
-            "required": ["approve"]}));
-        let Ok(schema) = schema else {
-            return harness::ApprovalDecision::Denied {
-                reason: Some("cannot build the approval form".into()),
-            };
-        };
-        let params = rmcp::model::ElicitRequestParams::FormElicitationParams {
-            meta: None,
-            message,
-            requested_schema: schema,
-        };
-        match self.0.create_elicitation(params).await {
-            Ok(r)
-                if r.action == rmcp::model::ElicitationAction::Accept
-                    && r.content
-                        .as_ref()
-                        .and_then(|c| c.get("approve"))
-                        .and_then(Value::as_bool)
-                        == Some(true) =>
-            {
-                harness::ApprovalDecision::Approved
-            }
-            Ok(_) => harness::ApprovalDecision::Denied {
-                reason: Some("denied by the MCP client".into()),
-            },
-            Err(e) => harness::ApprovalDecision::Denied {
-                reason: Some(format!("the MCP client could not be asked: {e}")),
-            },
-        }
-    }
-}
-
-/// Forwards console lines and progress events to the progress task.
-struct Progress(tokio::sync::mpsc::UnboundedSender<String>);
-
-impl RunObserver for Progress {
-    fn progress(&self, message: &str, _data: Option<&Value>) {
-        let _ = self.0.send(message.to_owned());
-    }
-    fn console(&self, level: ConsoleLevel, text: &str) {
-        let level = serde_json::to_value(level)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let _ = self.0.send(format!("console.{level}: {text}"));
-    }
-}
-
 impl ServerHandler for CodeMode {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_logging()
+            .enable_resources()
+            .enable_prompts()
+            .enable_completions()
+            .build();
+        let mut info = ServerConfig::new(capabilities);
         info.server_info = Implementation::new("harness", env!("CARGO_PKG_VERSION"));
         info.instructions = Some(
             "Write one script that calls the tools (see run_script's description) instead of \
@@ -614,5 +565,66 @@ impl ServerHandler for CodeMode {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.router.get(name).cloned()
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if let Ok(mut level) = self.log_level.lock() {
+            *level = request.level;
+        }
+        Ok(())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(catalogue::resources()))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            catalogue::resource_templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        catalogue::read(&self.harness, &request.uri).map(Into::into)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(catalogue::prompts()))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        catalogue::prompt(&self.harness, &request).map(Into::into)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        catalogue::complete(&self.harness, &request)
     }
 }
