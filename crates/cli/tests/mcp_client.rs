@@ -89,3 +89,71 @@ fn a_python_client_over_streamable_http() {
     // (log messages, approvals) crosses it too.
     client_run(&["--http"], "--isolation process");
 }
+
+/// The official conformance suite's server scenarios against
+/// `harness mcp --http`, judged by `tests/mcp/conformance-baseline.yml`
+/// (which says why each scenario left out does not apply). Node 22 and the
+/// suite are installed under target/npm by `scripts/test`.
+#[test]
+fn the_official_conformance_suite_passes_every_server_scenario_that_applies() {
+    let bin = workspace().join("target/npm/node_modules/.bin");
+    if !bin.join("conformance").exists() || !bin.join("node").exists() {
+        assert!(
+            std::env::var_os("HARNESS_REQUIRE_MCP_SERVERS").is_none(),
+            "the MCP conformance suite is not installed under target/npm (scripts/test installs it)"
+        );
+        eprintln!("SKIPPED: the MCP conformance suite is not installed under target/npm");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args([
+            "mcp",
+            "--approve",
+            "no",
+            "--http",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg("--root")
+        .arg(root.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let results = tempfile::tempdir().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = up.then(|| {
+        Command::new(bin.join("conformance"))
+            .args(["server", "--suite", "all", "--url"])
+            .arg(format!("http://127.0.0.1:{port}/mcp"))
+            .arg("--expected-failures")
+            .arg(workspace().join("crates/cli/tests/mcp/conformance-baseline.yml"))
+            .arg("-o")
+            .arg(results.path())
+            .env("PATH", path)
+            .output()
+            .unwrap()
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+    let out = out.expect("harness mcp --http did not listen");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the conformance suite failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("server-initialize"), "{stdout}");
+}
