@@ -90,12 +90,14 @@ fn a_python_client_over_streamable_http() {
     client_run(&["--http"], "--isolation process");
 }
 
-/// The official conformance suite's server scenarios against
-/// `harness mcp --http`, judged by `tests/mcp/conformance-baseline.yml`
+/// The official conformance suite: its server scenarios against
+/// `harness mcp --http`, its client scenarios against our upstream client
+/// (`tests/mcp/conformance-client.sh`), judged by
+/// `tests/mcp/conformance-baseline.yml`
 /// (which says why each scenario left out does not apply). Node 22 and the
 /// suite are installed under target/npm by `scripts/test`.
 #[test]
-fn the_official_conformance_suite_passes_every_server_scenario_that_applies() {
+fn the_official_conformance_suite_passes_every_scenario_that_applies() {
     let bin = workspace().join("target/npm/node_modules/.bin");
     if !bin.join("conformance").exists() || !bin.join("node").exists() {
         assert!(
@@ -142,7 +144,7 @@ fn the_official_conformance_suite_passes_every_server_scenario_that_applies() {
             .arg(workspace().join("crates/cli/tests/mcp/conformance-baseline.yml"))
             .arg("-o")
             .arg(results.path())
-            .env("PATH", path)
+            .env("PATH", &path)
             .output()
             .unwrap()
     });
@@ -156,4 +158,33 @@ fn the_official_conformance_suite_passes_every_server_scenario_that_applies() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("server-initialize"), "{stdout}");
+    for scenario in [
+        "initialize",
+        "tools_call",
+        "sse-retry",
+        "elicitation-sep1034-client-defaults",
+    ] {
+        let client = format!(
+            "{} {}",
+            workspace()
+                .join("crates/cli/tests/mcp/conformance-client.sh")
+                .display(),
+            env!("CARGO_BIN_EXE_harness")
+        );
+        let out = Command::new(bin.join("conformance"))
+            .args(["client", "--scenario", scenario, "--command", &client])
+            .arg("--expected-failures")
+            .arg(workspace().join("crates/cli/tests/mcp/conformance-baseline.yml"))
+            .arg("-o")
+            .arg(results.path())
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "client scenario {scenario} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -54,7 +54,17 @@ pub enum McpError {
     },
 }
 
-type Client = RunningService<RoleClient, ()>;
+type Client = RunningService<RoleClient, rmcp::model::ClientConfig>;
+
+/// What the harness tells an upstream server in `initialize`: its name and
+/// version, and the newest protocol version that has that handshake (a
+/// newer one has none to answer).
+fn client_config() -> rmcp::model::ClientConfig {
+    let mut config = rmcp::model::ClientConfig::default();
+    config.protocol_version = rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE;
+    config.client_info = rmcp::model::Implementation::new("harness", env!("CARGO_PKG_VERSION"));
+    config
+}
 
 /// One upstream server: its settings and, while it lives, its session.
 struct Upstream {
@@ -78,7 +88,8 @@ impl Upstream {
             // rmcp's HTTPS client takes the process's crypto provider.
             let _ = rustls::crypto::ring::default_provider().install_default();
             let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-            return match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
+            return match tokio::time::timeout(START_TIMEOUT, client_config().serve(transport)).await
+            {
                 Ok(Ok(client)) => Ok(client),
                 Ok(Err(e)) => Err(format!("{url} did not initialize: {e}")),
                 Err(_) => Err(format!(
@@ -98,7 +109,7 @@ impl Upstream {
             .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start `{program}`: {e}"))?;
-        match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
+        match tokio::time::timeout(START_TIMEOUT, client_config().serve(transport)).await {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(e)) => Err(format!("`{program}` did not initialize: {e}")),
             Err(_) => Err(format!(

@@ -29,6 +29,16 @@ async def log_message(params) -> None:
     LOGGED.append((params.level, params.logger, params.data))
 
 
+async def logged(n: int) -> list:
+    """LOGGED once it holds n messages. Over streamable HTTP, log messages
+    travel on the session's standalone stream, not the call's, so they may
+    arrive just after the call's result; over stdio they come before it."""
+    deadline = time.monotonic() + 5
+    while len(LOGGED) < n and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return [(lv, d) for lv, _, d in LOGGED]
+
+
 async def approve_if_polite(context, params):
     """The client's answer to an approval request (MCP elicitation)."""
     ASKED.append(params.message)
@@ -146,7 +156,7 @@ async def exercise(session: ClientSession, root: str) -> None:
     )
     assert structured(r)["value"] == 1
     assert seen == ["half way"], seen
-    assert [d for _, _, d in LOGGED] == ["step one"], LOGGED
+    assert [d for _, d in await logged(1)] == ["step one"], LOGGED
 
     # Approvals are asked of the client (elicitation), with the call's line.
     r = await session.call_tool(
@@ -167,16 +177,16 @@ async def exercise(session: ClientSession, root: str) -> None:
         "run_script", {"code": "console.debug('d'); console.log('l'); console.warn('x'); return 1"}
     )
     script_id = structured(r)["script_id"]
-    assert [(lv, d) for lv, _, d in LOGGED] == [("info", "l"), ("warning", "x")], LOGGED
+    assert await logged(2) == [("info", "l"), ("warning", "x")], LOGGED
     assert all(logger == script_id for _, logger, _ in LOGGED), (LOGGED, script_id)
     await session.set_logging_level("debug")
     LOGGED.clear()
     await session.call_tool("run_script", {"code": "console.debug('d'); return 1"})
-    assert [(lv, d) for lv, _, d in LOGGED] == [("debug", "d")], LOGGED
+    assert await logged(1) == [("debug", "d")], LOGGED
     await session.set_logging_level("error")
     LOGGED.clear()
     await session.call_tool("run_script", {"code": "console.warn('w'); console.error('e'); return 1"})
-    assert [(lv, d) for lv, _, d in LOGGED] == [("error", "e")], LOGGED
+    assert await logged(1) == [("error", "e")], LOGGED
     await session.set_logging_level("info")
 
     # Resources: the declarations, the script contract, one tool.
