@@ -131,60 +131,56 @@ fn the_official_conformance_suite_passes_every_scenario_that_applies() {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     let results = tempfile::tempdir().unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = up.then(|| {
-        Command::new(bin.join("conformance"))
-            .args(["server", "--suite", "all", "--url"])
-            .arg(format!("http://127.0.0.1:{port}/mcp"))
+    // The suite with Node 22 first on PATH, judged by the baseline.
+    let suite = |args: &[&str]| {
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new(bin.join("conformance"))
+            .args(args)
             .arg("--expected-failures")
             .arg(workspace().join("crates/cli/tests/mcp/conformance-baseline.yml"))
             .arg("-o")
             .arg(results.path())
-            .env("PATH", &path)
+            .env("PATH", path)
             .output()
-            .unwrap()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "conformance {args:?} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let server_run = up.then(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            suite(&["server", "--suite", "all", "--url", &url])
+        }))
     });
     let _ = server.kill();
     let _ = server.wait();
-    let out = out.expect("harness mcp --http did not listen");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the conformance suite failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = match server_run.expect("harness mcp --http did not listen") {
+        Ok(stdout) => stdout,
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
     assert!(stdout.contains("server-initialize"), "{stdout}");
+    let client = format!(
+        "{} {}",
+        workspace()
+            .join("crates/cli/tests/mcp/conformance-client.sh")
+            .display(),
+        env!("CARGO_BIN_EXE_harness")
+    );
     for scenario in [
         "initialize",
         "tools_call",
         "sse-retry",
         "elicitation-sep1034-client-defaults",
     ] {
-        let client = format!(
-            "{} {}",
-            workspace()
-                .join("crates/cli/tests/mcp/conformance-client.sh")
-                .display(),
-            env!("CARGO_BIN_EXE_harness")
-        );
-        let out = Command::new(bin.join("conformance"))
-            .args(["client", "--scenario", scenario, "--command", &client])
-            .arg("--expected-failures")
-            .arg(workspace().join("crates/cli/tests/mcp/conformance-baseline.yml"))
-            .arg("-o")
-            .arg(results.path())
-            .env("PATH", &path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "client scenario {scenario} failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        suite(&["client", "--scenario", scenario, "--command", &client]);
     }
 }
