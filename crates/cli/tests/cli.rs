@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 mod common;
-use common::json;
+use common::{assert_exit, json};
 
 fn harness(args: &[&str], stdin: &str, cwd: &std::path::Path) -> Output {
     common::harness(args, stdin, Some(cwd), &[])
@@ -15,7 +15,7 @@ fn harness(args: &[&str], stdin: &str, cwd: &std::path::Path) -> Output {
 fn run_json_prints_the_report() {
     let dir = tempfile::tempdir().unwrap();
     let o = harness(&["run", "--json", "-"], "return 1+1", dir.path());
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     let r = json(&o);
     assert_eq!(r["ok"], true);
     assert_eq!(r["value"], 2);
@@ -39,7 +39,7 @@ fn failures_exit_1_with_the_error_shape() {
         "while (true) {}",
         dir.path(),
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_exit(&o, 1);
     let e = &json(&o)["error"];
     assert_eq!(e["code"], "ScriptTimeoutError");
     assert_eq!(e["phase"], "executing");
@@ -158,14 +158,14 @@ fn exec_needs_approval() {
 fn check_reports_line_and_column_and_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let o = harness(&["check", "-"], "let a = 1;\nlet b = ;\n", dir.path());
-    assert_eq!(o.status.code(), Some(1));
+    assert_exit(&o, 1);
     assert!(String::from_utf8_lossy(&o.stdout).contains("script.js:2:9"));
     let o = harness(
         &["check", "--json", "-"],
         "await tools.write_file({path: 'x', content: 'y'})",
         dir.path(),
     );
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     assert_eq!(json(&o)["ok"], true);
     assert!(!dir.path().join("x").exists());
 }
@@ -195,12 +195,7 @@ fn respond_prints_items_in_order_with_both_outputs() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "x").unwrap();
     let o = harness(&["respond", "--events", "-"], RESPONSE, dir.path());
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     let items = json(&o);
     let types: Vec<&str> = items
         .as_array()
@@ -279,10 +274,10 @@ fn respond_reads_wire_json_and_writes_each_format() {
         "<tool-calls>\nawait tools.nope({})\n</tool-calls>",
         dir.path(),
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_exit(&o, 1);
     assert_eq!(json(&o)[1]["metadata"]["unknown_tools"][0], "nope");
     let o = harness(&["respond", "-"], "<tool-calls>\nreturn 1", dir.path());
-    assert_eq!(o.status.code(), Some(1));
+    assert_exit(&o, 1);
     assert!(json(&o)["error"].as_str().unwrap().contains("never closed"));
 }
 
@@ -339,7 +334,7 @@ fn context_flag_gives_scripts_the_documented_values() {
         "return 1",
         dir.path(),
     );
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     assert!(String::from_utf8_lossy(&o.stderr).contains("--context"));
 }
 
@@ -361,12 +356,7 @@ fn typescript_runs_from_files_and_response_blocks() {
     assert_eq!(json(&o)["error"]["code"], "ScriptSyntaxError");
     let response = "First:\n<tool-calls>\nconst xs: number[] = [1, 2, 3]\nreturn xs.length\n</tool-calls>\nThen:\n```ts tool-calls\ninterface A { a: number }\nconst a: A = {a: 5}\nreturn a.a\n```\n";
     let o = harness(&["respond", "-"], response, dir.path());
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert_exit(&o, 0);
     let items = json(&o);
     let outputs: Vec<&Value> = items
         .as_array()
@@ -503,7 +493,7 @@ fn config_layers_ceilings_and_checks_from_the_command_line() {
         "while (true) {}",
         dir.path(),
     );
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("60000") && err.contains("limits.timeout_ms"),
@@ -540,15 +530,10 @@ fn config_layers_ceilings_and_checks_from_the_command_line() {
     assert_ne!(o.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&o.stderr).contains("did you mean `timeout_ms`?"));
     let o = harness(&["config", "check", "F.toml"], "", dir.path());
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../harness.example.toml");
     let o = harness(&["config", "check", example], "", dir.path());
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
 }
 
 /// The audit log holds whole lines only, even when the process is killed
@@ -570,7 +555,7 @@ fn the_audit_log_survives_a_kill_with_whole_lines() {
         "await tools.list_dir({path: '.'}); return 1",
         dir.path(),
     );
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     let response = "<tool-calls>\nreturn 1\n</tool-calls>\n<tool-calls>\nnull.x\n</tool-calls>";
     let o = harness(
         &[
@@ -583,7 +568,7 @@ fn the_audit_log_survives_a_kill_with_whole_lines() {
         response,
         dir.path(),
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_exit(&o, 1);
     // A run killed mid-way writes nothing.
     let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
         .args(["run", "--audit-log", log_arg, "--timeout-ms", "60000", "-"])
@@ -628,14 +613,9 @@ fn the_audit_log_survives_a_kill_with_whole_lines() {
 fn warm_fills_the_cache_one_shot_runs_read_back() {
     let dir = tempfile::tempdir().unwrap();
     let first = harness(&["warm"], "", dir.path());
-    assert_eq!(
-        first.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    assert_exit(&first, 0);
     let o = harness(&["warm", "--json"], "", dir.path());
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     let made = json(&o);
     let made = made.as_array().expect("an array");
     let names: Vec<String> = made
@@ -695,7 +675,7 @@ fn warm_without_a_guest_says_how_to_build_one() {
         .current_dir(dir.path())
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("does not exist") && err.contains("scripts/build-quickjs-wasm"),

@@ -2,6 +2,8 @@
 //! compiler (`tsc` from npm, installed under target/npm by scripts/test):
 //! a script that uses the tools right passes, one wrong argument name fails.
 
+mod common;
+use common::assert_exit;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -53,14 +55,9 @@ fn declarations_pass_a_right_script_and_fail_a_wrong_one() {
     )
     .unwrap();
     let o = harness(&["check", "--types", "good.ts"], dir.path(), &tsc);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert_exit(&o, 0);
     let o = harness(&["check", "--types", "--json", "bad.ts"], dir.path(), &tsc);
-    assert_eq!(o.status.code(), Some(1));
+    assert_exit(&o, 1);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["error"]["location"]["line"], 1, "{v}");
     assert!(
@@ -73,7 +70,7 @@ fn declarations_pass_a_right_script_and_fail_a_wrong_one() {
         dir.path(),
         &tsc,
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_exit(&o, 1);
     // The declarations alone, and the list with schemas.
     let o = harness(
         &["tools", "--typescript", "--only", "read_file"],
@@ -125,12 +122,7 @@ fn the_core_codex_declarations_type_a_script_using_every_tool() {
         dir.path(),
         &tsc,
     );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert_exit(&o, 0);
     let o = harness(
         &[
             "check",
@@ -143,7 +135,7 @@ fn the_core_codex_declarations_type_a_script_using_every_tool() {
         dir.path(),
         &tsc,
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_exit(&o, 1);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["error"]["location"]["line"], 2, "{v}");
 }
@@ -200,12 +192,7 @@ return [s, w.temperature + w.humidity, e];"#;
         )
     };
     let o = check("good.ts");
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert_exit(&o, 0);
     let o = check("bad.ts");
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{out}");

@@ -38,3 +38,16 @@ pub fn json(o: &Output) -> Value {
         )
     })
 }
+
+/// Asserts that `harness` exited with `code`, showing what it printed if
+/// not.
+#[track_caller]
+pub fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
