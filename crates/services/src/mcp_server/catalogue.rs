@@ -161,12 +161,15 @@ pub(super) fn prompt(
     let text = match request.name.as_ref() {
         "code-mode" => {
             let task = required("task")?;
-            let narrowed = arg("tools").map(|t| {
-                t.split(',')
-                    .map(|n| n.trim().to_owned())
-                    .filter(|n| !n.is_empty())
-                    .collect()
-            });
+            // No names (an empty `tools`) means every tool, as no `tools`.
+            let narrowed = arg("tools")
+                .map(|t| {
+                    t.split(',')
+                        .map(|n| n.trim().to_owned())
+                        .filter(|n| !n.is_empty())
+                        .collect::<Vec<_>>()
+                })
+                .filter(|names| !names.is_empty());
             format!(
                 "{}\n\nThe tools, as TypeScript:\n\n```ts\n{}```\n\nWrite one script for \
                  `run_script` that does this task, and return its result:\n\n{task}\n",
