@@ -257,7 +257,21 @@ impl ToolFacade {
         if tool.requires_approval(&args) {
             self.approve(&site, &name, &args, &cancel).await?;
         }
-        let ctx = ToolContext::new(site.call_id, deadline).with_cancel(cancel.clone());
+        let approver = {
+            let (facade, site, cancel) = (self.clone(), site.clone(), cancel.clone());
+            crate::tool::Approver::new(move |what: String, details: Value| {
+                let (facade, site, cancel) = (facade.clone(), site.clone(), cancel.clone());
+                async move {
+                    facade
+                        .approve(&site, &what, &details, &cancel)
+                        .await
+                        .map_err(|e| e.message)
+                }
+            })
+        };
+        let ctx = ToolContext::new(site.call_id, deadline)
+            .with_cancel(cancel.clone())
+            .with_approver(approver);
         match tool.execute(args, ctx).await {
             Ok(mut v) => {
                 truncate_strings(&mut v, self.limits.max_tool_output_string_bytes as usize);

@@ -23,6 +23,38 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// When the whole script run must end.
     pub deadline: Instant,
+    /// The run's approvals, for a tool that must ask before it goes on
+    /// ([`ToolContext::ask`]); `None` outside a run.
+    pub approver: Option<Approver>,
+}
+
+/// What the approver answers: go ahead, or why not.
+pub type Approval = Result<(), String>;
+
+/// Asks the run's approvals (its bridge, timeout and record) whether a
+/// step of a tool may go ahead: `ask(what, details)` shows the person the
+/// tool name `what` with `details` as its arguments.
+#[derive(Clone)]
+pub struct Approver(Arc<AskFn>);
+
+/// What an [`Approver`] runs.
+type AskFn = dyn Fn(String, Value) -> Pin<Box<dyn Future<Output = Approval> + Send>> + Send + Sync;
+
+impl Approver {
+    /// An approver that runs `ask`.
+    pub fn new<F, Fut>(ask: F) -> Self
+    where
+        F: Fn(String, Value) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Approval> + Send + 'static,
+    {
+        Approver(Arc::new(move |what, details| Box::pin(ask(what, details))))
+    }
+}
+
+impl std::fmt::Debug for Approver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Approver")
+    }
 }
 
 impl ToolContext {
@@ -50,6 +82,24 @@ impl ToolContext {
             call_id,
             cancel: CancellationToken::new(),
             deadline,
+            approver: None,
+        }
+    }
+
+    /// With `approver` as the run's approvals.
+    pub fn with_approver(mut self, approver: Approver) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// Asks the run's approvals whether the step `what` (shown as a tool
+    /// name, with `details` as its arguments) may go ahead; the answer is
+    /// recorded in the report as any approval is. Outside a run there is no
+    /// one to ask: `Err`.
+    pub async fn ask(&self, what: &str, details: Value) -> Approval {
+        match &self.approver {
+            Some(a) => (a.0)(what.to_owned(), details).await,
+            None => Err("no approvals to ask outside a run".into()),
         }
     }
 

@@ -54,7 +54,105 @@ pub enum McpError {
     },
 }
 
-type Client = RunningService<RoleClient, rmcp::model::ClientConfig>;
+type Client = RunningService<RoleClient, Handler>;
+
+/// The calls in flight on one upstream server, each with its context:
+/// where an elicitation from that server goes.
+#[derive(Debug, Default)]
+struct InFlight(std::sync::Mutex<Vec<(u64, String, ToolContext)>>);
+
+/// Takes a call off [`InFlight`] when it ends, however it ends.
+struct Flying<'a>(&'a InFlight, u64);
+
+impl InFlight {
+    fn enter(&self, tool: &str, ctx: &ToolContext) -> Flying<'_> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let key = u64::from(NEXT.fetch_add(1, Ordering::Relaxed));
+        if let Ok(mut calls) = self.0.lock() {
+            calls.push((key, tool.to_owned(), ctx.clone()));
+        }
+        Flying(self, key)
+    }
+}
+
+impl Drop for Flying<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut calls) = self.0 .0.lock() {
+            calls.retain(|(key, ..)| *key != self.1);
+        }
+    }
+}
+
+/// The client side of one upstream connection: what it says in
+/// `initialize`, and its answer to the server's elicitation requests.
+struct Handler {
+    in_flight: Arc<InFlight>,
+}
+
+impl rmcp::ClientHandler for Handler {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        client_config()
+    }
+
+    /// A form elicitation asks the run's approvals, as the call that is
+    /// waiting on it (`tools.mcp.SERVER.TOOL`, with the message and the
+    /// form as its arguments); approved, the answer is the form's
+    /// defaults. With no call or several in flight on this server, it
+    /// cannot tell whose run to ask, and declines.
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+        let decline = Ok(ElicitResult::new(ElicitationAction::Decline));
+        let calls = self
+            .in_flight
+            .0
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
+        let [(_, tool, ctx)] = calls.as_slice() else {
+            tracing::warn!(
+                calls = calls.len(),
+                "an upstream elicitation with no single call to ask for: declined"
+            );
+            return decline;
+        };
+        let ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } = request
+        else {
+            return decline;
+        };
+        let schema = serde_json::to_value(&requested_schema).unwrap_or(Value::Null);
+        match ctx
+            .ask(tool, json!({"elicitation": message, "form": schema}))
+            .await
+        {
+            Ok(()) => {
+                Ok(ElicitResult::new(ElicitationAction::Accept).with_content(defaults(&schema)))
+            }
+            Err(_) => decline,
+        }
+    }
+}
+
+/// The answer a form gets when a person approves it as it stands: each
+/// field's `default`.
+fn defaults(schema: &Value) -> Value {
+    let mut out = Map::new();
+    if let Some(Value::Object(props)) = schema.get("properties") {
+        for (name, field) in props {
+            if let Some(d) = field.get("default") {
+                out.insert(name.clone(), d.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
 
 /// What the harness tells an upstream server in `initialize`: its name and
 /// version, and the newest protocol version that has that handshake (a
@@ -63,6 +161,10 @@ fn client_config() -> rmcp::model::ClientConfig {
     let mut config = rmcp::model::ClientConfig::default();
     config.protocol_version = rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE;
     config.client_info = rmcp::model::Implementation::new("harness", env!("CARGO_PKG_VERSION"));
+    config.capabilities.elicitation = Some(
+        rmcp::model::ElicitationCapability::new()
+            .with_form(rmcp::model::FormElicitationCapability::default()),
+    );
     config
 }
 
@@ -72,6 +174,7 @@ struct Upstream {
     settings: McpServerSettings,
     session: tokio::sync::Mutex<Option<Client>>,
     restarts: AtomicU32,
+    in_flight: Arc<InFlight>,
 }
 
 impl fmt::Debug for Upstream {
@@ -83,12 +186,18 @@ impl fmt::Debug for Upstream {
 }
 
 impl Upstream {
+    fn handler(&self) -> Handler {
+        Handler {
+            in_flight: self.in_flight.clone(),
+        }
+    }
+
     async fn start(&self) -> Result<Client, String> {
         if let Some(url) = &self.settings.url {
             // rmcp's HTTPS client takes the process's crypto provider.
             let _ = rustls::crypto::ring::default_provider().install_default();
             let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-            return match tokio::time::timeout(START_TIMEOUT, client_config().serve(transport)).await
+            return match tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport)).await
             {
                 Ok(Ok(client)) => Ok(client),
                 Ok(Err(e)) => Err(format!("{url} did not initialize: {e}")),
@@ -109,7 +218,7 @@ impl Upstream {
             .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start `{program}`: {e}"))?;
-        match tokio::time::timeout(START_TIMEOUT, client_config().serve(transport)).await {
+        match tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport)).await {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(e)) => Err(format!("`{program}` did not initialize: {e}")),
             Err(_) => Err(format!(
@@ -205,6 +314,7 @@ impl Upstreams {
                 settings: settings.clone(),
                 session: tokio::sync::Mutex::new(None),
                 restarts: AtomicU32::new(0),
+                in_flight: Arc::default(),
             });
             let err = |message: String| McpError::Start {
                 server: name.clone(),
@@ -309,6 +419,7 @@ fn upstream_tool(server: Arc<Upstream>, t: rmcp::model::Tool) -> harness_core::F
                 if let Value::Object(m) = args {
                     params = params.with_arguments(m);
                 }
+                let _flying = up.in_flight.enter(&full_name, &ctx);
                 let result = peer
                     .call_tool(params)
                     .await

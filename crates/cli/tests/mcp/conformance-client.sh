@@ -16,4 +16,6 @@ case "${MCP_CONFORMANCE_SCENARIO:-}" in
     elicitation-sep1034-client-defaults) script='return await tools.mcp.s.test_client_elicitation_defaults({})' ;;
     *) script='return Object.keys((tools.mcp && tools.mcp.s) || {})' ;;
 esac
-echo "$script" | "$harness" run --config "$dir/harness.toml" --json -
+# A person who approves every form as it stands: an upstream elicitation
+# reaches the run's approvals, which answer with the form's defaults.
+echo "$script" | "$harness" run --config "$dir/harness.toml" --approve yes --json -
