@@ -1025,7 +1025,7 @@
         && configJson.slice(runEnd, runEnd + staticMark.length) === staticMark
         && configJson.slice(0, runPrefix.length) === runPrefix) {
       seed = configJson.slice(runPrefix.length, runPrefix.length + seedLength);
-      scriptId = configJson.slice(runPrefix.length + 32, runEnd);
+      scriptId = configJson.slice(runPrefix.length + seedLength, runEnd);
       staticJson = configJson.slice(runEnd + staticMark.length, configJson.length - 1);
     } else {
       const whole = jsonParse(configJson);

@@ -66,8 +66,8 @@ struct Flying<'a>(&'a InFlight, u64);
 
 impl InFlight {
     fn enter(&self, tool: &str, ctx: &ToolContext) -> Flying<'_> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let key = u64::from(NEXT.fetch_add(1, Ordering::Relaxed));
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let key = NEXT.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut calls) = self.0.lock() {
             calls.push((key, tool.to_owned(), ctx.clone()));
         }

@@ -75,11 +75,8 @@ fn guide(harness: &Harness) -> String {
     let codes: Vec<&str> = harness::ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
     format!(
         "# Writing a script for this server\n\n\
-         A script is the body of an async function: use `await`, and `return` the \
-         result (it must be JSON-serialisable). Call tools as `await tools.NAME(args)` \
-         (upstream MCP tools as `tools.mcp.SERVER.TOOL(args)`); run independent calls \
-         at once with `Promise.all`. `context` holds what the host passed; `console` \
-         lines come back in the report and, while the run runs, as log messages.\n\n\
+         {SCRIPT_CONTRACT} `context` holds what the host passed; `console` lines come \
+         back in the report and, while the run runs, as log messages.\n\n\
          There is no network and no filesystem except through tools, no `eval` or \
          `Function`, and the built-ins are frozen. Nothing a run leaves behind is seen \
          by the next.\n\n\

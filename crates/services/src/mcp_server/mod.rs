@@ -216,6 +216,13 @@ fn strip_formats(v: &mut Value) {
     }
 }
 
+/// What a script is and how it calls tools, as `run_script`'s description
+/// and the guide both say it.
+const SCRIPT_CONTRACT: &str = "The script is the body of an async function: use `await`, and \
+     `return` the result (it must be JSON-serialisable). Call tools as `await tools.NAME(args)` \
+     (upstream MCP tools as `tools.mcp.SERVER.TOOL(args)`); several calls can run at once with \
+     Promise.all.";
+
 /// `run_script`'s description: the contract of a script, its limits, and
 /// the declarations of the tools (or, past `max_bytes`, their names).
 fn run_description(harness: &Harness, max_bytes: usize) -> String {
@@ -239,11 +246,8 @@ fn run_description(harness: &Harness, max_bytes: usize) -> String {
     };
     format!(
         "Runs a JavaScript or TypeScript script in a sandbox ({engine}) and returns its report \
-         (value, console, tool calls, error). The script is the body of an async function: \
-         use `await`, and `return` the result (it must be JSON-serialisable). Call tools as \
-         `await tools.NAME(args)` (upstream MCP tools as `tools.mcp.SERVER.TOOL(args)`); \
-         several calls can run at once with Promise.all. Limits: {timeout} ms, {calls} tool \
-         calls, {mem} MiB. No network, no filesystem except through tools.\n\n{api}",
+         (value, console, tool calls, error). {SCRIPT_CONTRACT} Limits: {timeout} ms, {calls} \
+         tool calls, {mem} MiB. No network, no filesystem except through tools.\n\n{api}",
         engine = harness.engine().name,
         timeout = limits.timeout_ms,
         calls = limits.max_tool_calls,
