@@ -78,7 +78,7 @@ harness::main! {
         // would show here).
         let mut late = Vec::new();
         for k in 0..n {
-            let spaced = (k / BLOCK) % 2 == 0 && gap > 0;
+            let spaced = (k / BLOCK).is_multiple_of(2) && gap > 0;
             let slept = now_us();
             if spaced {
                 std::thread::sleep(Duration::from_millis(gap));

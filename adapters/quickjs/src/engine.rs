@@ -281,7 +281,7 @@ impl Engine for QjsRun<'_> {
                     n = n.wrapping_add(1);
                     // A flood of tiny jobs may never reach the interrupt
                     // counter; check the deadline ourselves now and then.
-                    if n % 1024 == 0 {
+                    if n.is_multiple_of(1024) {
                         let stop = self
                             .slot
                             .interrupt

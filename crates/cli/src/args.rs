@@ -244,7 +244,10 @@ pub(super) fn parse_context(
 }
 
 #[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(super) struct McpArgs {
+    #[command(subcommand)]
+    pub(super) action: Option<McpCommand>,
     #[command(flatten)]
     pub(super) engine: EngineArgs,
     /// Serve streamable HTTP on ADDR (e.g. 127.0.0.1:8765) instead of stdio.
@@ -257,6 +260,23 @@ pub(super) struct McpArgs {
     /// lists tool names only and points at search_tools/describe_tools.
     #[arg(long, value_name = "BYTES", default_value_t = harness_services::mcp_server::DEFAULT_MAX_DESCRIPTION_BYTES)]
     pub(super) max_description_bytes: usize,
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum McpCommand {
+    /// Authorise the harness with an upstream MCP server that has `auth =
+    /// "oauth"`: prints the URL to open in a browser, waits for it to come
+    /// back to a loopback redirect, and stores the tokens (mode 0600) for
+    /// every later run and worker.
+    Login(McpLoginArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub(super) struct McpLoginArgs {
+    #[command(flatten)]
+    pub(super) config: ConfigArgs,
+    /// The server's name: `[mcp.servers.NAME]` of the configuration.
+    pub(super) name: String,
 }
 
 #[derive(clap::Args, Debug)]

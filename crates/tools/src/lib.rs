@@ -28,4 +28,4 @@ pub mod typed;
 #[cfg(feature = "builtin")]
 mod walk;
 
-pub use settings::McpServerSettings;
+pub use settings::{McpAuth, McpServerSettings};

@@ -150,7 +150,7 @@ impl Region {
     /// The 32-bit word at `offset` of ring `ring`'s header.
     #[allow(unsafe_code)]
     fn word(&self, ring: usize, offset: usize) -> &AtomicU32 {
-        debug_assert!(ring < 2 && offset + 4 <= HEADER && offset % 4 == 0);
+        debug_assert!(ring < 2 && offset + 4 <= HEADER && offset.is_multiple_of(4));
         // SAFETY: in bounds of the mapping (which lives as long as
         // `self`), aligned (the mapping is page-aligned), and only ever
         // accessed atomically.

@@ -168,6 +168,13 @@ pub(super) fn validate_layer(
                 if t.contains_key("command") == t.contains_key("url") {
                     return Err(invalid(&section, source, "give either `command` or `url`"));
                 }
+                if t.contains_key("auth") && !t.contains_key("url") {
+                    return Err(invalid(
+                        &section,
+                        source,
+                        "`auth` is for a server reached by `url`",
+                    ));
+                }
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The settings structs: what each table of the configuration holds.
 
 use crate::{EngineKind, Isolation, Limits, Mode, ScriptLanguage, TaskLimits};
-pub use harness_tools::McpServerSettings;
+pub use harness_tools::{McpAuth, McpServerSettings};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -96,6 +96,14 @@ fn mcp_servers_are_checked_and_their_env_is_not_shown() {
             "either",
         ),
         ("[mcp.servers.gh]\nargs = []\n", "either"),
+        (
+            "[mcp.servers.gh]\ncommand = \"x\"\nauth = \"oauth\"\n",
+            "`auth` is for a server reached by `url`",
+        ),
+        (
+            "[mcp.servers.gh]\nurl = \"http://a\"\nauth = \"basic\"\n",
+            "auth",
+        ),
         ("[mcp.servers.\"my-gh\"]\ncommand = \"x\"\n", "identifier"),
         (
             "[mcp.servers.gh]\ncommand = \"x\"\ncomand = \"y\"\n",
@@ -174,6 +182,13 @@ fn the_keys_are_the_struct_fields_and_none_was_lost() {
                 "tools",
                 "needs_approval",
                 "timeout_ms",
+                "auth",
+                "client_id",
+                "client_secret_env",
+                "client_metadata_url",
+                "scopes",
+                "token_file",
+                "redirect_port",
             ],
         ),
         ("mcp", keys_of::<McpSettings>(), &["servers"]),

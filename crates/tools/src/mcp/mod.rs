@@ -13,9 +13,12 @@
 //! call drops its request, which tells the server with
 //! `notifications/cancelled`. A server that dies fails the calls in flight
 //! with an error that says so, and is started again by the next call
-//! (at most [`MAX_RESTARTS`] times).
+//! (at most [`MAX_RESTARTS`] times). A server with `auth = "oauth"` is
+//! reached with the tokens `harness mcp login` stored ([`oauth`]).
 
-use crate::McpServerSettings;
+pub mod oauth;
+
+use crate::{McpAuth, McpServerSettings};
 use harness_core::{Tool, ToolContext, ToolError, ToolRegistry};
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceExt};
@@ -42,6 +45,15 @@ pub enum McpError {
         /// The server's name in the configuration.
         server: String,
         /// What went wrong.
+        message: String,
+    },
+    /// The server wants an authorization the harness does not hold (or
+    /// holds no longer): a person runs `harness mcp login NAME`.
+    #[error("MCP server `{server}` needs authorization: {message}")]
+    Unauthorized {
+        /// The server's name.
+        server: String,
+        /// Why, and what to run.
         message: String,
     },
     /// The configuration does not say how to reach the server.
@@ -192,23 +204,46 @@ impl Upstream {
         }
     }
 
-    async fn start(&self) -> Result<Client, String> {
+    async fn start(&self) -> Result<Client, McpError> {
+        let fail = |message: String| McpError::Start {
+            server: self.name.clone(),
+            message,
+        };
+        let bounded_start = |url: &str,
+                             started: Result<
+            Result<Client, rmcp::service::ClientInitializeError>,
+            _,
+        >| match started {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(e)) if e.auth_challenge().is_some() => Err(McpError::Unauthorized {
+                server: self.name.clone(),
+                message: format!(
+                    "{url} refused the stored authorization; run `harness mcp login {}`",
+                    self.name
+                ),
+            }),
+            Ok(Err(e)) => Err(fail(format!("{url} did not initialize: {e}"))),
+            Err(_) => Err(fail(format!(
+                "{url} did not initialize within {} s",
+                START_TIMEOUT.as_secs()
+            ))),
+        };
         if let Some(url) = &self.settings.url {
             // rmcp's HTTPS client takes the process's crypto provider.
             let _ = rustls::crypto::ring::default_provider().install_default();
+            if self.settings.auth == Some(McpAuth::Oauth) {
+                let transport = oauth::transport(&self.name, &self.settings, url).await?;
+                let started =
+                    tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport)).await;
+                return bounded_start(url, started);
+            }
             let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-            return match tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport)).await
-            {
-                Ok(Ok(client)) => Ok(client),
-                Ok(Err(e)) => Err(format!("{url} did not initialize: {e}")),
-                Err(_) => Err(format!(
-                    "{url} did not initialize within {} s",
-                    START_TIMEOUT.as_secs()
-                )),
-            };
+            let started =
+                tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport)).await;
+            return bounded_start(url, started);
         }
         let Some(program) = &self.settings.command else {
-            return Err("neither `command` nor `url` is set".into());
+            return Err(fail("neither `command` nor `url` is set".into()));
         };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&self.settings.args).envs(&self.settings.env);
@@ -217,14 +252,14 @@ impl Upstream {
         let (transport, _) = TokioChildProcess::builder(cmd)
             .stderr(std::process::Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            .map_err(|e| fail(format!("cannot start `{program}`: {e}")))?;
         match tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport)).await {
             Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) => Err(format!("`{program}` did not initialize: {e}")),
-            Err(_) => Err(format!(
+            Ok(Err(e)) => Err(fail(format!("`{program}` did not initialize: {e}"))),
+            Err(_) => Err(fail(format!(
                 "`{program}` did not initialize within {} s",
                 START_TIMEOUT.as_secs()
-            )),
+            ))),
         }
     }
 
@@ -245,10 +280,10 @@ impl Upstream {
             )));
         }
         tracing::warn!(server = %self.name, restart = n + 1, "restarting MCP server");
-        let client = self
-            .start()
-            .await
-            .map_err(|e| ToolError::new(format!("MCP server `{}` is down: {e}", self.name)))?;
+        let client = self.start().await.map_err(|e| match e {
+            McpError::Unauthorized { .. } => ToolError::new(e.to_string()),
+            e => ToolError::new(format!("MCP server `{}` is down: {e}", self.name)),
+        })?;
         let peer = client.peer().clone();
         *session = Some(client);
         Ok(peer)
@@ -261,6 +296,9 @@ impl Upstream {
         e: rmcp::service::ServiceError,
         peer: &Peer<RoleClient>,
     ) -> ToolError {
+        if let (Some(challenge), Some(url)) = (e.auth_challenge(), &self.settings.url) {
+            return ToolError::new(oauth::refusal(&self.name, &self.settings, url, challenge));
+        }
         if peer.is_transport_closed() || matches!(e, rmcp::service::ServiceError::TransportClosed) {
             ToolError::new(format!(
                 "MCP server `{}` exited during {what}; the next call starts it again",
@@ -309,6 +347,12 @@ impl Upstreams {
                     message: "give either `command` (stdio) or `url` (streamable HTTP)".into(),
                 });
             }
+            if settings.auth.is_some() && settings.url.is_none() {
+                return Err(McpError::Unsupported {
+                    server: name.clone(),
+                    message: "`auth` is for a server reached by `url`".into(),
+                });
+            }
             let up = Arc::new(Upstream {
                 name: name.clone(),
                 settings: settings.clone(),
@@ -320,7 +364,7 @@ impl Upstreams {
                 server: name.clone(),
                 message,
             };
-            let client = up.start().await.map_err(err)?;
+            let client = up.start().await?;
             let listed = tokio::time::timeout(START_TIMEOUT, client.peer().list_all_tools())
                 .await
                 .map_err(|_| err("tools/list timed out".into()))?
