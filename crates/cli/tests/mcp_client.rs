@@ -90,6 +90,42 @@ fn a_python_client_over_streamable_http() {
     client_run(&["--http"], "--isolation process");
 }
 
+/// `harness mcp` follows its upstream's tools: an upstream (the Python
+/// SDK's server, `tests/mcp/changing_upstream.py`) that gains a tool and
+/// says so, then dies and comes back with another, is listed again; the
+/// client (`tests/mcp/catalogue.py`) hears `tools/list_changed` and the
+/// update of the resource it subscribed to, and calls the new tools.
+#[test]
+fn the_catalogue_follows_an_upstream_whose_tools_change() {
+    let Some((python, _)) = parts() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("harness.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.servers.up]\ncommand = \"{}\"\nargs = [\"{}\", \"{}\"]\n",
+            python.display(),
+            workspace()
+                .join("crates/cli/tests/mcp/changing_upstream.py")
+                .display(),
+            dir.path().join("starts").display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(&python)
+        .arg(workspace().join("crates/cli/tests/mcp/catalogue.py"))
+        .arg(env!("CARGO_BIN_EXE_harness"))
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("ok"),
+        "the MCP client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The official conformance suite: its server scenarios against
 /// `harness mcp --http`, its client scenarios against our upstream client
 /// (`tests/mcp/conformance-client.sh`), judged by

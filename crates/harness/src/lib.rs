@@ -110,6 +110,8 @@ pub struct Harness {
     anticipates: bool,
     audit: Option<Arc<audit::AuditLog>>,
     traceparent: Option<String>,
+    #[cfg(feature = "mcp")]
+    mcp: Option<Arc<McpPart>>,
 }
 
 impl fmt::Debug for Harness {
@@ -290,6 +292,42 @@ impl Harness {
     /// about one trivial run of CPU.
     pub fn rehearsals(&self) -> u64 {
         self.adapter.rehearsals()
+    }
+
+    /// Says when the upstream MCP servers' tools changed (a server started
+    /// again with other tools, or one that said so): then
+    /// [`Harness::relisted`] has them. `None` without upstream servers.
+    #[cfg(feature = "mcp")]
+    pub fn catalogue_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.mcp.as_ref().map(|m| m.upstreams.changes())
+    }
+
+    /// This harness with the upstream MCP servers' tools as they list them
+    /// now (the same engine, allowlist, approvals and settings; a
+    /// `[tools.NAME]` setting for a tool that went away is left out), or
+    /// `None` when nothing changed since this harness was built.
+    #[cfg(feature = "mcp")]
+    pub fn relisted(&self) -> Result<Option<Harness>, BuildError> {
+        let Some(part) = &self.mcp else {
+            return Ok(None);
+        };
+        let generation = part.upstreams.generation();
+        if generation == part.generation {
+            return Ok(None);
+        }
+        let part = Arc::new(McpPart {
+            upstreams: part.upstreams.clone(),
+            base: part.base.clone(),
+            settings: part.settings.clone(),
+            generation,
+        });
+        let mut tools = self.tools.clone();
+        tools.registry = part.registry(false)?;
+        Ok(Some(Harness {
+            tools,
+            mcp: Some(part),
+            ..self.clone()
+        }))
     }
 
     /// The tool registry.
@@ -699,39 +737,21 @@ impl HarnessBuilder {
             None => registry,
         };
         #[cfg(feature = "mcp")]
-        let registry = match self.mcp {
-            Some(upstreams) if !upstreams.is_empty() => {
-                let mut r = config::apply_tool_settings(&registry, &Default::default())
-                    .map_err(BuildError::Registry)?;
-                upstreams.register(&mut r).map_err(BuildError::Registry)?;
-                Arc::new(r)
-            }
-            _ => registry,
+        let mcp = self.mcp.filter(|u| !u.is_empty()).map(|upstreams| {
+            Arc::new(McpPart {
+                generation: upstreams.generation(),
+                upstreams,
+                base: registry.clone(),
+                settings: self.tool_settings.clone(),
+            })
+        });
+        #[cfg(feature = "mcp")]
+        let registry = match &mcp {
+            Some(part) => part.registry(true)?,
+            None => with_tool_settings(registry, &self.tool_settings, true)?,
         };
-        let registry = if self.tool_settings.is_empty() {
-            registry
-        } else {
-            if let Some(unknown) = self
-                .tool_settings
-                .keys()
-                .find(|n| registry.get(n).is_none())
-            {
-                return Err(BuildError::Config(config::ConfigError::Invalid {
-                    key: format!("tools.{unknown}"),
-                    source_name: "the configuration".into(),
-                    message: format!("there is no tool named `{unknown}`"),
-                }));
-            }
-            Arc::new(
-                config::apply_tool_settings(&registry, &self.tool_settings).map_err(|e| {
-                    BuildError::Config(config::ConfigError::Invalid {
-                        key: "tools".into(),
-                        source_name: "the configuration".into(),
-                        message: e.to_string(),
-                    })
-                })?,
-            )
-        };
+        #[cfg(not(feature = "mcp"))]
+        let registry = with_tool_settings(registry, &self.tool_settings, true)?;
         let mut tools = ToolSet::new(registry).with_allow(allow);
         if let Some(approvals) = self.approvals {
             tools = tools.with_approvals(approvals);
@@ -753,7 +773,70 @@ impl HarnessBuilder {
             limits: self.limits,
             mode: self.mode,
             context: self.context,
+            #[cfg(feature = "mcp")]
+            mcp,
         })
+    }
+}
+
+/// `registry` with the configuration's `[tools.NAME]` settings applied.
+/// `strict`: a setting for a tool the registry lacks is an error (else it
+/// is left out: an upstream tool that went away).
+fn with_tool_settings(
+    registry: Arc<ToolRegistry>,
+    settings: &std::collections::BTreeMap<String, config::ToolSettings>,
+    strict: bool,
+) -> Result<Arc<ToolRegistry>, BuildError> {
+    let unknown = |n: &String| registry.get(n).is_none();
+    if strict {
+        if let Some(unknown) = settings.keys().find(|n| unknown(n)) {
+            return Err(BuildError::Config(config::ConfigError::Invalid {
+                key: format!("tools.{unknown}"),
+                source_name: "the configuration".into(),
+                message: format!("there is no tool named `{unknown}`"),
+            }));
+        }
+    }
+    let known: std::collections::BTreeMap<_, _> = settings
+        .iter()
+        .filter(|(n, _)| !unknown(n))
+        .map(|(n, s)| (n.clone(), s.clone()))
+        .collect();
+    if known.is_empty() {
+        return Ok(registry);
+    }
+    config::apply_tool_settings(&registry, &known)
+        .map(Arc::new)
+        .map_err(|e| {
+            BuildError::Config(config::ConfigError::Invalid {
+                key: "tools".into(),
+                source_name: "the configuration".into(),
+                message: e.to_string(),
+            })
+        })
+}
+
+/// What a harness with upstream MCP servers needs to list their tools
+/// again: the registry without them, the settings, the servers.
+#[cfg(feature = "mcp")]
+#[derive(Debug)]
+struct McpPart {
+    upstreams: mcp::Upstreams,
+    base: Arc<ToolRegistry>,
+    settings: std::collections::BTreeMap<String, config::ToolSettings>,
+    /// The upstreams' generation this registry was built from.
+    generation: u64,
+}
+
+#[cfg(feature = "mcp")]
+impl McpPart {
+    fn registry(&self, strict: bool) -> Result<Arc<ToolRegistry>, BuildError> {
+        let mut r = config::apply_tool_settings(&self.base, &Default::default())
+            .map_err(BuildError::Registry)?;
+        self.upstreams
+            .register(&mut r)
+            .map_err(BuildError::Registry)?;
+        with_tool_settings(Arc::new(r), &self.settings, strict)
     }
 }
 

@@ -43,8 +43,10 @@ use std::sync::{Arc, Mutex};
 
 mod bridge;
 mod catalogue;
+mod follow;
 
 use bridge::{AskClient, Forward};
+use follow::Shared;
 use rmcp::model::LoggingLevel;
 
 /// Above this many bytes of declarations, `run_script`'s description lists
@@ -73,14 +75,21 @@ pub enum ServeError {
 /// cheap (the HTTP transport gives each session a clone).
 #[derive(Clone)]
 pub struct CodeMode {
-    harness: Harness,
+    /// The harness (replaced when the upstream servers' tools change) and
+    /// the client sessions told of that.
+    shared: Arc<Shared>,
     router: ToolRouter<CodeMode>,
+    /// Above this many bytes of declarations, `run_script`'s description
+    /// lists names and summaries only.
+    max_description_bytes: usize,
     /// Ask the client (MCP elicitation) when a call needs approval and the
     /// client can be asked; off when the host answers approvals itself.
     ask_client: bool,
     /// The client's `logging/setLevel` (info until it sets one); each
     /// client session has its own.
     log_level: Arc<Mutex<LoggingLevel>>,
+    /// The resources this client session subscribed to.
+    subscriptions: follow::Subscriptions,
 }
 
 impl std::fmt::Debug for CodeMode {
@@ -270,21 +279,25 @@ impl CodeMode {
     pub fn new(harness: Harness) -> CodeMode {
         CodeMode {
             router: Self::tool_router(),
-            harness,
+            shared: Arc::new(Shared::new(harness)),
+            max_description_bytes: DEFAULT_MAX_DESCRIPTION_BYTES,
             ask_client: true,
             log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
+            subscriptions: Default::default(),
         }
-        .with_max_description_bytes(DEFAULT_MAX_DESCRIPTION_BYTES)
     }
 
     /// Above `max_bytes` of declarations, `run_script`'s description lists
     /// the tools' names and summaries only.
     pub fn with_max_description_bytes(mut self, max_bytes: usize) -> CodeMode {
-        let description = run_description(&self.harness, max_bytes);
-        if let Some(route) = self.router.map.get_mut("run_script") {
-            route.attr.description = Some(description.into());
-        }
+        self.max_description_bytes = max_bytes;
         self
+    }
+
+    /// The harness as it is now: the one given to [`CodeMode::new`], or
+    /// the same relisted after the upstream servers' tools changed.
+    fn harness(&self) -> Harness {
+        self.shared.harness()
     }
 
     /// Whether a call that needs approval is put to the client (when it
@@ -300,21 +313,31 @@ impl CodeMode {
     fn for_session(&self) -> CodeMode {
         CodeMode {
             log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
+            subscriptions: Default::default(),
             ..self.clone()
         }
     }
 
     /// What `tools/list` answers.
     pub fn tools(&self) -> Vec<Tool> {
-        TOOLS
-            .iter()
-            .filter_map(|n| self.router.get(n).cloned())
-            .collect()
+        TOOLS.iter().filter_map(|n| self.tool(n)).collect()
+    }
+
+    /// One of the four tools, `run_script` described with the declarations
+    /// of the tools as they are now.
+    fn tool(&self, name: &str) -> Option<Tool> {
+        let mut tool = self.router.get(name).cloned()?;
+        if name == "run_script" {
+            tool.description =
+                Some(run_description(&self.harness(), self.max_description_bytes).into());
+        }
+        Some(tool)
     }
 
     /// Serves one client on stdin/stdout until it disconnects.
     pub async fn serve_stdio(self) -> Result<(), ServeError> {
         use rmcp::ServiceExt;
+        let _follow = self.shared.follow();
         let running = self
             .serve(rmcp::transport::stdio())
             .await
@@ -337,6 +360,7 @@ impl CodeMode {
         use hyper_util::service::TowerToHyperService;
         use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
         use rmcp::transport::streamable_http_server::StreamableHttpService;
+        let _follow = self.shared.follow();
         let service = TowerToHyperService::new(StreamableHttpService::new(
             move || Ok(self.for_session()),
             LocalSessionManager::default().into(),
@@ -376,7 +400,8 @@ impl CodeMode {
         Parameters(args): Parameters<ScriptArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let mut request = self.harness.request(&args.code);
+        let harness = self.harness();
+        let mut request = harness.request(&args.code);
         if let Some(language) = args.language {
             request.language = language.into();
         }
@@ -399,7 +424,7 @@ impl CodeMode {
             self.log_level.clone(),
         );
         request.observer = Some(harness::Observer::new(forward.clone()));
-        let report = self.harness.execute(request).await;
+        let report = harness.execute(request).await;
         forward.finish();
         let _ = task.await;
         let summary = match (&report.value, &report.error) {
@@ -441,7 +466,7 @@ impl CodeMode {
         &self,
         Parameters(args): Parameters<ScriptArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        Ok(match self.harness.check(&args.code).await {
+        Ok(match self.harness().check(&args.code).await {
             Ok(()) => diagnostics(Vec::new()),
             Err(e) => diagnostics(vec![diagnostic(&e)]),
         })
@@ -456,9 +481,10 @@ impl CodeMode {
         Parameters(args): Parameters<SearchArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let limit = args.limit.unwrap_or(10) as usize;
-        let registry = self.harness.registry();
+        let harness = self.harness();
+        let registry = harness.registry();
         let found: Vec<Value> =
-            harness::declarations::search(registry, &self.harness.tool_names(), &args.query)
+            harness::declarations::search(registry, &harness.tool_names(), &args.query)
                 .into_iter()
                 .take(limit)
                 .map(|(name, score)| {
@@ -477,14 +503,15 @@ impl CodeMode {
         &self,
         Parameters(args): Parameters<DescribeArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let known = self.harness.tool_names();
+        let harness = self.harness();
+        let known = harness.tool_names();
         if let Some(missing) = args.names.iter().find(|n| !known.contains(n)) {
             return Err(ErrorData::invalid_params(
                 format!("no tool `{missing}`; search_tools lists them"),
                 None,
             ));
         }
-        let d = harness::declarations::declarations(self.harness.registry(), &args.names);
+        let d = harness::declarations::declarations(harness.registry(), &args.names);
         let mut result = CallToolResult::success(vec![ContentBlock::text(d.clone())]);
         result.structured_content = Some(json!({ "declarations": d }));
         Ok(result)
@@ -528,8 +555,10 @@ impl ServerHandler for CodeMode {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
+            .enable_tool_list_changed()
             .enable_logging()
             .enable_resources()
+            .enable_resources_subscribe()
             .enable_prompts()
             .enable_completions()
             .build();
@@ -568,7 +597,39 @@ impl ServerHandler for CodeMode {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.router.get(name).cloned()
+        self.tool(name)
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        self.shared.joined(context.peer, self.subscriptions.clone());
+    }
+
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.add(request.uri)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.remove(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(follow::accepted(requested))
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        self.shared.listen(context).await
     }
 
     async fn set_level(
@@ -605,7 +666,7 @@ impl ServerHandler for CodeMode {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        catalogue::read(&self.harness, &request.uri).map(Into::into)
+        catalogue::read(&self.harness(), &request.uri).map(Into::into)
     }
 
     async fn list_prompts(
@@ -621,7 +682,7 @@ impl ServerHandler for CodeMode {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        catalogue::prompt(&self.harness, &request).map(Into::into)
+        catalogue::prompt(&self.harness(), &request).map(Into::into)
     }
 
     async fn complete(
@@ -629,6 +690,6 @@ impl ServerHandler for CodeMode {
         request: CompleteRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        catalogue::complete(&self.harness, &request)
+        catalogue::complete(&self.harness(), &request)
     }
 }

@@ -13,7 +13,11 @@
 //! call drops its request, which tells the server with
 //! `notifications/cancelled`. A server that dies fails the calls in flight
 //! with an error that says so, and is started again by the next call
-//! (at most [`MAX_RESTARTS`] times). A server with `auth = "oauth"` is
+//! (at most [`MAX_RESTARTS`] times). A server started again, or one that
+//! says `notifications/tools/list_changed`, is listed again; when its
+//! listing changed, [`Upstreams::changes`] says so, and a harness rebuilt
+//! from [`Upstreams::register`] has the new tools. A server with
+//! `auth = "oauth"` is
 //! reached with the tokens `harness mcp login` stored ([`oauth`]).
 
 pub mod oauth;
@@ -99,11 +103,20 @@ impl Drop for Flying<'_> {
 /// `initialize`, and its answer to the server's elicitation requests.
 struct Handler {
     in_flight: Arc<InFlight>,
+    upstream: std::sync::Weak<Upstream>,
 }
 
 impl rmcp::ClientHandler for Handler {
     fn get_info(&self) -> rmcp::model::ClientConfig {
         client_config()
+    }
+
+    /// The server's tools changed: list them again (off the notification's
+    /// path, which must not wait on a request to the same server).
+    async fn on_tool_list_changed(&self, context: rmcp::service::NotificationContext<RoleClient>) {
+        if let Some(up) = self.upstream.upgrade() {
+            tokio::spawn(async move { up.relist(&context.peer).await });
+        }
     }
 
     /// A form elicitation asks the run's approvals, as the call that is
@@ -180,6 +193,48 @@ fn client_config() -> rmcp::model::ClientConfig {
     config
 }
 
+/// What the upstream servers list: each server's tools, and a count of
+/// the changes to that listing.
+#[derive(Debug)]
+struct Catalogue {
+    listing: std::sync::Mutex<BTreeMap<String, Vec<rmcp::model::Tool>>>,
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Catalogue {
+    fn default() -> Self {
+        Catalogue {
+            listing: Default::default(),
+            changes: tokio::sync::watch::channel(0).0,
+        }
+    }
+}
+
+impl Catalogue {
+    /// Records `server`'s listing; counts a change when it differs.
+    fn set(&self, server: &str, tools: Vec<rmcp::model::Tool>) {
+        let Ok(mut listing) = self.listing.lock() else {
+            return;
+        };
+        let first = !listing.contains_key(server);
+        if listing.get(server) == Some(&tools) {
+            return;
+        }
+        listing.insert(server.to_owned(), tools);
+        if !first {
+            self.changes.send_modify(|n| *n += 1);
+        }
+    }
+
+    fn tools(&self, server: &str) -> Vec<rmcp::model::Tool> {
+        self.listing
+            .lock()
+            .ok()
+            .and_then(|l| l.get(server).cloned())
+            .unwrap_or_default()
+    }
+}
+
 /// One upstream server: its settings and, while it lives, its session.
 struct Upstream {
     name: String,
@@ -187,6 +242,7 @@ struct Upstream {
     session: tokio::sync::Mutex<Option<Client>>,
     restarts: AtomicU32,
     in_flight: Arc<InFlight>,
+    catalogue: Arc<Catalogue>,
 }
 
 impl fmt::Debug for Upstream {
@@ -198,13 +254,39 @@ impl fmt::Debug for Upstream {
 }
 
 impl Upstream {
-    fn handler(&self) -> Handler {
+    fn handler(self: &Arc<Self>) -> Handler {
         Handler {
             in_flight: self.in_flight.clone(),
+            upstream: Arc::downgrade(self),
         }
     }
 
-    async fn start(&self) -> Result<Client, McpError> {
+    /// The tools the server lists (every page) that scripts may call.
+    async fn listed(&self, peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, String> {
+        let listed = tokio::time::timeout(START_TIMEOUT, peer.list_all_tools())
+            .await
+            .map_err(|_| "tools/list timed out".to_owned())?
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        Ok(listed
+            .into_iter()
+            .filter(|t| {
+                self.settings
+                    .tools
+                    .as_ref()
+                    .is_none_or(|allow| allow.iter().any(|a| a == t.name.as_ref()))
+            })
+            .collect())
+    }
+
+    /// Lists the server's tools again into the catalogue.
+    async fn relist(&self, peer: &Peer<RoleClient>) {
+        match self.listed(peer).await {
+            Ok(tools) => self.catalogue.set(&self.name, tools),
+            Err(e) => tracing::warn!(server = %self.name, "listing the tools again failed: {e}"),
+        }
+    }
+
+    async fn start(self: &Arc<Self>) -> Result<Client, McpError> {
         let fail = |message: String| McpError::Start {
             server: self.name.clone(),
             message,
@@ -264,7 +346,7 @@ impl Upstream {
     }
 
     /// The live session's peer, starting the server again if it died.
-    async fn peer(&self) -> Result<Peer<RoleClient>, ToolError> {
+    async fn peer(self: &Arc<Self>) -> Result<Peer<RoleClient>, ToolError> {
         let mut session = self.session.lock().await;
         if let Some(s) = session.as_ref() {
             if !s.peer().is_transport_closed() {
@@ -286,6 +368,9 @@ impl Upstream {
         })?;
         let peer = client.peer().clone();
         *session = Some(client);
+        drop(session);
+        // A server started again may offer other tools than before.
+        self.relist(&peer).await;
         Ok(peer)
     }
 
@@ -332,63 +417,58 @@ async fn bounded<T>(
 #[derive(Debug, Clone, Default)]
 pub struct Upstreams {
     servers: Vec<Arc<Upstream>>,
-    /// Each upstream tool with the name of its server.
-    tools: Vec<(String, Arc<harness_core::FnTool>)>,
+    catalogue: Arc<Catalogue>,
 }
 
 impl Upstreams {
     /// Starts every server of `servers` (in parallel) and lists its tools.
     /// A server that cannot be started is an error naming it.
     pub async fn connect(servers: &BTreeMap<String, McpServerSettings>) -> Result<Self, McpError> {
-        let starts = servers.iter().map(|(name, settings)| async move {
-            if settings.command.is_some() == settings.url.is_some() {
-                return Err(McpError::Unsupported {
-                    server: name.clone(),
-                    message: "give either `command` (stdio) or `url` (streamable HTTP)".into(),
+        let catalogue = Arc::new(Catalogue::default());
+        let starts = servers.iter().map(|(name, settings)| {
+            let catalogue = catalogue.clone();
+            async move {
+                if settings.command.is_some() == settings.url.is_some() {
+                    return Err(McpError::Unsupported {
+                        server: name.clone(),
+                        message: "give either `command` (stdio) or `url` (streamable HTTP)".into(),
+                    });
+                }
+                if settings.auth.is_some() && settings.url.is_none() {
+                    return Err(McpError::Unsupported {
+                        server: name.clone(),
+                        message: "`auth` is for a server reached by `url`".into(),
+                    });
+                }
+                let up = Arc::new(Upstream {
+                    name: name.clone(),
+                    settings: settings.clone(),
+                    session: tokio::sync::Mutex::new(None),
+                    restarts: AtomicU32::new(0),
+                    in_flight: Arc::default(),
+                    catalogue,
                 });
+                let client = up.start().await?;
+                let tools = up
+                    .listed(client.peer())
+                    .await
+                    .map_err(|message| McpError::Start {
+                        server: name.clone(),
+                        message,
+                    })?;
+                up.catalogue.set(name, tools);
+                *up.session.lock().await = Some(client);
+                Ok::<_, McpError>(up)
             }
-            if settings.auth.is_some() && settings.url.is_none() {
-                return Err(McpError::Unsupported {
-                    server: name.clone(),
-                    message: "`auth` is for a server reached by `url`".into(),
-                });
-            }
-            let up = Arc::new(Upstream {
-                name: name.clone(),
-                settings: settings.clone(),
-                session: tokio::sync::Mutex::new(None),
-                restarts: AtomicU32::new(0),
-                in_flight: Arc::default(),
-            });
-            let err = |message: String| McpError::Start {
-                server: name.clone(),
-                message,
-            };
-            let client = up.start().await?;
-            let listed = tokio::time::timeout(START_TIMEOUT, client.peer().list_all_tools())
-                .await
-                .map_err(|_| err("tools/list timed out".into()))?
-                .map_err(|e| err(format!("tools/list failed: {e}")))?;
-            *up.session.lock().await = Some(client);
-            let tools: Vec<(String, Arc<harness_core::FnTool>)> = listed
-                .into_iter()
-                .filter(|t| {
-                    settings
-                        .tools
-                        .as_ref()
-                        .is_none_or(|allow| allow.iter().any(|a| a == t.name.as_ref()))
-                })
-                .map(|t| (name.clone(), Arc::new(upstream_tool(up.clone(), t))))
-                .collect();
-            Ok::<_, McpError>((up, tools))
         });
-        let mut out = Upstreams::default();
+        let mut servers_up = Vec::new();
         for r in futures::future::join_all(starts).await {
-            let (up, tools) = r?;
-            out.servers.push(up);
-            out.tools.extend(tools);
+            servers_up.push(r?);
         }
-        Ok(out)
+        Ok(Upstreams {
+            servers: servers_up,
+            catalogue,
+        })
     }
 
     /// Whether no server is configured.
@@ -396,30 +476,47 @@ impl Upstreams {
         self.servers.is_empty()
     }
 
-    /// The registry names of the upstream tools (`mcp.SERVER.TOOL`).
+    /// The registry names of the upstream tools (`mcp.SERVER.TOOL`), as
+    /// the servers list them now.
     pub fn tool_names(&self) -> Vec<String> {
-        self.tools
+        self.servers
             .iter()
-            .map(|(_, t)| t.name().to_owned())
+            .flat_map(|up| {
+                self.catalogue
+                    .tools(&up.name)
+                    .into_iter()
+                    .map(move |t| format!("mcp.{}.{}", up.name, t.name))
+            })
             .collect()
     }
 
-    /// Adds the upstream tools and the three resource tools to `registry`
-    /// (nothing when no server is configured).
+    /// How many times a server's listing changed since [`Self::connect`]
+    /// (a server started again with other tools, or one that said its
+    /// tools changed and listed others).
+    pub fn generation(&self) -> u64 {
+        *self.catalogue.changes.borrow()
+    }
+
+    /// Says when [`Self::generation`] goes up.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.catalogue.changes.subscribe()
+    }
+
+    /// Adds the upstream tools as the servers list them now, and the three
+    /// resource tools, to `registry` (nothing when no server is
+    /// configured).
     pub fn register(&self, registry: &mut ToolRegistry) -> Result<(), harness_core::RegistryError> {
         if self.servers.is_empty() {
             return Ok(());
         }
-        for (_, t) in &self.tools {
-            registry.register_harness_tool(t.clone())?;
-        }
-        // `mcp.SERVER` names a server's tools in allowlists.
         for up in &self.servers {
-            let members = self
-                .tools
-                .iter()
-                .filter(|(server, _)| *server == up.name)
-                .map(|(_, t)| t.name().to_owned());
+            let mut members = Vec::new();
+            for t in self.catalogue.tools(&up.name) {
+                let tool = Arc::new(upstream_tool(up.clone(), t));
+                members.push(tool.name().to_owned());
+                registry.register_harness_tool(tool)?;
+            }
+            // `mcp.SERVER` names a server's tools in allowlists.
             registry.define_pack(&format!("mcp.{}", up.name), members)?;
         }
         for tool in resource_tools(&self.servers) {
