@@ -126,6 +126,25 @@ fn the_catalogue_follows_an_upstream_whose_tools_change() {
     );
 }
 
+/// A client whose stream drops while its run runs gets the answer by
+/// resuming the stream (`Last-Event-ID`), while the run still runs and
+/// after it ended (`tests/mcp/resume.py`, raw HTTP).
+#[test]
+fn a_dropped_stream_is_resumed_with_its_answer() {
+    let Some((python, _)) = parts() else { return };
+    let out = Command::new(&python)
+        .arg(workspace().join("crates/cli/tests/mcp/resume.py"))
+        .arg(env!("CARGO_BIN_EXE_harness"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("ok"),
+        "resuming failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The official conformance suite: its server scenarios against
 /// `harness mcp --http`, its client scenarios against our upstream client
 /// (`tests/mcp/conformance-client.sh`), judged by

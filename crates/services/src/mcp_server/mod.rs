@@ -44,6 +44,7 @@ use std::sync::{Arc, Mutex};
 mod bridge;
 mod catalogue;
 mod follow;
+mod replay;
 
 use bridge::{AskClient, Forward};
 use follow::Shared;
@@ -349,7 +350,8 @@ impl CodeMode {
     /// Serves streamable HTTP on `listener` (the MCP endpoint is `/mcp`;
     /// any path is accepted) until `shutdown` completes. Each client
     /// session gets its own handler; all share the harness, and runs are
-    /// isolated as always.
+    /// isolated as always. A client whose stream drops resumes it with
+    /// `Last-Event-ID`, also after its run ended (for a minute).
     pub async fn serve_http(
         self,
         listener: tokio::net::TcpListener,
@@ -358,12 +360,11 @@ impl CodeMode {
         use hyper_util::rt::{TokioExecutor, TokioIo};
         use hyper_util::server::conn::auto::Builder;
         use hyper_util::service::TowerToHyperService;
-        use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
         use rmcp::transport::streamable_http_server::StreamableHttpService;
         let _follow = self.shared.follow();
         let service = TowerToHyperService::new(StreamableHttpService::new(
             move || Ok(self.for_session()),
-            LocalSessionManager::default().into(),
+            replay::Replaying::default().into(),
             Default::default(),
         ));
         tokio::pin!(shutdown);
