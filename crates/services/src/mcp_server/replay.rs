@@ -268,3 +268,46 @@ fn drain(
     });
     Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(i: usize) -> ServerSseMessage {
+        let mut e = ServerSseMessage::default();
+        e.event_id = Some(format!("{i}/7"));
+        e
+    }
+
+    #[test]
+    fn what_is_kept_is_bounded_and_its_bytes_add_up() {
+        let mut s = Streams::default();
+        let session: SessionId = "s".into();
+        let key = (session.clone(), "7".to_owned());
+        for i in 0..KEPT_EVENTS + 44 {
+            s.keep(key.clone(), &event(i), 100);
+        }
+        // The same event twice is kept once.
+        s.keep(key.clone(), &event(KEPT_EVENTS + 43), 100);
+        let kept = &s.by_stream[&key];
+        assert_eq!(kept.events.len(), KEPT_EVENTS);
+        assert_eq!(kept.events[0].0.event_id.as_deref(), Some("44/7"));
+        assert_eq!(s.bytes, KEPT_EVENTS * 100);
+        assert!(kept.answered.is_none(), "no answer yet");
+
+        // Past the byte budget, the oldest answered stream goes first.
+        let mut big = Streams::default();
+        for n in 0..3 {
+            let k = (session.clone(), n.to_string());
+            big.by_stream.entry(k.clone()).or_default().answered = Some(Instant::now());
+            big.keep(k, &event(n), KEPT_BYTES / 2);
+        }
+        assert!(big.bytes <= KEPT_BYTES, "{}", big.bytes);
+        assert!(!big
+            .by_stream
+            .contains_key(&(session.clone(), "0".to_owned())));
+
+        s.forget_session(&session);
+        assert_eq!((s.bytes, s.by_stream.len()), (0, 0));
+    }
+}
