@@ -530,17 +530,18 @@ async fn probe(url: &str) -> Option<String> {
             .body(init.to_string())
             .send()
             .await
-            .ok()
-            .filter(|r| matches!(r.status().as_u16(), 401 | 403))
-            .and_then(|r| {
-                r.headers()
-                    .get("www-authenticate")?
-                    .to_str()
-                    .ok()
-                    .map(str::to_owned)
-            });
-        if refused.is_some() {
-            return refused;
+            .ok()?;
+        let header = |name: &str| refused.headers().get(name).cloned();
+        if matches!(refused.status().as_u16(), 401 | 403) {
+            return header("www-authenticate").and_then(|h| h.to_str().ok().map(str::to_owned));
+        }
+        // It answered: end the session this opened before going on.
+        if let Some(session) = header("mcp-session-id") {
+            let _ = reqwest_mcp::Client::new()
+                .delete(url)
+                .header("mcp-session-id", session)
+                .send()
+                .await;
         }
         let client = client_config()
             .serve(StreamableHttpClientTransport::from_uri(url))
