@@ -112,18 +112,7 @@ fn the_catalogue_follows_an_upstream_whose_tools_change() {
         ),
     )
     .unwrap();
-    let out = Command::new(&python)
-        .arg(workspace().join("crates/cli/tests/mcp/catalogue.py"))
-        .arg(env!("CARGO_BIN_EXE_harness"))
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.trim_end().ends_with("ok"),
-        "the MCP client failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python_says_ok(&python, "catalogue.py", &[config.as_os_str()]);
 }
 
 /// A client whose stream drops while its run runs gets the answer by
@@ -132,15 +121,22 @@ fn the_catalogue_follows_an_upstream_whose_tools_change() {
 #[test]
 fn a_dropped_stream_is_resumed_with_its_answer() {
     let Some((python, _)) = parts() else { return };
-    let out = Command::new(&python)
-        .arg(workspace().join("crates/cli/tests/mcp/resume.py"))
+    python_says_ok(&python, "resume.py", &[]);
+}
+
+/// Runs `tests/mcp/SCRIPT HARNESS ARGS…`, which prints "ok" when its
+/// checks pass.
+fn python_says_ok(python: &std::path::Path, script: &str, args: &[&std::ffi::OsStr]) {
+    let out = Command::new(python)
+        .arg(workspace().join("crates/cli/tests/mcp").join(script))
         .arg(env!("CARGO_BIN_EXE_harness"))
+        .args(args)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.trim_end().ends_with("ok"),
-        "resuming failed:\n{stdout}\n{}",
+        "{script} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
