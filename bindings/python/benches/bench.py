@@ -1,5 +1,9 @@
 """Per-run overhead of `Harness.run` from Python, and of a Python tool
-call, beside the same runs from Rust (`examples/baseline.rs`).
+call, beside the same runs from Rust (`examples/baseline.rs`), and beside
+the Python peers where they are installed (`pip install zapcode
+pydantic-monty`): Zapcode (a TypeScript-subset interpreter; host calls by
+snapshot and resume) and pydantic-monty (a Python-subset interpreter; a
+checked-out session's `feed_run`), each in its fastest configuration.
 
     python bindings/python/benches/bench.py          # the Python side
     cargo run --release -p script-harness-python --example baseline
@@ -14,7 +18,7 @@ import asyncio
 import os
 import statistics
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import script_harness as sh
 
@@ -61,11 +65,69 @@ def main() -> None:
         return statistics.median(xs)
 
     run_async = asyncio.run(many())
+    ten = median_us(lambda: h.run(SEQUENTIAL_10), n=max(200, N // 4))
     print(f"python trivial run            {trivial:8.1f} us (median of {N})")
     print(f"python trivial run_async      {run_async:8.1f} us")
     print(f"python run + 1 tool call      {one:8.1f} us")
     print(f"python per sync tool call     {(hundred - trivial) / 100:8.1f} us (of 100 sequential)")
     print(f"python per async tool call    {(ahundred - trivial) / 100:8.1f} us (of 100 sequential, private loop)")
+    peers(trivial, ten)
+
+
+# Ten sequential calls of a plain Python tool that returns its argument.
+SEQUENTIAL_10 = "let last; for (let i = 0; i < 10; i++) last = await tools.echo({i}); return last.i"
+
+
+def zapcode_rows() -> Optional[Dict[str, float]]:
+    try:
+        import zapcode  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+
+    def trivial() -> None:
+        assert zapcode.Zapcode("1 + 1").run()["output"] == 2
+
+    def ten() -> None:
+        z = zapcode.Zapcode(
+            "let last; for (let i = 0; i < 10; i++) { last = await echo({i}); } last.i",
+            external_functions=["echo"],
+        )
+        state = z.start()
+        while state.get("suspended"):
+            state = state["snapshot"].resume(state["args"][0])
+        assert state["output"] == 9
+
+    return {"trivial": median_us(trivial), "sequential_10": median_us(ten, n=max(200, N // 4))}
+
+
+def monty_rows() -> Optional[Dict[str, float]]:
+    try:
+        import pydantic_monty  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    with pydantic_monty.Monty() as monty, monty.checkout() as session:
+        return {"trivial": median_us(lambda: session.feed_run("1 + 1"))}
+
+
+def peers(trivial: float, ten: float) -> None:
+    """Our rows beside each installed peer's; ratios against the fastest."""
+    rows = {"script-harness Harness.run": {"trivial": trivial, "sequential_10": ten}}
+    for name, measure in [("zapcode (start/resume)", zapcode_rows), ("pydantic-monty session feed_run", monty_rows)]:
+        got = measure()
+        if got is None:
+            print(f"{name}: not installed")
+            continue
+        rows[name] = got
+    print()
+    print("| workload | " + " | ".join(rows) + " | ours / fastest peer |")
+    print("|---|" + "---:|" * (len(rows) + 1))
+    for workload in ["trivial", "sequential_10"]:
+        cells = [rows[r].get(workload) for r in rows]
+        peer = [v for r, v in rows.items() if r != "script-harness Harness.run" and workload in v]
+        fastest = min((v[workload] for v in peer), default=None)
+        ratio = f"{rows['script-harness Harness.run'][workload] / fastest:.2f}" if fastest else "-"
+        shown = [f"{c:.1f} us" if c is not None else "-" for c in cells]
+        print(f"| {workload} | " + " | ".join(shown) + f" | {ratio} |")
 
 
 if __name__ == "__main__":
