@@ -25,7 +25,11 @@ fn follows_the_catalogue(uri: &str) -> bool {
 
 /// What every session of one server shares.
 pub(super) struct Shared {
-    harness: RwLock<Harness>,
+    /// The harness, and `run_script`'s description of its tools.
+    harness: RwLock<(Harness, Arc<str>)>,
+    /// Above this many bytes of declarations, that description lists
+    /// names and summaries only.
+    max_description_bytes: usize,
     /// The sessions told of changes by notifications of their own
     /// (`resources/subscribe` and before).
     sessions: Mutex<Vec<(Peer<RoleServer>, Subscriptions)>>,
@@ -34,9 +38,11 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub(super) fn new(harness: Harness) -> Self {
+    pub(super) fn new(harness: Harness, max_description_bytes: usize) -> Self {
+        let description = super::run_description(&harness, max_description_bytes).into();
         Shared {
-            harness: RwLock::new(harness),
+            harness: RwLock::new((harness, description)),
+            max_description_bytes,
             sessions: Mutex::default(),
             relisted: tokio::sync::watch::channel(0).0,
         }
@@ -44,8 +50,16 @@ impl Shared {
 
     pub(super) fn harness(&self) -> Harness {
         match self.harness.read() {
-            Ok(h) => h.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+            Ok(h) => h.0.clone(),
+            Err(poisoned) => poisoned.into_inner().0.clone(),
+        }
+    }
+
+    /// `run_script`'s description, made when the harness was (re)listed.
+    pub(super) fn description(&self) -> Arc<str> {
+        match self.harness.read() {
+            Ok(h) => h.1.clone(),
+            Err(poisoned) => poisoned.into_inner().1.clone(),
         }
     }
 
@@ -78,9 +92,10 @@ impl Shared {
                 return;
             }
         };
+        let description = super::run_description(&relisted, self.max_description_bytes).into();
         match self.harness.write() {
-            Ok(mut h) => *h = relisted,
-            Err(poisoned) => *poisoned.into_inner() = relisted,
+            Ok(mut h) => *h = (relisted, description),
+            Err(poisoned) => *poisoned.into_inner() = (relisted, description),
         }
         self.relisted.send_modify(|n| *n += 1);
         let sessions = match self.sessions.lock() {

@@ -80,9 +80,6 @@ pub struct CodeMode {
     /// the client sessions told of that.
     shared: Arc<Shared>,
     router: ToolRouter<CodeMode>,
-    /// Above this many bytes of declarations, `run_script`'s description
-    /// lists names and summaries only.
-    max_description_bytes: usize,
     /// Ask the client (MCP elicitation) when a call needs approval and the
     /// client can be asked; off when the host answers approvals itself.
     ask_client: bool,
@@ -235,7 +232,7 @@ const SCRIPT_CONTRACT: &str = "The script is the body of an async function: use 
 
 /// `run_script`'s description: the contract of a script, its limits, and
 /// the declarations of the tools (or, past `max_bytes`, their names).
-fn run_description(harness: &Harness, max_bytes: usize) -> String {
+pub(super) fn run_description(harness: &Harness, max_bytes: usize) -> String {
     let names = harness.tool_names();
     let declarations = harness.typescript();
     let limits = harness.limits();
@@ -280,8 +277,7 @@ impl CodeMode {
     pub fn new(harness: Harness) -> CodeMode {
         CodeMode {
             router: Self::tool_router(),
-            shared: Arc::new(Shared::new(harness)),
-            max_description_bytes: DEFAULT_MAX_DESCRIPTION_BYTES,
+            shared: Arc::new(Shared::new(harness, DEFAULT_MAX_DESCRIPTION_BYTES)),
             ask_client: true,
             log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
             subscriptions: Default::default(),
@@ -291,7 +287,7 @@ impl CodeMode {
     /// Above `max_bytes` of declarations, `run_script`'s description lists
     /// the tools' names and summaries only.
     pub fn with_max_description_bytes(mut self, max_bytes: usize) -> CodeMode {
-        self.max_description_bytes = max_bytes;
+        self.shared = Arc::new(Shared::new(self.harness(), max_bytes));
         self
     }
 
@@ -329,8 +325,7 @@ impl CodeMode {
     fn tool(&self, name: &str) -> Option<Tool> {
         let mut tool = self.router.get(name).cloned()?;
         if name == "run_script" {
-            tool.description =
-                Some(run_description(&self.harness(), self.max_description_bytes).into());
+            tool.description = Some(self.shared.description().to_string().into());
         }
         Some(tool)
     }

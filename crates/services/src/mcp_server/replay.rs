@@ -44,6 +44,13 @@ struct Kept {
     last: Option<Instant>,
 }
 
+impl Kept {
+    /// The bytes its events hold.
+    fn bytes(&self) -> usize {
+        self.events.iter().map(|(_, n)| n).sum()
+    }
+}
+
 /// Request streams by session and by the stream part of their event
 /// ids, and the bytes their events hold.
 #[derive(Default)]
@@ -89,7 +96,7 @@ impl Streams {
             let keep = k.answered.is_none_or(|at| at.elapsed() < KEEP_FOR)
                 && k.last.is_none_or(|at| at.elapsed() < IDLE_FOR);
             if !keep {
-                freed += k.events.iter().map(|(_, n)| n).sum::<usize>();
+                freed += k.bytes();
             }
             keep
         });
@@ -104,7 +111,7 @@ impl Streams {
             let Some(k) = oldest.and_then(|key| self.by_stream.remove(&key)) else {
                 break;
             };
-            self.bytes -= k.events.iter().map(|(_, n)| n).sum::<usize>();
+            self.bytes -= k.bytes();
         }
     }
 
@@ -113,7 +120,7 @@ impl Streams {
         self.by_stream.retain(|(session, _), k| {
             let keep = session != id;
             if !keep {
-                freed += k.events.iter().map(|(_, n)| n).sum::<usize>();
+                freed += k.bytes();
             }
             keep
         });

@@ -291,38 +291,15 @@ impl Upstream {
             server: self.name.clone(),
             message,
         };
-        let bounded_start = |url: &str,
-                             started: Result<
-            Result<Client, rmcp::service::ClientInitializeError>,
-            _,
-        >| match started {
-            Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) if e.auth_challenge().is_some() => Err(McpError::Unauthorized {
-                server: self.name.clone(),
-                message: format!(
-                    "{url} refused the stored authorization; run `harness mcp login {}`",
-                    self.name
-                ),
-            }),
-            Ok(Err(e)) => Err(fail(format!("{url} did not initialize: {e}"))),
-            Err(_) => Err(fail(format!(
-                "{url} did not initialize within {} s",
-                START_TIMEOUT.as_secs()
-            ))),
-        };
         if let Some(url) = &self.settings.url {
             // rmcp's HTTPS client takes the process's crypto provider.
             let _ = rustls::crypto::ring::default_provider().install_default();
             if self.settings.auth == Some(McpAuth::Oauth) {
                 let transport = oauth::transport(&self.name, &self.settings, url).await?;
-                let started =
-                    tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport)).await;
-                return bounded_start(url, started);
+                return self.initialized(url, transport).await;
             }
             let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-            let started =
-                tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport)).await;
-            return bounded_start(url, started);
+            return self.initialized(url, transport).await;
         }
         let Some(program) = &self.settings.command else {
             return Err(fail("neither `command` nor `url` is set".into()));
@@ -335,11 +312,36 @@ impl Upstream {
             .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| fail(format!("cannot start `{program}`: {e}")))?;
+        self.initialized(&format!("`{program}`"), transport).await
+    }
+
+    /// The session over `transport` once `initialize` is done, within
+    /// [`START_TIMEOUT`]; `what` names the server in errors.
+    async fn initialized<T, E, A>(
+        self: &Arc<Self>,
+        what: &str,
+        transport: T,
+    ) -> Result<Client, McpError>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let fail = |message: String| McpError::Start {
+            server: self.name.clone(),
+            message,
+        };
         match tokio::time::timeout(START_TIMEOUT, self.handler().serve(transport)).await {
             Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) => Err(fail(format!("`{program}` did not initialize: {e}"))),
+            Ok(Err(e)) if e.auth_challenge().is_some() => Err(McpError::Unauthorized {
+                server: self.name.clone(),
+                message: format!(
+                    "{what} refused the stored authorization; run `harness mcp login {}`",
+                    self.name
+                ),
+            }),
+            Ok(Err(e)) => Err(fail(format!("{what} did not initialize: {e}"))),
             Err(_) => Err(fail(format!(
-                "`{program}` did not initialize within {} s",
+                "{what} did not initialize within {} s",
                 START_TIMEOUT.as_secs()
             ))),
         }

@@ -165,13 +165,7 @@ impl TokenFile {
     fn write(&self, saved: &Saved) -> Result<(), String> {
         let shown = self.path.display();
         let fail = |e: std::io::Error| format!("cannot write the token file {shown}: {e}");
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(fail)?;
-        }
+        private_parent(&self.path).map_err(fail)?;
         let tmp = sibling(&self.path, &format!("{}.tmp", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         let mut f = std::fs::OpenOptions::new()
@@ -196,6 +190,17 @@ impl TokenFile {
         let mut saved = self.read()?;
         change(&mut saved);
         self.write(&saved)
+    }
+}
+
+/// Makes `path`'s directory where it is missing, mode 0700.
+fn private_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir),
+        None => Ok(()),
     }
 }
 
@@ -229,12 +234,7 @@ impl CredentialStore for TokenFile {
     async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
         let lock = sibling(&self.path, "lock");
         let file = tokio::task::spawn_blocking(move || {
-            if let Some(dir) = lock.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir)?;
-            }
+            private_parent(&lock)?;
             let f = std::fs::OpenOptions::new()
                 .create(true)
                 .truncate(false)
