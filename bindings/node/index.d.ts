@@ -23,7 +23,8 @@ export type ErrorCodeName =
   | 'DetachedPromiseError'
   | 'SerializationError'
   | 'ReturnValueTooLargeError'
-  | 'HarnessInternalError';
+  | 'HarnessInternalError'
+  | 'SessionClosedError';
 
 export declare const ErrorCode: { readonly [K in ErrorCodeName]: K };
 

@@ -42,6 +42,7 @@ const ErrorCode = Object.freeze({
   SerializationError: 'SerializationError',
   ReturnValueTooLargeError: 'ReturnValueTooLargeError',
   HarnessInternalError: 'HarnessInternalError',
+  SessionClosedError: 'SessionClosedError',
 });
 
 /** `timeoutMs` → `timeout_ms`: limits may be written either way. */

@@ -27,6 +27,9 @@ pub(super) struct BoaRun {
     /// The run has a private realm: its context is never reused, and the
     /// shared one in `pre` goes back unused.
     pub(super) private: bool,
+    /// The run is a session's: its realm (`pre`, none before the first
+    /// run) is kept after it, with no end-of-run probe.
+    pub(super) session: bool,
     /// What `end_run` checks after the run ([`Body::end_check`]).
     pub(super) end_check: EndCheck,
     /// The loaded context's probe cache ([`Warm::probe`]).
@@ -42,8 +45,9 @@ impl BoaRun {
         ctx.insert_data(HostSlot(None));
         let (end, install) = (self.end_fn.take()?, self.install.take()?);
         let mut check = std::mem::replace(&mut self.end_check, EndCheck::Nothing);
-        if self.private {
-            // Never reused: nothing to check.
+        if self.private || self.session {
+            // Never reused, or a session's (whose bindings are the point):
+            // nothing to check but what `end` checks.
             check = EndCheck::Nothing;
         }
         let clean = guarded(|| {
@@ -109,8 +113,13 @@ impl BoaRun {
 impl Engine for BoaRun {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         debug_assert_eq!(setup.prelude, PRELUDE);
-        self.private = setup.limits.private_realm();
-        let warm = if self.private {
+        self.private = !self.session && setup.limits.private_realm();
+        let warm = if self.session {
+            match self.pre.take() {
+                Some(w) => w,
+                None => harden_session()?,
+            }
+        } else if self.private {
             match self.pre_private.take() {
                 Some(w) => w,
                 None => harden_as(true)?,
@@ -212,6 +221,10 @@ impl Engine for BoaRun {
 
     fn memory_used(&mut self) -> Option<u64> {
         None
+    }
+
+    fn in_session(&self) -> bool {
+        self.session
     }
 
     fn classify(&self, name: &str, message: &str) -> FaultKind {

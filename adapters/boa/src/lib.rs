@@ -213,6 +213,16 @@ fn harden() -> Result<Warm, EngineFault> {
 /// a private realm, for one run ([`harness_core::Realm::Private`]) or
 /// test262's [`GlobalEval::unfrozen`], and dropped after it.
 fn harden_as(unfrozen: bool) -> Result<Warm, EngineFault> {
+    harden_mode(JsValue::from(unfrozen))
+}
+
+/// A session's realm (`harden(host, 'session')`): built-ins and the global
+/// object open, kept from run to run.
+fn harden_session() -> Result<Warm, EngineFault> {
+    harden_mode(JsValue::from(js_string!("session")))
+}
+
+fn harden_mode(mode: JsValue) -> Result<Warm, EngineFault> {
     guarded(|| {
         let mut ctx = new_context(false)?;
         // The optimizer's passes find nothing to fold in the prelude; skip
@@ -231,11 +241,7 @@ fn harden_as(unfrozen: bool) -> Result<Warm, EngineFault> {
                 .length(3)
                 .build();
         let install = prelude
-            .call(
-                &JsValue::undefined(),
-                &[host_fn.into(), JsValue::from(unfrozen)],
-                &mut ctx,
-            )
+            .call(&JsValue::undefined(), &[host_fn.into(), mode], &mut ctx)
             .map_err(|e| error_fault(&e, &mut ctx))?;
         let install = install
             .as_callable()
@@ -379,6 +385,16 @@ struct BoaThread {
     /// The configuration of the last run that handed its context on, for
     /// [`warm_up`].
     last_config: Option<String>,
+    /// Set when the thread serves one session.
+    session: Option<BoaSession>,
+}
+
+/// A session thread's realm, kept between its runs.
+struct BoaSession {
+    /// The realm, between runs (none before the first).
+    realm: Option<Warm>,
+    /// Why the session ended, once it has: no realm is made again.
+    ended: Option<String>,
 }
 
 impl BoaThread {
@@ -396,8 +412,53 @@ impl BoaThread {
             deferred: None,
             config: None,
             private: false,
+            session: false,
             end_check: EndCheck::Nothing,
             probe: None,
+        }
+    }
+
+    /// A session's run: its realm, kept if the run ended clean; any other
+    /// ending ends the session.
+    fn lend_session(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        let Some(state) = self.session.as_mut() else {
+            return;
+        };
+        if let Some(why) = &state.ended {
+            run(Err(EngineFault::new(
+                FaultKind::Internal,
+                "Error",
+                why.clone(),
+            )));
+            return;
+        }
+        let mut engine = BoaRun {
+            pre: state.realm.take(),
+            pre_private: None,
+            session: true,
+            ..self.engine()
+        };
+        let tainted = run(Ok(&mut engine));
+        let kept = if tainted {
+            None
+        } else {
+            catch_unwind(AssertUnwindSafe(|| engine.end_run())).unwrap_or(None)
+        };
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(engine)));
+        if let Some(state) = self.session.as_mut() {
+            if kept.is_none() {
+                state.ended = Some(if tainted {
+                    "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled".to_owned()
+                } else {
+                    "the session ended: a run in it left a tool call or task pending".to_owned()
+                });
+            }
+            state.realm = kept;
+        }
+        self.since_gc += 1;
+        if self.since_gc >= RUNS_PER_GC {
+            self.since_gc = 0;
+            let _ = catch_unwind(boa_gc::force_collect);
         }
     }
 }
@@ -461,6 +522,10 @@ impl EngineThread for BoaThread {
     /// both here keeps that pause out of the next run. After a private
     /// run, the next private realm is made here too.
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        if self.session.is_some() {
+            self.lend_session(run);
+            return;
+        }
         let mut engine = self.engine();
         let tainted = run(Ok(&mut engine));
         let config = engine.config.take();
@@ -510,9 +575,26 @@ impl EngineThread for BoaThread {
         };
     }
 
+    /// Boa does not count its heap: behind the process boundary (its
+    /// default) the worker's allocator bounds the whole process, so a
+    /// session's memory is that worker's.
+    fn begin_session(&mut self, spec: harness_core::session::SessionSpec) -> bool {
+        self.warm = None;
+        self.private_warm = None;
+        let ended = (!spec.claim()).then(|| {
+            "the session ended: its engine thread was replaced after a run that did not stop"
+                .to_owned()
+        });
+        self.session = Some(BoaSession { realm: None, ended });
+        true
+    }
+
     /// Collects garbage between runs, then runs [`warm_up`], once
     /// [`IDLE_GC_RUNS`] runs have passed since the last collection.
     fn idle(&mut self) {
+        if self.session.is_some() {
+            return;
+        }
         if self.since_gc < IDLE_GC_RUNS || self.warm.is_none() {
             return;
         }
@@ -697,6 +779,7 @@ pub fn descriptor() -> EngineDescriptor {
         || Box::<BoaThread>::default(),
     )
     .with_in_process_threads(|n| std::sync::Arc::new(Boa::with_max_workers(n)))
+    .with_sessions(|spec| Boa::for_session(BoaEngine, spec).map(|p| std::sync::Arc::new(p) as _))
     .with_default_isolation(Isolation::Process)
     .with_thread_stack_bytes(THREAD_STACK_BYTES)
     // Collecting a private realm's context.
@@ -710,6 +793,10 @@ impl PooledEngine for BoaEngine {
 
     fn new_thread(&self) -> Box<dyn EngineThread> {
         Box::<BoaThread>::default()
+    }
+
+    fn has_sessions(&self) -> bool {
+        true
     }
 }
 

@@ -21,6 +21,9 @@ pub(super) struct QjsRun<'w> {
     pub(super) pre_private_bytes: usize,
     /// The run has a private realm: its context is never reused.
     pub(super) private: bool,
+    /// The run is a session's: its realm (`pre`, none before the first
+    /// run) is kept after it, bounded by the spec.
+    pub(super) session: Option<SessionSpec>,
     /// A fault of the script's first steps, for `run_jobs` to report.
     pub(super) deferred: Option<EngineFault>,
     /// What `end_run` checks after the run ([`Body::end_check`]).
@@ -51,6 +54,15 @@ impl QjsRun<'_> {
         // The run's host handle goes whatever happens next.
         warm.host.borrow_mut().take();
         let end = end?;
+        if self.session.is_some() {
+            // A session's realm is kept when the run left nothing pending.
+            let clean = warm.ctx.with(|ctx| {
+                end.restore(&ctx)
+                    .and_then(|f| f.call::<_, bool>(()))
+                    .unwrap_or(false)
+            });
+            return clean.then_some(warm);
+        }
         if self.private {
             // Still ended, so that nothing of the run is left pending.
             let _ = warm
@@ -159,55 +171,44 @@ pub(super) fn exception_fault(v: Value<'_>) -> EngineFault {
     f
 }
 
-impl Engine for QjsRun<'_> {
-    fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
-        {
-            let mut i = self
-                .slot
-                .interrupt
-                .lock()
-                .map_err(|_| internal("interrupt state poisoned"))?;
-            i.deadline = Some(setup.deadline);
-            i.cancel = Some(setup.cancel.clone());
-        }
-        let rt = &self.slot.rt;
-        // `setup.prelude` is the same core PRELUDE the bytecode was built from.
-        debug_assert_eq!(setup.prelude, PRELUDE);
-        // A context hardened now, when none was hardened ahead of time,
-        // is hardened as it would have been then: without the run's limit.
-        // The engine's own set-up is not the script's memory, a run must
-        // not fail or pass depending on whether the worker had time to
-        // prepare a context after the run before it, and QuickJS leaks
-        // when hardening runs out of memory at certain points (it
-        // realises lazy built-ins whose initialisation drops its
-        // arguments on failure: `js_bytecode_eval`).
-        self.slot.alloc.disarm();
-        self.private = setup.limits.private_realm();
-        let warm = if self.private {
-            match self.pre_private.take() {
-                Some(w) => w,
-                None => harden_as(rt, true).map_err(|f| self.finish_fault(f))?,
-            }
-        } else {
-            match self.pre.take() {
-                Some(w) => w,
-                None => harden(rt).map_err(|f| self.finish_fault(f))?,
+impl QjsRun<'_> {
+    /// A session's run: its realm, made by the first run; the run's
+    /// memory limit is what the realm holds plus the run's own limit, at
+    /// most the session's.
+    fn load_session(
+        &mut self,
+        setup: &EngineSetup<'_>,
+        host: HostHandle,
+        spec: SessionSpec,
+    ) -> Result<(), EngineFault> {
+        let warm = match self.pre.take() {
+            Some(w) => w,
+            None => {
+                let w = harden_session(&self.slot.rt).map_err(|f| self.finish_fault(f))?;
+                spec.set_baseline_bytes(self.slot.alloc.used() as u64);
+                w
             }
         };
-        let mut limit = usize::try_from(setup.limits.memory_bytes).unwrap_or(usize::MAX);
-        if self.pre_private.is_some() {
-            // Kept for a later run, not this one's memory.
-            limit = limit.saturating_add(self.pre_private_bytes);
-        }
-        // The counting allocator enforces `limit`. QuickJS's own malloc
-        // limit stays unset: it checks before calling the allocator, so a
-        // huge request refused there would leave no trace of the OOM.
-        self.slot.alloc.arm(limit);
+        let used = self.slot.alloc.used() as u64;
+        let limit = spec.run_limit(used, setup.limits.memory_bytes);
+        self.slot
+            .alloc
+            .arm(usize::try_from(limit).unwrap_or(usize::MAX));
         let stack = setup
             .limits
             .stack_bytes
             .min(THREAD_STACK_BYTES as u64 - STACK_MARGIN_BYTES);
-        rt.set_max_stack_size(stack as usize);
+        self.slot.rt.set_max_stack_size(stack as usize);
+        self.install(setup, host, warm)
+    }
+
+    /// Installs the run in `warm` and keeps the prelude's controller.
+    fn install(
+        &mut self,
+        setup: &EngineSetup<'_>,
+        host: HostHandle,
+        warm: Warm,
+    ) -> Result<(), EngineFault> {
         *warm.host.borrow_mut() = Some(host);
         // Kept even if the install fails, so that it is dropped in order.
         self.ctx = Some(warm);
@@ -238,6 +239,62 @@ impl Engine for QjsRun<'_> {
         self.settle_fn = Some(settle);
         self.end_fn = Some(end);
         Ok(())
+    }
+}
+
+impl Engine for QjsRun<'_> {
+    fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
+        {
+            let mut i = self
+                .slot
+                .interrupt
+                .lock()
+                .map_err(|_| internal("interrupt state poisoned"))?;
+            i.deadline = Some(setup.deadline);
+            i.cancel = Some(setup.cancel.clone());
+        }
+        let rt = &self.slot.rt;
+        // `setup.prelude` is the same core PRELUDE the bytecode was built from.
+        debug_assert_eq!(setup.prelude, PRELUDE);
+        // A context hardened now, when none was hardened ahead of time,
+        // is hardened as it would have been then: without the run's limit.
+        // The engine's own set-up is not the script's memory, a run must
+        // not fail or pass depending on whether the worker had time to
+        // prepare a context after the run before it, and QuickJS leaks
+        // when hardening runs out of memory at certain points (it
+        // realises lazy built-ins whose initialisation drops its
+        // arguments on failure: `js_bytecode_eval`).
+        self.slot.alloc.disarm();
+        if let Some(spec) = &self.session {
+            return self.load_session(setup, host, spec.clone());
+        }
+        self.private = setup.limits.private_realm();
+        let warm = if self.private {
+            match self.pre_private.take() {
+                Some(w) => w,
+                None => harden_as(rt, true).map_err(|f| self.finish_fault(f))?,
+            }
+        } else {
+            match self.pre.take() {
+                Some(w) => w,
+                None => harden(rt).map_err(|f| self.finish_fault(f))?,
+            }
+        };
+        let mut limit = usize::try_from(setup.limits.memory_bytes).unwrap_or(usize::MAX);
+        if self.pre_private.is_some() {
+            // Kept for a later run, not this one's memory.
+            limit = limit.saturating_add(self.pre_private_bytes);
+        }
+        // The counting allocator enforces `limit`. QuickJS's own malloc
+        // limit stays unset: it checks before calling the allocator, so a
+        // huge request refused there would leave no trace of the OOM.
+        self.slot.alloc.arm(limit);
+        let stack = setup
+            .limits
+            .stack_bytes
+            .min(THREAD_STACK_BYTES as u64 - STACK_MARGIN_BYTES);
+        rt.set_max_stack_size(stack as usize);
+        self.install(setup, host, warm)
     }
 
     fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
@@ -337,6 +394,18 @@ impl Engine for QjsRun<'_> {
         let alloc = self.slot.alloc.clone();
         let generation = alloc.generation();
         Some(Box::new(move || alloc.halt(generation)))
+    }
+
+    fn in_session(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// A session's heap as the run left it, garbage included, until the
+    /// collection after the run says better.
+    fn finished(&mut self) {
+        if let Some(spec) = &self.session {
+            spec.set_retained_bytes(self.slot.alloc.used() as u64);
+        }
     }
 
     fn classify(&self, name: &str, message: &str) -> FaultKind {

@@ -29,6 +29,7 @@ use harness_core::engine::{
     parse_error, Body, EndCheck, Engine, EngineDescriptor, EngineFault, EngineSetup, EngineThread,
     FaultKind, HostHandle, Pooled, PooledEngine, PRELUDE, PRELUDE_FILE, TEST262_HOST,
 };
+use harness_core::session::SessionSpec;
 use harness_core::CancellationToken;
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
 use rquickjs::context::EvalOptions;
@@ -141,6 +142,31 @@ fn harden(rt: &Runtime) -> Result<Warm, EngineFault> {
 /// a private realm, for one run ([`Realm::Private`]) or test262's
 /// [`GlobalEval::unfrozen`], and dropped after it.
 fn harden_as(rt: &Runtime, unfrozen: bool) -> Result<Warm, EngineFault> {
+    harden_realm(
+        rt,
+        if unfrozen {
+            Realm::Private
+        } else {
+            Realm::Shared
+        },
+    )
+}
+
+/// Which realm the prelude makes: `harden(host, false | true | 'session')`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Realm {
+    Shared,
+    Private,
+    Session,
+}
+
+/// A session's realm: built-ins open, the global object open for the
+/// session's bindings, kept from run to run.
+fn harden_session(rt: &Runtime) -> Result<Warm, EngineFault> {
+    harden_realm(rt, Realm::Session)
+}
+
+fn harden_realm(rt: &Runtime, realm: Realm) -> Result<Warm, EngineFault> {
     let bytecode = prelude_bytecode()?;
     let ctx = Context::custom::<Intrinsics>(rt).map_err(context_fault)?;
     let host: HostSlot = Rc::new(RefCell::new(None));
@@ -156,7 +182,12 @@ fn harden_as(rt: &Runtime, unfrozen: bool) -> Result<Warm, EngineFault> {
                     None => String::new(),
                 }
             })?;
-            prelude.call((host_fn, unfrozen))
+            let mode = match realm {
+                Realm::Shared => Value::new_bool(ctx.clone(), false),
+                Realm::Private => Value::new_bool(ctx.clone(), true),
+                Realm::Session => rquickjs::String::from_str(ctx.clone(), "session")?.into_value(),
+            };
+            prelude.call((host_fn, mode))
         };
         match run() {
             Ok(f) => Ok(Persistent::save(&ctx, f)),
@@ -262,7 +293,18 @@ struct QuickJsThread {
     /// Heap bytes `private_warm` holds: a shared run's memory limit is
     /// raised by them, so that it does not depend on whether one is kept.
     private_bytes: usize,
+    /// Set when the thread serves one session.
+    session: Option<SessionState>,
     slot: Option<RuntimeSlot>,
+}
+
+/// A session thread's realm, kept between its runs.
+struct SessionState {
+    spec: SessionSpec,
+    /// The realm, between runs (none before the first).
+    realm: Option<Warm>,
+    /// Why the session ended, once it has: no realm is made again.
+    ended: Option<String>,
 }
 
 impl Drop for QuickJsThread {
@@ -270,6 +312,9 @@ impl Drop for QuickJsThread {
     fn drop(&mut self) {
         self.warm = None;
         self.private_warm = None;
+        if let Some(s) = &mut self.session {
+            s.realm = None;
+        }
         if let Some(slot) = self.slot.take() {
             slot.free();
         }
@@ -350,12 +395,101 @@ impl QuickJsThread {
     }
 }
 
+impl QuickJsThread {
+    /// A session's run: its realm, kept if the run ended clean; any
+    /// other ending ends the session, and the runtime with it.
+    fn lend_session(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        let Some(state) = self.session.as_mut() else {
+            return;
+        };
+        if let Some(why) = &state.ended {
+            run(Err(EngineFault::new(
+                FaultKind::Internal,
+                "Error",
+                why.clone(),
+            )));
+            return;
+        }
+        let pre = state.realm.take();
+        let spec = state.spec.clone();
+        let slot = match self.slot() {
+            Ok(s) => s,
+            Err(f) => {
+                run(Err(f));
+                return;
+            }
+        };
+        let mut engine = QjsRun {
+            start_fn: None,
+            settle_fn: None,
+            end_fn: None,
+            ctx: None,
+            pre,
+            pre_private: None,
+            pre_private_bytes: 0,
+            private: false,
+            session: Some(spec.clone()),
+            deferred: None,
+            end_check: EndCheck::Nothing,
+            slot,
+        };
+        let tainted = run(Ok(&mut engine));
+        let kept = if tainted {
+            if let Some(w) = &engine.ctx {
+                w.host.borrow_mut().take();
+            }
+            None
+        } else {
+            engine.end_run()
+        };
+        drop(engine);
+        let ended = kept.is_none();
+        if let Some(state) = self.session.as_mut() {
+            state.realm = kept;
+            if ended {
+                state.ended = Some(if tainted {
+                    "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled".to_owned()
+                } else {
+                    "the session ended: a run in it left a tool call or task pending".to_owned()
+                });
+            }
+        }
+        self.recycle_after(ended, None, false);
+        if let (Some(slot), false) = (&self.slot, ended) {
+            let used = harness_quickjs_common::collect_between_runs(&slot.rt, &slot.alloc, 0, true);
+            slot.after_gc.set(used);
+            spec.set_retained_bytes(slot.alloc.used() as u64);
+        } else {
+            spec.set_retained_bytes(0);
+        }
+    }
+}
+
 impl EngineThread for QuickJsThread {
+    fn begin_session(&mut self, spec: SessionSpec) -> bool {
+        self.warm = None;
+        self.private_warm = None;
+        let ended = (!spec.claim()).then(|| {
+            "the session ended: its engine thread was replaced after a run that did not stop"
+                .to_owned()
+        });
+        self.session = Some(SessionState {
+            spec,
+            realm: None,
+            ended,
+        });
+        true
+    }
+
     /// Lends an engine to `run` (which says whether it is tainted), then
     /// keeps its context for the next run if the run ended clean, or
     /// tears it down and hardens the next one: after `run` has answered
     /// its caller, off the critical path.
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        if self.session.is_some() {
+            self.lend_session(run);
+            return;
+        }
         let pre = self.warm.take();
         let pre_private = self.private_warm.take();
         let pre_private_bytes = self.private_bytes;
@@ -375,6 +509,7 @@ impl EngineThread for QuickJsThread {
             pre_private,
             pre_private_bytes,
             private: false,
+            session: None,
             deferred: None,
             end_check: EndCheck::Nothing,
             slot,
@@ -566,6 +701,9 @@ pub fn descriptor() -> EngineDescriptor {
         || Box::<QuickJsThread>::default(),
     )
     .with_in_process_threads(|n| std::sync::Arc::new(QuickJs::with_max_workers(n)))
+    .with_sessions(|spec| {
+        QuickJs::for_session(QuickJsEngine, spec).map(|p| std::sync::Arc::new(p) as _)
+    })
     .with_aliases(&["qjs"])
     // Collecting a private realm and making the next one ahead.
     .with_long_private_tidy_up()
@@ -579,6 +717,10 @@ impl PooledEngine for QuickJsEngine {
 
     fn new_thread(&self) -> Box<dyn EngineThread> {
         Box::<QuickJsThread>::default()
+    }
+
+    fn has_sessions(&self) -> bool {
+        true
     }
 }
 

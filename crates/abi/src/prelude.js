@@ -29,9 +29,18 @@
 // still seals its global object. Adapters make one for a run whose script
 // may change a built-in (`Realm::Private`, docs/security.md), and
 // test262's runner for global code.
+//
+// `harden(host, 'session')` makes a session's realm: the intrinsics are
+// left open as in a private realm, the global object is not sealed (the
+// session's top-level declarations live on it), and `install` may be
+// called once per run for as long as the session lasts. `start` hands a
+// session's script its scope (`__harness_session`: what core's
+// session.rs makes a run's declarations call) as the only argument.
 (function (host, unfrozen) {
   'use strict';
   const G = globalThis;
+  const inSession = unfrozen === 'session';
+  if (inSession) unfrozen = true;
   const O = Object;
   const freeze = O.freeze;
   const isFrozen = O.isFrozen;
@@ -699,7 +708,7 @@
   function start(fn) {
     let p;
     try {
-      p = fn();
+      p = inSession ? fn(sessionScope) : fn();
     } catch (e) {
       fail(e);
       return;
@@ -1000,6 +1009,57 @@
   }
   const controller = freeze({ start: start, settle: settle, end: end });
 
+  // ---- A session's scope ---------------------------------------------------
+  // Core rewrites a session run's top-level declarations into calls of
+  // these (crates/core/src/session.rs): the names become properties of the
+  // session's global object, so the next run sees their live values.
+  // `enter(list)` (kind, name pairs: 0 var, 1 let or class, 2 const) runs
+  // first: a var that is not bound yet reads `undefined`, every other name
+  // is in its dead zone until its declaration runs (`d`); `leave()` runs
+  // last, whatever happened, and drops the names still in their dead zone
+  // (a declaration that threw, or never ran), so that none is stuck there.
+  const ReferenceErrorCtor = ReferenceError;
+  let deadZone = new MapCtor();
+  function bind(kind, name, value) {
+    defineProperty(G, name, { value: value, writable: kind !== 2, enumerable: true, configurable: true });
+    apply(mapDelete, deadZone, [name]);
+  }
+  const sessionScope = inSession ? freeze({
+    enter: freeze(function enter(list) {
+      deadZone = new MapCtor();
+      for (let i = 0; i < list.length; i += 2) {
+        const kind = list[i];
+        const name = list[i + 1];
+        if (kind === 0) {
+          if (!apply(hasOwn, G, [name])) bind(0, name, undefined);
+          continue;
+        }
+        const unready = freeze(() => {
+          throw new ReferenceErrorCtor("Cannot access '" + name + "' before initialization");
+        });
+        defineProperty(G, name, { get: unready, set: unready, enumerable: true, configurable: true });
+        apply(mapSet, deadZone, [name, unready]);
+      }
+    }),
+    // A declarator `name = value`; without a value, a `let` is undefined.
+    d: freeze(function d(kind, name, value) { bind(kind, name, value); }),
+    // A destructuring declarator: `pick` is `(PATTERN) => [names…]`.
+    p: freeze(function p(kind, names, pick, value) {
+      const values = pick(value);
+      for (let i = 0; i < names.length; i++) bind(kind, names[i], values[i]);
+    }),
+    // A function declaration, bound when the run starts (it is hoisted).
+    f: freeze(function f(name, fn) { bind(1, name, fn); }),
+    leave: freeze(function leave() {
+      const left = deadZone;
+      deadZone = new MapCtor();
+      apply(mapForEach, left, [(unready, name) => {
+        const d = getOwnPropertyDescriptor(G, name);
+        if (d !== undefined && d.get === unready) delete G[name];
+      }]);
+    }),
+  }) : undefined;
+
   // The config is `{"run":"…","static":{…}}`, in that order. The run's
   // part is one string: the 128-bit seed as hex digits, then the script
   // id as the host makes it, so that the static part starts at a fixed
@@ -1013,7 +1073,7 @@
   const staticMark = STATIC_MARK;
   const runEnd = runPrefix.length + seedLength + scriptIdLength;
   return function install(configJson) {
-    if (!freezing && globalsDefined) throw new TypeErrorCtor('a private realm serves one run');
+    if (!freezing && !inSession && globalsDefined) throw new TypeErrorCtor('a private realm serves one run');
     if (active !== null) throw new TypeErrorCtor('a run is already installed in this context');
     let scriptId, seed, staticJson;
     // `configJson` comes from the host, and no script has run in this
@@ -1052,8 +1112,9 @@
       defineProperty(G, 'console', { get: currentOf('console'), configurable: false, enumerable: false });
       // The global object is sealed for good: a script cannot create or
       // replace a global (scripts are strict, so trying throws a TypeError).
-      // A private realm's too: only its built-ins are open.
-      freeze(G);
+      // A private realm's too: only its built-ins are open. A session's
+      // stays open for the bindings its runs declare.
+      if (!inSession) freeze(G);
       globalsDefined = true;
     }
     return controller;

@@ -57,7 +57,16 @@ pub struct Body {
     /// given it (one string for both, made once).
     text: String,
     start: usize,
+    /// Bytes of the wrapper before the source and after it.
+    head: usize,
+    tail: usize,
 }
+
+/// How a session run's wrapper starts: its head runs to the first line
+/// break (the rest of it names only the run's own declarations).
+const SESSION_HEAD_START: &str = "(async function (__harness_session) {";
+/// What a session run's wrapper ends with.
+const SESSION_TAIL: &str = "\n} finally { __harness_session.leave(); } })";
 
 impl Body {
     /// Parses `source` as the body of an async function, in strict mode.
@@ -97,12 +106,68 @@ impl Body {
         }
     }
 
+    /// Parses `source` as a run of a session: [`Body::parse`], then the
+    /// rewrite of [`crate::session`], which makes the run's top-level
+    /// declarations bindings of the session. The rewritten text is parsed
+    /// again, in its wrapper, and must be the one function it was made to
+    /// be.
+    pub fn parse_session(source: &str) -> Result<Body, ScriptError> {
+        let plain = Body::parse(source)?;
+        let offset = STRICT.len() + HEAD.len();
+        let rewritten =
+            std::panic::catch_unwind(|| crate::session::rewrite(source, &plain.text, offset))
+                .map_err(|payload| {
+                    ScriptError::internal(format!(
+                        "the session rewrite failed on this script: {}",
+                        crate::error::panic_message(payload.as_ref())
+                    ))
+                })??;
+        let head = format!(
+            "{SESSION_HEAD_START} __harness_session.enter([{}]); try {{ {}\n",
+            rewritten.names, rewritten.functions
+        );
+        let mut text = String::with_capacity(
+            STRICT.len() + head.len() + rewritten.source.len() + SESSION_TAIL.len(),
+        );
+        text.push_str(STRICT);
+        text.push_str(&head);
+        text.push_str(&rewritten.source);
+        text.push_str(SESSION_TAIL);
+        let body = Body {
+            text,
+            start: STRICT.len(),
+            head: head.len(),
+            tail: SESSION_TAIL.len(),
+        };
+        std::panic::catch_unwind(|| check_session(&body)).map_err(|payload| {
+            ScriptError::internal(format!(
+                "the JavaScript parser failed on this script: {}",
+                crate::error::panic_message(payload.as_ref())
+            ))
+        })??;
+        Ok(body)
+    }
+
+    /// Whether this is a session run's body ([`Body::parse_session`]).
+    pub fn in_session(&self) -> bool {
+        self.wrapped().starts_with(SESSION_HEAD_START)
+    }
+
     /// The wrapped text of a source the host already parsed (a worker
-    /// process is sent what its host made with [`Body::parse`]).
+    /// process is sent what its host made with [`Body::parse`] or
+    /// [`Body::parse_session`]).
     pub(crate) fn trusted(wrapped: String) -> Body {
+        let (head, tail) =
+            if wrapped.starts_with(SESSION_HEAD_START) && wrapped.ends_with(SESSION_TAIL) {
+                (wrapped.find('\n').map_or(0, |i| i + 1), SESSION_TAIL.len())
+            } else {
+                (HEAD.len(), TAIL.len())
+            };
         Body {
             text: wrapped,
             start: 0,
+            head,
+            tail,
         }
     }
 
@@ -124,6 +189,8 @@ impl Body {
         Body {
             text,
             start: STRICT.len(),
+            head: HEAD.len(),
+            tail: TAIL.len(),
         }
     }
 
@@ -137,7 +204,7 @@ impl Body {
     pub fn source(&self) -> &str {
         let wrapped = self.wrapped();
         wrapped
-            .get(HEAD.len()..wrapped.len().saturating_sub(TAIL.len()))
+            .get(self.head..wrapped.len().saturating_sub(self.tail))
             .unwrap_or("")
     }
 }
@@ -250,6 +317,57 @@ fn check(body: &Body, source_type: SourceType) -> Result<(), ScriptError> {
             None,
         )),
     }
+}
+
+/// Checks a session run's wrapped text: one async function of the scope
+/// parameter, whose body is `enter(…)` and a `try` whose block holds the
+/// rewritten source and ends where the session tail starts.
+fn check_session(body: &Body) -> Result<(), ScriptError> {
+    let text = &body.text;
+    let allocator = Allocator::default();
+    let parsed = Parser::new(&allocator, text, SourceType::script())
+        .with_options(ParseOptions::default())
+        .parse();
+    let refused = |why: &str| {
+        Err(ScriptError::internal(format!(
+            "the session rewrite of this script is not one function body: {why}"
+        )))
+    };
+    if let Some(d) = parsed.diagnostics.errors().next() {
+        return refused(&d.message);
+    }
+    if parsed.panicked || parsed.program.body.len() != 1 {
+        return refused("it did not parse as one statement");
+    }
+    let Some(Statement::ExpressionStatement(s)) = parsed.program.body.first() else {
+        return refused("no function");
+    };
+    let Expression::ParenthesizedExpression(p) = &s.expression else {
+        return refused("no function");
+    };
+    let Expression::FunctionExpression(f) = &p.expression else {
+        return refused("no function");
+    };
+    if !f.r#async || f.generator || f.params.items.len() != 1 || f.params.rest.is_some() {
+        return refused("not the session's function");
+    }
+    if f.span.end as usize != text.len() - 1 {
+        return refused("the function ends early");
+    }
+    let statements = f.body.as_ref().map_or(&[][..], |b| b.statements.as_slice());
+    let try_block_end = match statements {
+        [Statement::ExpressionStatement(_), Statement::TryStatement(t)]
+            if t.finalizer.is_some() =>
+        {
+            t.block.span.end as usize
+        }
+        _ => return refused("not enter and try"),
+    };
+    // The block's closing brace is the tail's first after its line break.
+    if try_block_end != text.len() - SESSION_TAIL.len() + 2 {
+        return refused("the source closes its block early");
+    }
+    Ok(())
 }
 
 fn syntax(detail: String, at: Option<Location>) -> ScriptError {

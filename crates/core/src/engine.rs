@@ -99,7 +99,11 @@ pub struct EngineDescriptor {
     in_process_threads: Option<fn(usize) -> Arc<dyn ScriptRuntimeAdapter>>,
     worker_thread: fn() -> Box<dyn EngineThread>,
     prepare_process: Option<fn(&mut crate::process_options::ProcessOptions)>,
+    in_process_session: Option<SessionBuilder>,
 }
+
+/// How a descriptor builds one session's engine in this process.
+pub type SessionBuilder = fn(crate::session::SessionSpec) -> Option<Arc<dyn ScriptRuntimeAdapter>>;
 
 impl fmt::Debug for EngineDescriptor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -137,6 +141,7 @@ impl EngineDescriptor {
             in_process_threads: None,
             worker_thread,
             prepare_process: None,
+            in_process_session: None,
         }
     }
 
@@ -188,6 +193,22 @@ impl EngineDescriptor {
     ) -> Self {
         self.prepare_process = Some(setup);
         self
+    }
+
+    /// How to build one session's engine in this process (usually
+    /// `|spec| Pooled::<E>::for_session(E, spec).map(|p| Arc::new(p) as _)`).
+    pub fn with_sessions(mut self, build: SessionBuilder) -> Self {
+        self.in_process_session = Some(build);
+        self
+    }
+
+    /// One session's engine in this process, where the engine has
+    /// sessions.
+    pub fn in_process_session(
+        &self,
+        spec: crate::session::SessionSpec,
+    ) -> Option<Arc<dyn ScriptRuntimeAdapter>> {
+        self.in_process_session.and_then(|build| build(spec))
     }
 
     /// Whether `name` (any case) is this engine's name or an alias.
@@ -248,6 +269,11 @@ pub trait PooledEngine: fmt::Debug + Clone + Send + Sync + 'static {
     fn descriptor() -> EngineDescriptor;
     /// The state of one new engine thread of this process.
     fn new_thread(&self) -> Box<dyn EngineThread>;
+    /// Whether its threads serve sessions
+    /// ([`EngineThread::begin_session`]). False by default.
+    fn has_sessions(&self) -> bool {
+        false
+    }
 }
 
 /// The old name of [`PooledEngine`], for bounds (`A: EngineAdapter`);
@@ -392,6 +418,38 @@ impl<A: PooledEngine> Pooled<A> {
             engine,
             keep_warm,
         }
+    }
+
+    /// One session's engine: a single engine thread, made that session's
+    /// with [`EngineThread::begin_session`] before its first run, that
+    /// serves nothing else and never rehearses. A second thread (the
+    /// pool replaces one that a run left stuck past its deadline) finds
+    /// the session claimed and refuses every run. `None` where the engine
+    /// has no sessions.
+    pub fn for_session(engine: A, spec: crate::session::SessionSpec) -> Option<Self> {
+        let d = A::descriptor();
+        if !engine.has_sessions() {
+            return None;
+        }
+        let for_threads = engine.clone();
+        let factory = move || {
+            let mut thread = for_threads.new_thread();
+            thread.begin_session(spec.clone());
+            thread
+        };
+        Some(Pooled {
+            name: d.name,
+            info: d.info(),
+            global_eval: false,
+            pool: Arc::new(ThreadPool::new(
+                &format!("harness-{}-session", d.name),
+                1,
+                d.thread_stack_bytes,
+                factory,
+            )),
+            engine,
+            keep_warm: KeepWarm::default(),
+        })
     }
 
     /// The engine's own configuration.

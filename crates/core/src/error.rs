@@ -48,11 +48,14 @@ pub enum ErrorCode {
     ReturnValueTooLargeError,
     /// The harness failed; not the script's fault.
     HarnessInternalError,
+    /// The run named a session that is closed, expired or unknown
+    /// (never a silent fresh start).
+    SessionClosedError,
 }
 
 impl ErrorCode {
     /// Every code, in catalogue order.
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::ScriptSyntaxError,
         ErrorCode::BannedIdentifierError,
         ErrorCode::ScriptTooLargeError,
@@ -72,6 +75,7 @@ impl ErrorCode {
         ErrorCode::SerializationError,
         ErrorCode::ReturnValueTooLargeError,
         ErrorCode::HarnessInternalError,
+        ErrorCode::SessionClosedError,
     ];
 
     /// The stable string form, e.g. `"ScriptTimeoutError"`.
@@ -96,6 +100,7 @@ impl ErrorCode {
             ErrorCode::SerializationError => "SerializationError",
             ErrorCode::ReturnValueTooLargeError => "ReturnValueTooLargeError",
             ErrorCode::HarnessInternalError => "HarnessInternalError",
+            ErrorCode::SessionClosedError => "SessionClosedError",
         }
     }
 

@@ -26,6 +26,7 @@ pub mod process;
 mod process_options;
 mod rehearsal;
 pub mod report;
+pub mod session;
 mod sinks;
 pub mod source;
 mod spin;

@@ -139,6 +139,13 @@ pub trait Engine {
     /// whose tidying up can go on beside the rest of the run (a worker
     /// process) may start it here. The default does nothing.
     fn finished(&mut self) {}
+    /// Whether this run is one of a session's, on a thread that
+    /// [`EngineThread::begin_session`] made one session's: its source is
+    /// then parsed with [`Body::parse_session`], and its context outlives
+    /// it. False by default.
+    fn in_session(&self) -> bool {
+        false
+    }
 }
 
 /// `$262` for test262's harness files, evaluated as global code before a
@@ -335,6 +342,19 @@ pub trait EngineThread {
     /// Compiles a script body as [`Engine::start`] would, without running
     /// any of it.
     fn check(&mut self, body: &Body) -> Result<(), ScriptError>;
+    /// Makes this thread one session's, before its first run: from then
+    /// on every run it lends is in the session's realm (a context of its
+    /// own, hardened with `harden(host, 'session')`: built-ins open, the
+    /// global object open for the session's bindings), which it keeps
+    /// between runs and never shares, and whose heap `spec` bounds. A
+    /// run that leaves the engine tainted ends the session: the realm is
+    /// dropped and every later `lend` is refused with a fault whose
+    /// message says why, never a fresh realm. Returns false, and changes
+    /// nothing, where the engine has no sessions (the default).
+    fn begin_session(&mut self, spec: crate::session::SessionSpec) -> bool {
+        let _ = spec;
+        false
+    }
     /// Runs standalone global code (test262). Engines that cannot say so.
     fn eval_global(&mut self, eval: GlobalEval) -> GlobalEvalOutcome {
         let _ = eval;

@@ -38,6 +38,7 @@ pub mod config;
 pub mod declarations;
 pub mod embed;
 mod engine;
+pub mod session;
 #[cfg(feature = "http")]
 pub use harness_tools::http;
 #[cfg(feature = "mcp")]
@@ -69,6 +70,7 @@ pub use harness_respond as respond;
 /// the guest's loading options.
 #[cfg(feature = "wasi")]
 pub use harness_wasi as wasi;
+pub use session::{Session, SessionError, SessionLimits};
 
 use std::fmt;
 use std::sync::Arc;
@@ -110,6 +112,7 @@ pub struct Harness {
     anticipates: bool,
     audit: Option<Arc<audit::AuditLog>>,
     traceparent: Option<String>,
+    sessions: Arc<session::Sessions>,
     #[cfg(feature = "mcp")]
     mcp: Option<Arc<McpPart>>,
 }
@@ -246,6 +249,61 @@ impl Harness {
         let mut second = self.adapter.execute(again).await;
         second.retried = true;
         second
+    }
+
+    /// Opens a session: runs in it keep what their top level declared,
+    /// for the session's later runs only ([`session`]). Its id is drawn
+    /// here at random; opening one more than `[sessions] max` closes the
+    /// least recently used. `Unsupported` where the engine (or its
+    /// isolation) has no sessions.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let h = harness::Harness::builder().build().unwrap();
+    /// let s = h.open_session().unwrap();
+    /// s.run("const data = [1, 2, 3]; return data.length").await;
+    /// let r = s.run("return data.map(x => x * 2)").await;
+    /// assert_eq!(r.value, Some(serde_json::json!([2, 4, 6])));
+    /// assert_eq!(h.run("return typeof data").await.value, Some(serde_json::json!("undefined")));
+    /// # });
+    /// ```
+    pub fn open_session(&self) -> Result<Session, SessionError> {
+        let id = self.sessions.open()?;
+        Ok(Session::new(id, self.clone()))
+    }
+
+    /// Session `id`, opened earlier by this harness (or a clone of it),
+    /// if it is still live; `Closed` with the reason otherwise.
+    pub fn session(&self, id: &str) -> Result<Session, SessionError> {
+        self.sessions.find(id)?;
+        Ok(Session::new(id.to_owned(), self.clone()))
+    }
+
+    /// Live sessions, and the heap their realms hold together (what the
+    /// `sessions_live` and `session_memory_bytes` gauges say).
+    pub fn session_stats(&self) -> (usize, u64) {
+        self.sessions.stats()
+    }
+
+    pub(crate) async fn execute_in_session(
+        &self,
+        id: &str,
+        mut request: ExecutionRequest,
+    ) -> ExecutionReport {
+        if let Some(tp) = request.traceparent.as_deref() {
+            request.trace = Some(tracing::info_span!("harness_run", traceparent = tp));
+        }
+        let source = request.source.clone();
+        let provider = request.context.provider.clone();
+        let report = self.sessions.execute(id, request).await;
+        if let Some(audit) = &self.audit {
+            audit.record(&source, provider.as_deref(), &report);
+        }
+        report
+    }
+
+    pub(crate) fn close_session(&self, id: &str) -> bool {
+        self.sessions.close(id)
     }
 
     /// The same harness, its runs part of the caller's trace: `traceparent`
@@ -450,6 +508,7 @@ pub struct HarnessBuilder {
     no_anticipate: bool,
     tool_settings: std::collections::BTreeMap<String, config::ToolSettings>,
     audit: Option<Arc<audit::AuditLog>>,
+    session_limits: SessionLimits,
     #[cfg(feature = "http")]
     http: Option<http::HttpPolicy>,
     #[cfg(feature = "mcp")]
@@ -675,16 +734,36 @@ impl HarnessBuilder {
         self
     }
 
+    /// How many sessions the harness keeps and how much they may hold
+    /// (`[sessions]`; see [`Harness::open_session`]).
+    pub fn sessions(mut self, limits: SessionLimits) -> Self {
+        self.session_limits = limits;
+        self
+    }
+
     /// Builds the harness: picks and starts the engine (worker processes for `isolation = process`).
     pub fn build(self) -> Result<Harness, BuildError> {
+        let mut session_engine: Option<session::SessionEngine> = None;
+        let engine_name;
         let adapter = match self.adapter {
-            Some(a) => a,
+            Some(a) => {
+                engine_name = format!(
+                    "an adapter given to HarnessBuilder::adapter ({})",
+                    a.info().name
+                );
+                a
+            }
             None => {
                 let engine = self.engine.unwrap_or_default();
                 let isolation = self
                     .limits
                     .isolation
                     .unwrap_or_else(|| engine.default_isolation());
+                engine_name = format!("{} with isolation {}", engine.name(), isolation.as_str());
+                if isolation == Isolation::InProcess {
+                    let d = engine.descriptor()?;
+                    session_engine = Some(Arc::new(move |spec| d.in_process_session(spec)));
+                }
                 let worker = self.worker;
                 let pool = self.pool;
                 let threads = match (isolation, self.threads) {
@@ -769,6 +848,11 @@ impl HarnessBuilder {
             anticipates: tuned.anticipates,
             audit: self.audit,
             traceparent: None,
+            sessions: Arc::new(session::Sessions::new(
+                self.session_limits,
+                session_engine,
+                &engine_name,
+            )),
             tools,
             limits: self.limits,
             mode: self.mode,

@@ -30,6 +30,7 @@ class ErrorCode(str, Enum):
     SerializationError = "SerializationError"
     ReturnValueTooLargeError = "ReturnValueTooLargeError"
     HarnessInternalError = "HarnessInternalError"
+    SessionClosedError = "SessionClosedError"
 
     def __str__(self) -> str:
         return self.value

@@ -40,7 +40,12 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         let _driving = crate::spin::Counted::begin(&DRIVING);
         // Nothing reaches an engine but a source parsed as one function
         // body: a source that would close its wrapper never runs.
-        let body = match Body::parse(source) {
+        let parsed = if self.engine.in_session() {
+            Body::parse_session(source)
+        } else {
+            Body::parse(source)
+        };
+        let body = match parsed {
             Ok(body) => body,
             Err(e) => return End::Refused(e),
         };

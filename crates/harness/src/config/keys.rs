@@ -114,7 +114,7 @@ pub(super) fn validate_layer(
         root_known.extend(["ceilings".to_owned(), "providers".to_owned()]);
     }
     check_keys(table, &root_known, name, source)?;
-    let sections: [(&str, Vec<String>); 8] = [
+    let sections: [(&str, Vec<String>); 9] = [
         ("limits", limit_keys()),
         ("mcp", keys_of::<McpSettings>()),
         ("exec", keys_of::<ExecSettings>()),
@@ -123,6 +123,7 @@ pub(super) fn validate_layer(
         ("spawn", keys_of::<SpawnSettings>()),
         ("workers", keys_of::<Workers>()),
         ("approvals", keys_of::<Approvals>()),
+        ("sessions", keys_of::<crate::session::SessionLimits>()),
     ];
     for (key, known) in sections {
         let section = format!("[{prefix}{key}]");

@@ -439,6 +439,7 @@ impl Config {
             }
         }
         b = b.workers(s.workers.max_workers, s.workers.max_runs_per_worker);
+        b = b.sessions(s.sessions.clone());
         if s.workers.max_threads != harness_core::engine::DEFAULT_MAX_THREADS {
             b = b.threads(s.workers.max_threads);
         }

@@ -273,6 +273,8 @@ pub struct Settings {
     pub exec: ExecSettings,
     /// Upstream MCP servers.
     pub mcp: McpSettings,
+    /// Sessions.
+    pub sessions: crate::session::SessionLimits,
 }
 
 impl Default for Settings {
@@ -292,6 +294,7 @@ impl Default for Settings {
             http: HttpSettings::default(),
             exec: ExecSettings::default(),
             mcp: McpSettings::default(),
+            sessions: crate::session::SessionLimits::default(),
         }
     }
 }

@@ -150,7 +150,7 @@ fn the_keys_are_the_struct_fields_and_none_was_lost() {
         v
     };
     let want = |v: &[&str]| sorted(v.iter().map(|s| s.to_string()).collect());
-    let tables: [(&str, Vec<String>, &[&str]); 10] = [
+    let tables: [(&str, Vec<String>, &[&str]); 11] = [
         (
             "root",
             keys_of::<Settings>(),
@@ -169,7 +169,13 @@ fn the_keys_are_the_struct_fields_and_none_was_lost() {
                 "http",
                 "exec",
                 "mcp",
+                "sessions",
             ],
+        ),
+        (
+            "sessions",
+            keys_of::<crate::session::SessionLimits>(),
+            &["max", "idle_ms", "memory_bytes", "total_memory_bytes"],
         ),
         (
             "mcp.servers.NAME",
