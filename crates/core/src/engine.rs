@@ -202,6 +202,12 @@ impl EngineDescriptor {
         self
     }
 
+    /// Whether the engine has sessions ([`EngineThread::begin_session`]),
+    /// in process and behind the process boundary.
+    pub fn has_sessions(&self) -> bool {
+        self.in_process_session.is_some()
+    }
+
     /// One session's engine in this process, where the engine has
     /// sessions.
     pub fn in_process_session(

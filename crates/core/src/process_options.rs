@@ -46,6 +46,9 @@ pub struct ProcessOptions {
     /// on, unless `HARNESS_PROCESS_RINGS=0` is set; off, or anywhere
     /// else, frames take the pipes.
     pub rings: bool,
+    /// Set by [`crate::process::ProcessAdapter::for_session`]: every
+    /// worker serves one session of at most this many bytes.
+    pub(crate) session_memory_bytes: Option<u64>,
 }
 
 impl ProcessOptions {
@@ -62,6 +65,7 @@ impl ProcessOptions {
             max_runs_per_worker: Some(10_000),
             env: Vec::new(),
             rings: std::env::var_os("HARNESS_PROCESS_RINGS").is_none_or(|v| v != "0"),
+            session_memory_bytes: None,
         }
     }
 

@@ -772,7 +772,8 @@ impl HarnessBuilder {
                     }
                     _ => None,
                 };
-                if let Some(adapter) = threads {
+                let mut session_opts: Option<ProcessOptions> = None;
+                let adapter = if let Some(adapter) = threads {
                     adapter
                 } else {
                     engine.adapter_with(isolation, |name| {
@@ -787,9 +788,18 @@ impl HarnessBuilder {
                             w.max_workers = max.max(1);
                             w.max_runs_per_worker = (runs > 0).then_some(runs);
                         }
+                        session_opts = Some(w.clone());
                         Ok(w)
                     })?
+                };
+                if let Some(opts) = session_opts {
+                    let d = engine.descriptor()?;
+                    session_engine = Some(Arc::new(move |spec| {
+                        harness_core::process::ProcessAdapter::for_session(&d, opts.clone(), spec)
+                            .map(|a| Arc::new(a) as Arc<dyn ScriptRuntimeAdapter>)
+                    }));
                 }
+                adapter
             }
         };
         let tuned = adapter.tune(

@@ -11,6 +11,12 @@ fn to_worker() -> Vec<ToWorker> {
         ToWorker::Init {
             address_space_bytes: Some(1 << 32),
             rings: true,
+            session_memory_bytes: None,
+        },
+        ToWorker::Init {
+            address_space_bytes: None,
+            rings: false,
+            session_memory_bytes: Some(256 << 20),
         },
         ToWorker::Run {
             config: r#"{"run":"0123","static":{}}"#.into(),
@@ -86,6 +92,9 @@ fn from_worker() -> Vec<FromWorker> {
             kind: FaultKind::StackOverflow,
         },
         FromWorker::Ready,
+        FromWorker::Kept {
+            session_bytes: 1 << 20,
+        },
         FromWorker::Checked {
             error: Some(ScriptError::new(
                 ErrorCode::ScriptSyntaxError,

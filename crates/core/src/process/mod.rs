@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Where a prelude config differs from one run to the next when nothing
 /// else changed: the seed and script id (see `event_loop::prelude_config`).
@@ -119,6 +119,12 @@ pub(crate) enum ToWorker {
         /// module docs).
         #[serde(default)]
         rings: bool,
+        /// The worker serves one session ([`crate::session`]), whose realm
+        /// may hold this much: its engine thread is told
+        /// `begin_session` before anything runs, and it answers each
+        /// Finish with [`FromWorker::Kept`] instead of `Ready`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_memory_bytes: Option<u64>,
     },
     /// Execute: load a fresh context with `config`, start `source` (already
     /// wrapped), run jobs; answered with one [`FromWorker::Step`].
@@ -245,6 +251,11 @@ pub(crate) enum FromWorker {
     /// After Finish: the old context is gone and the next is prepared
     /// (hardened ahead of time), so a run sent now starts at once.
     Ready,
+    /// A session worker's `Ready`: what the session's runs left in its
+    /// realm ([`crate::session::SessionSpec::retained_bytes`]).
+    Kept {
+        session_bytes: u64,
+    },
     Checked {
         error: Option<ScriptError>,
     },

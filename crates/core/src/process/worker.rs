@@ -257,11 +257,21 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
         linger: std::cell::Cell::new(false),
         failures: RefCell::new(Vec::new()),
     });
+    let mut session: Option<crate::session::SessionSpec> = None;
     let rings = match pipe.recv(false) {
         ToWorker::Init {
             address_space_bytes,
             rings,
+            session_memory_bytes,
         } => {
+            if let Some(bytes) = session_memory_bytes {
+                let spec = crate::session::SessionSpec::new(bytes);
+                if !host.begin_session(spec.clone()) {
+                    eprintln!("harness worker: the engine {} has no sessions", engine.name);
+                    return 3;
+                }
+                session = Some(spec);
+            }
             // Mapped before the caps: the descriptor, then closed, is one
             // of the few the worker may hold.
             let rings = if rings {
@@ -376,7 +386,12 @@ fn serve_on_thread(engine: &EngineDescriptor, host: &mut dyn EngineThread) -> i3
                 if lent.is_err() || panicked {
                     return 70;
                 }
-                pipe.send(&FromWorker::Ready);
+                match &session {
+                    Some(spec) => pipe.send(&FromWorker::Kept {
+                        session_bytes: spec.retained_bytes(),
+                    }),
+                    None => pipe.send(&FromWorker::Ready),
+                }
                 after_run = true;
             }
             ToWorker::Check { source } => {

@@ -46,10 +46,26 @@ struct Slot {
     /// What this thread rehearses while the adapter keeps warm, until
     /// when ([`Tuning::keep_warm`]).
     rehearsal: Option<Rehearsal>,
+    /// Set when this slot's worker serves one session.
+    session: Option<SlotSession>,
+}
+
+/// A session's slot: one worker process, started once; once it is gone
+/// (killed at a deadline, dead) the session is over.
+struct SlotSession {
+    spec: crate::session::SessionSpec,
+    /// A worker was started for the session (or another slot took it).
+    started: bool,
 }
 
 impl Slot {
-    fn spawn(&self) -> Result<Proc, String> {
+    fn spawn(&mut self) -> Result<Proc, String> {
+        if let Some(s) = &mut self.session {
+            if s.started {
+                return Err("the session ended: its worker process was killed or died".to_owned());
+            }
+            s.started = true;
+        }
         let p = Proc::spawn(&self.opts)?;
         self.started.fetch_add(1, Ordering::SeqCst);
         Ok(p)
@@ -70,7 +86,7 @@ impl Slot {
 
     /// Starts the next worker while nobody waits for it.
     fn prewarm(&mut self) {
-        if self.proc.is_none() {
+        if self.proc.is_none() && self.session.is_none() {
             self.proc = self.spawn().ok();
         }
     }
@@ -96,6 +112,7 @@ impl Slot {
         };
         proc.linger = linger;
         let mut engine = RemoteEngine::new(proc);
+        engine.session = self.session.as_ref().map(|s| s.spec.clone());
         // Counted in flight until the report is ready, not through the
         // worker's tidying up (super::may_spin).
         let in_flight = super::remote_run();
@@ -103,6 +120,10 @@ impl Slot {
         drop(in_flight);
         respond(out.report);
         self.keep_worker(engine);
+        if self.session.is_some() {
+            // A session's worker is never recycled, nor replaced.
+            return;
+        }
         if let Some(p) = &mut self.proc {
             p.runs = p.runs.saturating_add(1);
             if self
@@ -264,19 +285,7 @@ impl ProcessAdapter {
         let factory_opts = opts.clone();
         let started = Arc::new(AtomicU64::new(0));
         let factory_started = started.clone();
-        let info = EngineInfo {
-            capabilities: Capabilities {
-                interrupt: true,
-                memory_limit: true,
-                hard_kill: true,
-                // A worker that overflows its stack dies alone, and the
-                // host reports StackOverflowError.
-                stack_guard: true,
-                ..engine.capabilities
-            },
-            isolation: Isolation::Process,
-            ..engine
-        };
+        let info = behind_the_boundary(engine);
         let keep_warm = KeepWarm::anticipating();
         ProcessAdapter {
             info,
@@ -290,6 +299,7 @@ impl ProcessAdapter {
                         proc: None,
                         started: factory_started.clone(),
                         rehearsal: None,
+                        session: None,
                     },
                 )
                 .with_rehearsal(Slot::rehearsal_due, Slot::rehearse, keep_warm.awake_flag())
@@ -316,6 +326,52 @@ impl ProcessAdapter {
         Self::build(engine.info(), opts, engine.long_private_tidy_up)
     }
 
+    /// One session's engine behind the boundary: one host thread and one
+    /// worker process, told to serve that session alone
+    /// (`EngineThread::begin_session`), never recycled, never rehearsing;
+    /// once its worker is killed (a deadline) or dies, every later run is
+    /// refused. `None` where the engine has no sessions.
+    pub fn for_session(
+        engine: &EngineDescriptor,
+        mut opts: ProcessOptions,
+        spec: crate::session::SessionSpec,
+    ) -> Option<Self> {
+        if !engine.has_sessions() {
+            return None;
+        }
+        engine.prepare_process(&mut opts);
+        opts.max_workers = 1;
+        opts.max_runs_per_worker = None;
+        opts.session_memory_bytes = Some(spec.memory_bytes);
+        let opts = Arc::new(opts);
+        let factory_opts = opts.clone();
+        let started = Arc::new(AtomicU64::new(0));
+        let factory_started = started.clone();
+        Some(ProcessAdapter {
+            info: behind_the_boundary(engine.info()),
+            pool: Arc::new(ThreadPool::new(
+                &format!("harness-{}-session", opts.engine),
+                1,
+                HOST_THREAD_STACK_BYTES,
+                move || Slot {
+                    opts: factory_opts.clone(),
+                    proc: None,
+                    started: factory_started.clone(),
+                    rehearsal: None,
+                    session: Some(SlotSession {
+                        spec: spec.clone(),
+                        // A second slot (one replaced a stuck run's) finds
+                        // the session taken and starts nothing.
+                        started: !spec.claim(),
+                    }),
+                },
+            )),
+            opts,
+            started,
+            keep_warm: KeepWarm::default(),
+        })
+    }
+
     /// Worker processes started so far (the first ones, replacements after
     /// kills and deaths, and recycling after `max_runs_per_worker`).
     pub fn workers_started(&self) -> u64 {
@@ -327,6 +383,24 @@ impl ProcessAdapter {
         for _ in 0..n.min(self.opts.max_workers) {
             let _ = self.pool.submit(Slot::prewarm);
         }
+    }
+}
+
+/// What an engine can do behind the boundary: every engine can be
+/// stopped and held to its memory limit there.
+fn behind_the_boundary(engine: EngineInfo) -> EngineInfo {
+    EngineInfo {
+        capabilities: Capabilities {
+            interrupt: true,
+            memory_limit: true,
+            hard_kill: true,
+            // A worker that overflows its stack dies alone, and the
+            // host reports StackOverflowError.
+            stack_guard: true,
+            ..engine.capabilities
+        },
+        isolation: Isolation::Process,
+        ..engine
     }
 }
 

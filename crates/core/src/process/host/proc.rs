@@ -141,6 +141,7 @@ impl Proc {
         let init = |rings| ToWorker::Init {
             address_space_bytes: opts.address_space_bytes,
             rings,
+            session_memory_bytes: opts.session_memory_bytes,
         };
         #[cfg(target_os = "linux")]
         let (sent, region) = match rings {

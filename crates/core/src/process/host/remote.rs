@@ -37,6 +37,9 @@ pub(crate) struct RemoteEngine {
     /// Finish went to the worker ([`Engine::finished`], when the run
     /// stopped needing it, or from `into_reusable` at the latest).
     pub(super) finish_sent: bool,
+    /// The worker serves this session: its runs are parsed as a
+    /// session's, and its `Kept` says what the realm holds.
+    pub(super) session: Option<crate::session::SessionSpec>,
 }
 
 impl std::fmt::Debug for RemoteEngine {
@@ -63,6 +66,7 @@ impl RemoteEngine {
             broken: false,
             run_sent: false,
             finish_sent: false,
+            session: None,
         }
     }
 
@@ -186,7 +190,12 @@ impl RemoteEngine {
         );
         // Tidying up usually takes the worker microseconds.
         match proc.recv_in_run() {
-            Ok(FromWorker::Ready) => Some(proc),
+            Ok(FromWorker::Ready) if self.session.is_none() => Some(proc),
+            Ok(FromWorker::Kept { session_bytes }) => {
+                let spec = self.session.as_ref()?;
+                spec.set_retained_bytes(session_bytes);
+                Some(proc)
+            }
             _ => None,
         }
     }
@@ -276,6 +285,10 @@ impl Engine for RemoteEngine {
 
     fn memory_used(&mut self) -> Option<u64> {
         self.memory_used
+    }
+
+    fn in_session(&self) -> bool {
+        self.session.is_some()
     }
 
     fn context_id(&self) -> Option<u64> {
