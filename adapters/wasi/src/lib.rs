@@ -35,6 +35,7 @@ use harness_core::engine::{
     FaultKind, HostHandle, Pooled, PooledEngine,
 };
 use harness_core::process::ProcessOptions;
+use harness_core::session::SessionSpec;
 use harness_core::{
     Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError, ScriptRuntimeAdapter,
 };
@@ -99,6 +100,9 @@ struct Guest {
     /// for its last run (absent in older guests: they run every script in
     /// the shared context).
     private: Option<TypedFunc<(), i32>>,
+    /// `harness_session` and `harness_heap_used`: a session's realm, and
+    /// the heap it holds (absent in guests built before sessions).
+    session: Option<(TypedFunc<(), i32>, TypedFunc<(), u64>)>,
     memory_refused: TypedFunc<(), i32>,
     heap_peak: TypedFunc<(), u64>,
     /// The first trap: the instance is dead after it, and every later call
@@ -158,6 +162,14 @@ impl Guest {
             end: instance.get_typed_func(&mut store, "harness_end").ok(),
             check: func!("harness_check"),
             private: instance.get_typed_func(&mut store, "harness_private").ok(),
+            session: instance
+                .get_typed_func(&mut store, "harness_session")
+                .ok()
+                .zip(
+                    instance
+                        .get_typed_func(&mut store, "harness_heap_used")
+                        .ok(),
+                ),
             memory_refused: func!("harness_memory_refused"),
             heap_peak: func!("harness_heap_peak"),
             trapped: None,
@@ -208,6 +220,14 @@ impl Guest {
         // the instance is dropped).
         let _ = self.store.set_fuel(END_FUEL);
         matches!(end.call(&mut self.store, ()), Ok(1))
+    }
+
+    /// The QuickJS heap the instance holds now (a guest with sessions).
+    fn heap_used(&mut self) -> Result<u64, EngineFault> {
+        if self.session.is_none() {
+            return Err(internal("this guest has no sessions"));
+        }
+        self.call(|g| &g.session.as_ref().expect("checked above").1, ())
     }
 
     /// Calls one export, unless the instance trapped before; a trap is
@@ -317,9 +337,70 @@ struct WasiRun<'t> {
     fuel: Option<u64>,
     /// What `harness_end` checks after the run ([`Body::end_check`]).
     end_check: EndCheck,
+    /// The run is a session's: `spare` is the session's instance (none
+    /// before its first run), kept after it.
+    session: Option<SessionSpec>,
 }
 
 impl WasiRun<'_> {
+    /// A session's run: the session's instance (a fresh one made a
+    /// session's by its first run), its memory cap the session's, the
+    /// run's limit what the realm holds plus the run's own.
+    fn load_session(
+        &mut self,
+        setup: &EngineSetup<'_>,
+        host: HostHandle,
+        spec: SessionSpec,
+    ) -> Result<(), EngineFault> {
+        let loaded = self.loaded.clone()?;
+        let limits = setup.limits;
+        let stop = StopWhen {
+            deadline: Some(setup.deadline),
+            cancel: Some(setup.cancel.clone()),
+        };
+        self.fuel = limits.fuel;
+        let first = self.spare.is_none();
+        let guest = match self.spare.take() {
+            Some(mut g) => {
+                if !g.rearm(spec.memory_bytes, limits.fuel, stop) {
+                    return Err(internal("the session's instance cannot serve another run"));
+                }
+                g
+            }
+            None => Guest::new(&loaded, spec.memory_bytes, limits.fuel, stop)?,
+        };
+        if guest.session.is_none() {
+            return Err(internal(format!(
+                "this guest has no sessions (rebuild it with {})",
+                module::BUILD_SCRIPT
+            )));
+        }
+        self.guest = Some(guest);
+        self.host = Some(host);
+        if first {
+            self.primitive(None, |g| &g.session.as_ref().expect("checked above").0, ())?;
+        }
+        let used = self.heap_used()?;
+        if first {
+            spec.set_baseline_bytes(used);
+        }
+        let stack = limits
+            .stack_bytes
+            .min(SHADOW_STACK_BYTES - SHADOW_STACK_MARGIN);
+        let memory = spec.run_limit(used, limits.memory_bytes);
+        self.primitive(
+            Some(setup.config_json.as_bytes()),
+            |g| &g.load,
+            (memory, stack),
+        )
+    }
+
+    /// The QuickJS heap the instance holds now.
+    fn heap_used(&mut self) -> Result<u64, EngineFault> {
+        let guest = self.guest.as_mut().ok_or_else(|| internal("not loaded"))?;
+        guest.heap_used()
+    }
+
     /// The private snapshot of `harness`, if it is ready (it is made on a
     /// thread of its own the first time one is asked for).
     fn private_snapshot(&mut self, harness: &Arc<Loaded>) -> Option<Arc<Loaded>> {
@@ -345,6 +426,9 @@ impl WasiRun<'_> {
 
 impl Engine for WasiRun<'_> {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
+        if let Some(spec) = self.session.clone() {
+            return self.load_session(setup, host, spec);
+        }
         let loaded = self.loaded.clone()?;
         let limits = setup.limits;
         let stop = StopWhen {
@@ -432,6 +516,19 @@ impl Engine for WasiRun<'_> {
         g.call(|g| &g.heap_peak, ()).ok()
     }
 
+    fn in_session(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// A session's heap as the run left it, garbage included.
+    fn finished(&mut self) {
+        if let Some(spec) = self.session.clone() {
+            if let Ok(used) = self.heap_used() {
+                spec.set_retained_bytes(used);
+            }
+        }
+    }
+
     fn fuel_consumed(&mut self) -> Option<u64> {
         let fuel = self.fuel;
         self.guest.as_ref().map(|g| fuel_used(&g.store, fuel))
@@ -498,6 +595,17 @@ struct WasiThread {
     warm: Option<Guest>,
     /// The guest's private snapshot, once found ready.
     private: Option<Arc<Loaded>>,
+    /// Set when the thread serves one session.
+    session: Option<WasiSession>,
+}
+
+/// A session thread's instance, kept between its runs.
+struct WasiSession {
+    spec: SessionSpec,
+    /// The instance, between runs (none before the first).
+    guest: Option<Guest>,
+    /// Why the session ended, once it has: no instance is made again.
+    ended: Option<String>,
 }
 
 impl WasiThread {
@@ -506,8 +614,81 @@ impl WasiThread {
     }
 }
 
+impl WasiThread {
+    /// A session's run: its instance, kept if the run ended clean; any
+    /// other ending ends the session.
+    fn lend_session(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        let loaded = self.loaded();
+        let Some(state) = self.session.as_mut() else {
+            return;
+        };
+        if let Some(why) = &state.ended {
+            run(Err(EngineFault::new(
+                FaultKind::Internal,
+                "Error",
+                why.clone(),
+            )));
+            return;
+        }
+        let spec = state.spec.clone();
+        let mut engine = WasiRun {
+            loaded,
+            source: &self.source,
+            private: &mut self.private,
+            guest: None,
+            spare: state.guest.take(),
+            host: None,
+            fuel: None,
+            end_check: EndCheck::Nothing,
+            session: Some(spec.clone()),
+        };
+        let tainted = run(Ok(&mut engine));
+        engine.host = None;
+        let kept = engine
+            .guest
+            .take()
+            .filter(|_| !tainted)
+            .and_then(|mut guest| {
+                if !guest.finish(&EndCheck::Nothing) {
+                    return None;
+                }
+                if let Ok(bytes) = guest.heap_used() {
+                    spec.set_retained_bytes(bytes);
+                }
+                Some(guest)
+            });
+        if kept.is_none() {
+            spec.set_retained_bytes(0);
+            state.ended = Some(if tainted {
+                "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled".to_owned()
+            } else {
+                "the session ended: a run in it left a tool call or task pending".to_owned()
+            });
+        }
+        state.guest = kept;
+    }
+}
+
 impl EngineThread for WasiThread {
+    fn begin_session(&mut self, spec: SessionSpec) -> bool {
+        self.warm = None;
+        let ended = (!spec.claim()).then(|| {
+            "the session ended: its engine thread was replaced after a run that did not stop"
+                .to_owned()
+        });
+        self.session = Some(WasiSession {
+            spec,
+            guest: None,
+            ended,
+        });
+        true
+    }
+
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        if self.session.is_some() {
+            self.lend_session(run);
+            return;
+        }
         let loaded = self.loaded();
         let mut engine = WasiRun {
             loaded,
@@ -518,6 +699,7 @@ impl EngineThread for WasiThread {
             host: None,
             fuel: None,
             end_check: EndCheck::Nothing,
+            session: None,
         };
         let tainted = run(Ok(&mut engine));
         // After the run has answered its caller: an instance that ended
@@ -617,7 +799,12 @@ impl PooledEngine for WasiEngine {
             source: self.source.clone(),
             warm: None,
             private: None,
+            session: None,
         })
+    }
+
+    fn has_sessions(&self) -> bool {
+        true
     }
 }
 
@@ -655,6 +842,11 @@ pub fn descriptor() -> EngineDescriptor {
         worker_thread,
     )
     .with_in_process_threads(in_process)
+    .with_sessions(|spec| {
+        let engine = WasiEngine::default();
+        let _ = engine.preload();
+        Wasi::for_session(engine, spec).map(|p| Arc::new(p) as _)
+    })
     .with_aliases(&["wasi-quickjs"])
     .with_thread_stack_bytes(THREAD_STACK_BYTES)
     .with_process_setup(prepare_process)
@@ -798,6 +990,7 @@ fn worker_thread() -> Box<dyn EngineThread> {
         source: Source::Options(opts.clone()),
         warm: None,
         private: None,
+        session: None,
     };
     // Load and instantiate once before the worker caps itself: runs arm
     // the worker's heap budget and forbid file writes (RLIMIT_FSIZE 0),

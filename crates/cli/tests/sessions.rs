@@ -28,7 +28,7 @@ async fn value(s: &harness::Session, src: &str) -> Value {
 
 #[tokio::test]
 async fn sessions_keep_their_state_behind_the_boundary_and_share_none() {
-    for engine in [EngineKind::QuickJs, EngineKind::Boa] {
+    for engine in [EngineKind::QuickJs, EngineKind::Boa, EngineKind::Wasi] {
         let name = engine.name();
         let h = harness(engine);
         let a = h.open_session().unwrap();

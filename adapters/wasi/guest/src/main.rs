@@ -74,6 +74,9 @@ struct State {
     /// The context is a private realm (`harness_private`): it serves one
     /// run, and the instance is not reused after it.
     private: bool,
+    /// The context is a session's realm (`harness_session`): it serves
+    /// the session's runs, one after another.
+    session: bool,
     /// The fault of the script's own first steps, which `harness_start`
     /// compiled and called: reported by the next `harness_run_jobs`, so
     /// that the host never takes it for a fault of compiling (a stack
@@ -247,7 +250,14 @@ fn init_state(private: bool) -> Result<State, Fault> {
         stop
     })));
     ALLOC.with(|a| *a.borrow_mut() = Some(alloc.clone()));
-    let (ctx, install) = harden(&rt, private)?;
+    let (ctx, install) = harden(
+        &rt,
+        if private {
+            Realm::Private
+        } else {
+            Realm::Shared
+        },
+    )?;
     Ok(State {
         start: None,
         settle: None,
@@ -259,13 +269,23 @@ fn init_state(private: bool) -> Result<State, Fault> {
         alloc,
         after_gc: 0,
         private,
+        session: false,
         deferred: None,
     })
 }
 
-/// A context on `rt` with the prelude's hardening done; with `unfrozen`
-/// all but the intrinsics' (a private realm).
-fn harden(rt: &Runtime, unfrozen: bool) -> Result<(Context, Persistent<Function<'static>>), Fault> {
+/// Which realm the prelude makes: `harden(host, false | true | 'session')`.
+#[derive(Clone, Copy)]
+enum Realm {
+    Shared,
+    Private,
+    Session,
+}
+
+/// A context on `rt` with the prelude's hardening done: all of it (a
+/// shared realm), all but the intrinsics' (a private realm), or that and
+/// the global object left open (a session's realm).
+fn harden(rt: &Runtime, realm: Realm) -> Result<(Context, Persistent<Function<'static>>), Fault> {
     let ctx = Context::custom::<Intrinsics>(rt).map_err(|e| Fault::internal(e.to_string()))?;
     let install = ctx.with(|ctx| {
         let run = || -> rquickjs::Result<Function<'_>> {
@@ -278,7 +298,12 @@ fn harden(rt: &Runtime, unfrozen: bool) -> Result<(Context, Persistent<Function<
             let host = Function::new(ctx.clone(), |op: String, a: String, b: String| {
                 call_host(&op, &a, &b)
             })?;
-            prelude.call((host, unfrozen))
+            let mode = match realm {
+                Realm::Shared => rquickjs::Value::new_bool(ctx.clone(), false),
+                Realm::Private => rquickjs::Value::new_bool(ctx.clone(), true),
+                Realm::Session => rquickjs::String::from_str(ctx.clone(), "session")?.into_value(),
+            };
+            prelude.call((host, mode))
         };
         run()
             .map(|f| Persistent::save(&ctx, f))
@@ -379,12 +404,49 @@ pub extern "C" fn harness_private() -> i32 {
             return Ok(());
         }
         state.install = None;
-        let (ctx, install) = harden(&state.rt, true)?;
+        let (ctx, install) = harden(&state.rt, Realm::Private)?;
         state.ctx = ctx;
         state.install = Some(install);
         state.private = true;
         Ok(())
     })
+}
+
+/// Replaces the hardened context with a session's realm (built-ins and
+/// the global object open, docs/user-guide.md "Sessions"), which then
+/// serves every run of the instance: `harness_end` keeps it while runs
+/// end clean, with no end-of-run probe.
+#[no_mangle]
+pub extern "C" fn harness_session() -> i32 {
+    let status = harness_init();
+    if status != 0 {
+        return status;
+    }
+    with_state(|state| {
+        if state.start.is_some() {
+            return Err(Fault::internal("a run is installed already"));
+        }
+        if state.session {
+            return Ok(());
+        }
+        if state.private {
+            return Err(Fault::internal("a private realm cannot become a session's"));
+        }
+        state.install = None;
+        state.probe = None;
+        let (ctx, install) = harden(&state.rt, Realm::Session)?;
+        state.ctx = ctx;
+        state.install = Some(install);
+        state.session = true;
+        state.after_gc = collect_between_runs(&state.rt, &state.alloc, 0, true);
+        Ok(())
+    })
+}
+
+/// QuickJS heap in use now, as the allocator counts it.
+#[no_mangle]
+pub extern "C" fn harness_heap_used() -> u64 {
+    ALLOC.with(|a| a.borrow().as_ref().map_or(0, |a| a.used() as u64))
 }
 
 /// Installs the run's config (the input) and sets QuickJS's memory and
