@@ -124,6 +124,18 @@ fn a_dropped_stream_is_resumed_with_its_answer() {
     python_says_ok(&python, "resume.py", &[]);
 }
 
+/// Sessions over MCP on every engine the server runs by default
+/// (QuickJS in process, Boa and WASI as their defaults say): state kept
+/// within a session, none across sessions, connections or into unscoped
+/// runs (`tests/mcp/sessions.py`).
+#[test]
+fn sessions_over_mcp_keep_state_for_their_own_client_only() {
+    let Some((python, _)) = parts() else { return };
+    for engine in ["quickjs", "boa", "wasi"] {
+        python_says_ok(&python, "sessions.py", &[std::ffi::OsStr::new(engine)]);
+    }
+}
+
 /// Runs `tests/mcp/SCRIPT HARNESS ARGS…`, which prints "ok" when its
 /// checks pass.
 fn python_says_ok(python: &std::path::Path, script: &str, args: &[&std::ffi::OsStr]) {

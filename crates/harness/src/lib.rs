@@ -302,6 +302,10 @@ impl Harness {
         report
     }
 
+    pub(crate) fn find_session(&self, id: &str) -> Result<(), SessionError> {
+        self.sessions.find(id)
+    }
+
     pub(crate) fn close_session(&self, id: &str) -> bool {
         self.sessions.close(id)
     }

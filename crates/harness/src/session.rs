@@ -420,6 +420,18 @@ impl Session {
         self.harness.execute_in_session(&self.id, request).await
     }
 
+    /// Parses `source` as a run of this session would be parsed (the
+    /// engine's syntax and the session's rewrite of its declarations),
+    /// without running any of it; `SessionClosedError` if the session is
+    /// not live.
+    pub async fn check(&self, source: &str) -> Result<(), ScriptError> {
+        self.harness
+            .find_session(&self.id)
+            .map_err(|e| e.to_script_error())?;
+        self.harness.check(source).await?;
+        harness_core::body::Body::parse_session(source).map(|_| ())
+    }
+
     /// Closes the session: its realm and engine thread go, and later runs
     /// naming it are `SessionClosedError`. Returns whether it was live.
     pub fn close(&self) -> bool {

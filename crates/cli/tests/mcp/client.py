@@ -54,7 +54,8 @@ def structured(result):
 async def exercise(session: ClientSession, root: str) -> None:
     await session.initialize()
     tools = {t.name: t for t in (await session.list_tools()).tools}
-    assert set(tools) == {"run_script", "check_script", "search_tools", "describe_tools"}, tools
+    assert set(tools) == {"run_script", "check_script", "search_tools", "describe_tools",
+                          "open_session", "close_session"}, tools
     description = tools["run_script"].description or ""
     # The declarations are in the description: a model that reads only the
     # tool list knows the upstream tools' types.

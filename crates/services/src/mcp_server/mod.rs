@@ -1,7 +1,9 @@
 //! The harness as an MCP server ("code mode"), as `harness mcp` serves
-//! it. A client sees four tools: `run_script` (whose description carries
+//! it. A client sees six tools: `run_script` (whose description carries
 //! the TypeScript declarations of every tool a script may call),
-//! `check_script`, `search_tools` and `describe_tools`.
+//! `check_script`, `search_tools`, `describe_tools`, and `open_session`
+//! and `close_session` (harness sessions, whose ids only the connection
+//! that opened them may use).
 //!
 //! The tools are routed by rmcp's typed router: each tool's arguments are
 //! a struct whose JSON Schema schemars generates, and a call's arguments
@@ -56,11 +58,13 @@ pub const DEFAULT_MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
 
 /// The tools in the order `tools/list` gives them: the one a model uses
 /// first comes first.
-const TOOLS: [&str; 4] = [
+const TOOLS: [&str; 6] = [
     "run_script",
     "check_script",
     "search_tools",
     "describe_tools",
+    "open_session",
+    "close_session",
 ];
 
 /// Why serving stopped.
@@ -88,6 +92,54 @@ pub struct CodeMode {
     log_level: Arc<Mutex<LoggingLevel>>,
     /// The resources this client session subscribed to.
     subscriptions: follow::Subscriptions,
+    /// The harness sessions this client connection opened: the only ids
+    /// its runs may name.
+    sessions: Arc<ClientSessions>,
+}
+
+/// The harness sessions one client connection opened; closed when the
+/// connection's server goes (the client went away).
+#[derive(Default)]
+struct ClientSessions {
+    open: Mutex<Vec<harness::Session>>,
+}
+
+impl ClientSessions {
+    fn add(&self, session: harness::Session) {
+        if let Ok(mut open) = self.open.lock() {
+            open.push(session);
+        }
+    }
+
+    /// This connection's session `id`, or SessionClosedError's reason:
+    /// an id another connection opened is unknown here.
+    fn find(&self, id: &str) -> Result<harness::Session, harness::SessionError> {
+        let open = self.open.lock().map_err(|_| {
+            harness::SessionError::Closed("the session table is unusable".to_owned())
+        })?;
+        match open.iter().find(|s| s.id() == id) {
+            Some(s) => Ok(s.clone()),
+            None => Err(harness::SessionError::Closed(
+                "no such session: it was closed, expired or never opened by this client".to_owned(),
+            )),
+        }
+    }
+
+    fn remove(&self, id: &str) -> Option<harness::Session> {
+        let mut open = self.open.lock().ok()?;
+        let at = open.iter().position(|s| s.id() == id)?;
+        Some(open.swap_remove(at))
+    }
+}
+
+impl Drop for ClientSessions {
+    fn drop(&mut self) {
+        if let Ok(open) = self.open.get_mut() {
+            for s in open.drain(..) {
+                s.close();
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for CodeMode {
@@ -108,7 +160,24 @@ struct ScriptArgs {
     /// The script's language (default: JavaScript if it parses, else TypeScript).
     #[serde(default)]
     language: Option<Language>,
+    /// A session `open_session` gave this client: the script runs there
+    /// and sees what earlier runs of the session declared at their top level.
+    #[serde(default)]
+    session: Option<String>,
 }
+
+/// `close_session`: the session to close.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct SessionArgs {
+    /// The id `open_session` gave.
+    session: String,
+}
+
+/// `open_session`: nothing.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct NoArgs {}
 
 #[derive(Clone, Copy, Deserialize, JsonSchema)]
 enum Language {
@@ -281,6 +350,7 @@ impl CodeMode {
             ask_client: true,
             log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
             subscriptions: Default::default(),
+            sessions: Arc::default(),
         }
     }
 
@@ -311,6 +381,7 @@ impl CodeMode {
         CodeMode {
             log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
             subscriptions: Default::default(),
+            sessions: Arc::default(),
             ..self.clone()
         }
     }
@@ -320,7 +391,7 @@ impl CodeMode {
         TOOLS.iter().filter_map(|n| self.tool(n)).collect()
     }
 
-    /// One of the four tools, `run_script` described with the declarations
+    /// One of the tools, `run_script` described with the declarations
     /// of the tools as they are now.
     fn tool(&self, name: &str) -> Option<Tool> {
         let mut tool = self.router.get(name).cloned()?;
@@ -397,6 +468,15 @@ impl CodeMode {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let harness = self.harness();
+        let session = match args.session.as_deref().map(|id| self.sessions.find(id)) {
+            Some(Ok(s)) => Some(s),
+            Some(Err(e)) => {
+                let report =
+                    harness::ExecutionReport::failed(&harness.engine().name, e.to_script_error());
+                return Ok(report_result(&report));
+            }
+            None => None,
+        };
         let mut request = harness.request(&args.code);
         if let Some(language) = args.language {
             request.language = language.into();
@@ -420,36 +500,45 @@ impl CodeMode {
             self.log_level.clone(),
         );
         request.observer = Some(harness::Observer::new(forward.clone()));
-        let report = harness.execute(request).await;
+        let report = match &session {
+            Some(s) => s.execute(request).await,
+            None => harness.execute(request).await,
+        };
         forward.finish();
         let _ = task.await;
-        let summary = match (&report.value, &report.error) {
-            (_, Some(e)) => format!("error: {}: {}", e.code.as_str(), e.message),
-            (Some(v), None) => {
-                let mut s = v.to_string();
-                if s.len() > 2000 {
-                    let mut end = 2000;
-                    while !s.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    s.truncate(end);
-                    s.push('…');
-                }
-                format!("ok: {s}")
+        Ok(report_result(&report))
+    }
+
+    /// Opens a session for this client.
+    #[tool(
+        description = "Opens a session: scripts run with its id (`run_script` with `session`) keep what their top level declared (const, let, var, function, class) for the session's later scripts. Returns {session}. Ids work only for this client connection.",
+        input_schema = input_schema::<NoArgs>()
+    )]
+    fn open_session(&self, Parameters(_): Parameters<NoArgs>) -> Result<CallToolResult, ErrorData> {
+        match self.harness().open_session() {
+            Ok(s) => {
+                let id = s.id().to_owned();
+                self.sessions.add(s);
+                Ok(CallToolResult::structured(json!({ "session": id })))
             }
-            (None, None) => "ok (no value)".into(),
-        };
-        let summary = format!(
-            "{summary}\n({} tool call(s), {} console line(s), {:.1} ms)",
-            report.tool_calls.len(),
-            report.console.len(),
-            report.metrics.duration_ms
-        );
-        let value = serde_json::to_value(&report).unwrap_or(Value::Null);
-        let mut result = CallToolResult::structured(value);
-        result.content = vec![ContentBlock::text(summary)];
-        result.is_error = Some(!report.ok);
-        Ok(result)
+            Err(e) => Err(ErrorData::invalid_request(e.to_string(), None)),
+        }
+    }
+
+    /// Closes one of this client's sessions.
+    #[tool(
+        description = "Closes a session this client opened; its state is gone. Returns {closed}: whether it was open.",
+        input_schema = input_schema::<SessionArgs>()
+    )]
+    fn close_session(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let closed = self
+            .sessions
+            .remove(&args.session)
+            .is_some_and(|s| s.close());
+        Ok(CallToolResult::structured(json!({ "closed": closed })))
     }
 
     /// Syntax (JavaScript, or TypeScript with types stripped) and banned
@@ -462,7 +551,12 @@ impl CodeMode {
         &self,
         Parameters(args): Parameters<ScriptArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        Ok(match self.harness().check(&args.code).await {
+        let checked = match args.session.as_deref().map(|id| self.sessions.find(id)) {
+            Some(Ok(s)) => s.check(&args.code).await,
+            Some(Err(e)) => Err(e.to_script_error()),
+            None => self.harness().check(&args.code).await,
+        };
+        Ok(match checked {
             Ok(()) => diagnostics(Vec::new()),
             Err(e) => diagnostics(vec![diagnostic(&e)]),
         })
@@ -512,6 +606,38 @@ impl CodeMode {
         result.structured_content = Some(json!({ "declarations": d }));
         Ok(result)
     }
+}
+
+/// A run's report as `run_script` answers it: the report, a summary
+/// line, `isError` unless it succeeded.
+fn report_result(report: &harness::ExecutionReport) -> CallToolResult {
+    let summary = match (&report.value, &report.error) {
+        (_, Some(e)) => format!("error: {}: {}", e.code.as_str(), e.message),
+        (Some(v), None) => {
+            let mut s = v.to_string();
+            if s.len() > 2000 {
+                let mut end = 2000;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+                s.push('…');
+            }
+            format!("ok: {s}")
+        }
+        (None, None) => "ok (no value)".into(),
+    };
+    let summary = format!(
+        "{summary}\n({} tool call(s), {} console line(s), {:.1} ms)",
+        report.tool_calls.len(),
+        report.console.len(),
+        report.metrics.duration_ms
+    );
+    let value = serde_json::to_value(report).unwrap_or(Value::Null);
+    let mut result = CallToolResult::structured(value);
+    result.content = vec![ContentBlock::text(summary)];
+    result.is_error = Some(!report.ok);
+    result
 }
 
 fn diagnostic(e: &harness::ScriptError) -> Value {
