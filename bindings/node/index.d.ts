@@ -126,6 +126,8 @@ export interface RunOptions {
   signal?: AbortSignal;
   timeoutMs?: number;
   language?: 'js' | 'ts' | 'auto';
+  /** Runs in this session (an id `openSession` gave). */
+  session?: string;
 }
 
 export interface ScriptError {
@@ -173,6 +175,8 @@ export declare class Harness {
   run(code: string, options?: RunOptions): Promise<Report>;
   /** Syntax and banned identifiers: null, or the error. */
   check(code: string): Promise<ScriptError | null>;
+  /** Opens a session: its runs keep what their top level declared, for the session only. */
+  openSession(): Session;
   /** TypeScript declarations of `tools`, `context` and `console` for the model. */
   typescript(): string;
   /** Runs the `<tool-calls>` blocks of a model response; resolves to conversation items. */
@@ -180,4 +184,15 @@ export declare class Harness {
   /** Cancels every run and releases the engine and callbacks. */
   close(): void;
   [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** A session of a Harness: runs through it share their top-level declarations. */
+export declare class Session {
+  /** The id the harness drew: 32 hex digits. */
+  readonly id: string;
+  /** `harness.run` in this session. */
+  run(code: string, options?: Omit<RunOptions, 'session'>): Promise<Report>;
+  /** Closes the session (its state is gone); false if it was not open. */
+  close(): boolean;
+  [Symbol.dispose](): void;
 }

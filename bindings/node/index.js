@@ -185,12 +185,27 @@ class Harness {
       const json = await n.run(
         code,
         runId,
-        JSON.stringify({ context: options.context, timeoutMs: options.timeoutMs, language: options.language }),
+        JSON.stringify({
+          context: options.context,
+          timeoutMs: options.timeoutMs,
+          language: options.language,
+          session: options.session,
+        }),
       );
       return JSON.parse(json);
     } finally {
       if (signal) signal.removeEventListener('abort', onAbort);
     }
+  }
+
+  /**
+   * Opens a session: its runs keep what their top level declared (`const`,
+   * `let`, `var`, `function`, `class`) for the session's later runs, and no
+   * other run sees any of it. Runs of a closed or expired session report
+   * `SessionClosedError`.
+   */
+  openSession() {
+    return new Session(this, this._live().openSession());
   }
 
   /** Checks syntax and banned identifiers; resolves to null or the error. */
@@ -223,4 +238,27 @@ class Harness {
   }
 }
 
-module.exports = { Harness, ErrorCode };
+/** A session of a Harness (`harness.openSession()`). */
+class Session {
+  constructor(harness, id) {
+    this._harness = harness;
+    /** The id the harness drew: 32 hex digits. */
+    this.id = id;
+  }
+
+  /** `harness.run` in this session. */
+  run(code, options = {}) {
+    return this._harness.run(code, { ...options, session: this.id });
+  }
+
+  /** Closes the session (its state is gone); false if it was not open. */
+  close() {
+    return this._harness._live().closeSession(this.id);
+  }
+
+  [Symbol.dispose ?? Symbol.for('Symbol.dispose')]() {
+    this.close();
+  }
+}
+
+module.exports = { Harness, Session, ErrorCode };

@@ -290,7 +290,8 @@ impl NativeHarness {
             .ok_or_else(|| Error::new(Status::GenericFailure, "the harness is closed"))
     }
 
-    /// Runs `code`; `options` is JSON `{context?, timeoutMs?, language?}`;
+    /// Runs `code`; `options` is JSON `{context?, timeoutMs?, language?,
+    /// session?}`;
     /// resolves to the report as JSON. `cancel(runId)` stops it.
     #[napi]
     pub async fn run(&self, code: String, run_id: u32, options: String) -> Result<String> {
@@ -302,7 +303,7 @@ impl NativeHarness {
         if let Ok(mut runs) = self.runs.lock() {
             runs.insert(run_id, token);
         }
-        let report = h.execute(request).await;
+        let report = embed::execute(&h, &options, request).await;
         self.handoff.stop();
         if let Ok(mut runs) = self.runs.lock() {
             runs.remove(&run_id);
@@ -319,6 +320,18 @@ impl NativeHarness {
             .and_then(|r| r.get(&run_id).cloned())
             .map(|t| t.cancel())
             .is_some()
+    }
+
+    /// Opens a session and returns its id.
+    #[napi]
+    pub fn open_session(&self) -> Result<String> {
+        embed::open_session(&self.harness()?).map_err(invalid)
+    }
+
+    /// Closes session `id`; false when it was not open.
+    #[napi]
+    pub fn close_session(&self, id: String) -> Result<bool> {
+        Ok(embed::close_session(&self.harness()?, &id))
     }
 
     /// Syntax and banned identifiers; resolves to `null` or the error as JSON.

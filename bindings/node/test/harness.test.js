@@ -2,7 +2,7 @@
 // node --test bindings/node/test/ — the package against its native addon.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { Harness, ErrorCode } = require('..');
+const { Harness, Session, ErrorCode } = require('..');
 
 const add = {
   description: 'Adds two numbers',
@@ -244,4 +244,24 @@ test('keepWarmAwake: runs a few ms apart answer as before, and a bad value is re
   for (const bad of [1, 'true']) {
     assert.throws(() => new Harness({ keepWarmMs: 20, keepWarmAwake: bad }), /keep_warm_awake/);
   }
+});
+
+test('a session keeps its declarations for its own runs only', async () => {
+  const h = new Harness();
+  const a = h.openSession();
+  assert.ok(a instanceof Session);
+  assert.match(a.id, /^[0-9a-f]{32}$/);
+  assert.equal((await a.run('const data = [1, 2, 3]; return data.length')).value, 3);
+  assert.deepEqual((await a.run('return data.map(x => x * 2)')).value, [2, 4, 6]);
+  const b = h.openSession();
+  assert.equal((await b.run('return typeof data')).value, 'undefined');
+  assert.equal((await h.run('return typeof data')).value, 'undefined');
+  assert.equal(a.close(), true);
+  assert.equal(a.close(), false);
+  const closed = await a.run('return data');
+  assert.equal(closed.error.code, ErrorCode.SessionClosedError);
+  const stranger = await h.run('return 1', { session: '0123456789abcdef0123456789abcdef' });
+  assert.equal(stranger.error.code, ErrorCode.SessionClosedError);
+  b.close();
+  h.close();
 });

@@ -315,14 +315,14 @@ impl NativeHarness {
         code: &str,
         options: &str,
         run_id: u64,
-    ) -> PyResult<(Harness, harness::ExecutionRequest)> {
+    ) -> PyResult<(Harness, harness::ExecutionRequest, Value)> {
         let h = self.harness()?;
         let options: Value = serde_json::from_str(options).map_err(invalid)?;
         let request = embed::request_from_options(&h, code, &options).map_err(invalid)?;
         if let Ok(mut runs) = self.runs.lock() {
             runs.insert(run_id, request.cancel.clone());
         }
-        Ok((h, request))
+        Ok((h, request, options))
     }
 }
 
@@ -383,7 +383,7 @@ impl NativeHarness {
     /// released meanwhile. A signal (Ctrl-C) cancels the run; the
     /// exception is raised once the run has ended.
     fn run(&self, py: Python<'_>, code: &str, options: &str, run_id: u64) -> PyResult<String> {
-        let (h, request) = self.prepare(code, options, run_id)?;
+        let (h, request, options) = self.prepare(code, options, run_id)?;
         let _registered = Registered {
             runs: self.runs.clone(),
             run_id,
@@ -391,7 +391,7 @@ impl NativeHarness {
         let token = request.cancel.clone();
         let (report, interrupted) = py.detach(|| {
             runtime().block_on(async {
-                let run = h.execute(request);
+                let run = embed::execute(&h, &options, request);
                 tokio::pin!(run);
                 let mut interrupted: Option<PyErr> = None;
                 let mut tick = tokio::time::interval(Duration::from_millis(50));
@@ -417,13 +417,13 @@ impl NativeHarness {
     /// Starts `code` and returns at once; `done(report_json)` is called
     /// on another thread when the run ends.
     fn start(&self, code: &str, options: &str, run_id: u64, done: Py<PyAny>) -> PyResult<()> {
-        let (h, request) = self.prepare(code, options, run_id)?;
+        let (h, request, options) = self.prepare(code, options, run_id)?;
         let registered = Registered {
             runs: self.runs.clone(),
             run_id,
         };
         runtime().spawn(async move {
-            let report = h.execute(request).await;
+            let report = embed::execute(&h, &options, request).await;
             drop(registered);
             let text = report_json(&report);
             // On this worker (its other tasks move elsewhere meanwhile):
@@ -448,6 +448,18 @@ impl NativeHarness {
             .and_then(|r| r.get(&run_id).cloned())
             .map(|t| t.cancel())
             .is_some()
+    }
+
+    /// Opens a session and returns its id.
+    fn open_session(&self) -> PyResult<String> {
+        let h = self.harness()?;
+        let _guard = runtime().enter();
+        embed::open_session(&h).map_err(invalid)
+    }
+
+    /// Closes session `id`; false when it was not open.
+    fn close_session(&self, id: &str) -> PyResult<bool> {
+        Ok(embed::close_session(&self.harness()?, id))
     }
 
     /// Syntax and banned identifiers: `None`, or the error as JSON.

@@ -502,3 +502,32 @@ def test_process_isolation_with_python_tools() -> None:
         t = harness.run("while (true) {}", timeout_ms=300)
         assert t.error is not None and t.error.code == ErrorCode.ScriptTimeoutError
         assert harness.run("return 1 + 1").value == 2
+
+
+def test_sessions_keep_state_for_their_own_runs_only() -> None:
+    with Harness() as harness:
+        with harness.open_session() as a:
+            assert len(a.id) == 32
+            assert a.run("const data = [1, 2, 3]; return data.length").value == 3
+            assert a.run("return data.map(x => x * 2)").value == [2, 4, 6]
+            b = harness.open_session()
+            assert b.run("return typeof data").value == "undefined"
+            assert harness.run("return typeof data").value == "undefined"
+            assert b.close() and not b.close()
+            r = b.run("return 1")
+            assert r.error is not None and r.error.code == ErrorCode.SessionClosedError
+        r = harness.run("return 1", session=a.id)
+        assert r.error is not None and r.error.code == ErrorCode.SessionClosedError
+
+
+def test_a_session_from_asyncio_keeps_state_too() -> None:
+    async def main() -> List[Any]:
+        with Harness() as harness:
+            s = harness.open_session()
+            await s.run_async("let n = 40")
+            first = (await s.run_async("n += 1; return n")).value
+            second = (await s.run_async("return n + 1")).value
+            s.close()
+            return [first, second]
+
+    assert asyncio.run(main()) == [41, 42]

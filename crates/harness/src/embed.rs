@@ -233,6 +233,33 @@ pub fn request_from_options(
     Ok(request)
 }
 
+/// Runs `request` where `options` says: in the session its `session`
+/// names (a string `open_session` gave; a closed or unknown one is a
+/// report with `SessionClosedError`), or on its own.
+pub async fn execute(
+    h: &Harness,
+    options: &Value,
+    request: ExecutionRequest,
+) -> crate::ExecutionReport {
+    match options.get("session").and_then(Value::as_str) {
+        Some(id) => match h.session(id) {
+            Ok(s) => s.execute(request).await,
+            Err(e) => crate::ExecutionReport::failed(&h.engine().name, e.to_script_error()),
+        },
+        None => h.execute(request).await,
+    }
+}
+
+/// Opens a session ([`Harness::open_session`]) and returns its id.
+pub fn open_session(h: &Harness) -> Result<String, OptionsError> {
+    h.open_session().map(|s| s.id().to_owned()).map_err(bad)
+}
+
+/// Closes session `id`; false when it was not live.
+pub fn close_session(h: &Harness, id: &str) -> bool {
+    h.session(id).is_ok_and(|s| s.close())
+}
+
 /// Runs the script blocks of a model response and returns the items in
 /// `format`: `items` (the harness's own), `openai-responses`, `chat`
 /// (OpenAI Chat Completions) or `anthropic`.

@@ -7,7 +7,7 @@ print(h.Harness().run("return 1 + 1").value)  # 2
 ```
 """
 
-from ._harness import ApprovalRequest, Harness
+from ._harness import ApprovalRequest, Harness, Session
 from ._report import (
     ApprovalRecord,
     ConsoleEntry,
@@ -48,6 +48,7 @@ __all__ = [
     "SandboxLogger",
     "SandboxLoggerProtocol",
     "SandboxResult",
+    "Session",
     "ScriptError",
     "Tool",
     "ToolCallRecord",

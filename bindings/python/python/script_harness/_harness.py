@@ -322,12 +322,22 @@ class Harness:
         context: Optional[Mapping[str, Any]],
         timeout_ms: Optional[int],
         language: Optional[str],
+        session: Optional[str] = None,
     ) -> str:
         return json.dumps(
             {"context": dict(context) if context is not None else None,
              "timeout_ms": timeout_ms,
-             "language": language}
+             "language": language,
+             "session": session}
         )
+
+    def open_session(self) -> "Session":
+        """Opens a session: its runs keep what their top level declared
+        (`const`, `let`, `var`, `function`, `class`) for the session's
+        later runs, and no other run sees any of it. The id is drawn by
+        the harness. A closed or expired session's runs report
+        `SessionClosedError`."""
+        return Session(self, self._live().open_session())
 
     def run(
         self,
@@ -336,6 +346,7 @@ class Harness:
         context: Optional[Mapping[str, Any]] = None,
         timeout_ms: Optional[int] = None,
         language: Optional[str] = None,
+        session: Optional[str] = None,
     ) -> Report:
         """Runs a script (the body of an async function) and returns its
         report; the script's own failures are in `report.error`, never
@@ -345,7 +356,8 @@ class Harness:
         native = self._live()
         self._loops.block()
         try:
-            text = native.run(code, self._options(context, timeout_ms, language), next(_RUN_IDS))
+            options = self._options(context, timeout_ms, language, session)
+            text = native.run(code, options, next(_RUN_IDS))
         finally:
             self._loops.unblock()
         return Report.from_json(text)
@@ -357,6 +369,7 @@ class Harness:
         context: Optional[Mapping[str, Any]] = None,
         timeout_ms: Optional[int] = None,
         language: Optional[str] = None,
+        session: Optional[str] = None,
     ) -> Report:
         """`run` for asyncio: async tools run on this event loop.
         Cancelling the awaiting task cancels the run (ScriptCancelledError
@@ -378,7 +391,7 @@ class Harness:
         run_id = next(_RUN_IDS)
         self._loops.enter(loop)
         try:
-            native.start(code, self._options(context, timeout_ms, language), run_id, done)
+            native.start(code, self._options(context, timeout_ms, language, session), run_id, done)
             try:
                 text = await asyncio.shield(fut)
             except asyncio.CancelledError:
@@ -472,3 +485,35 @@ class Harness:
     def __repr__(self) -> str:
         state = "closed" if self._native is None else f"tools={len(self._bridge.tools)}"
         return f"Harness({state})"
+
+
+class Session:
+    """A session of a `Harness` (`Harness.open_session`): runs made
+    through it share their top-level declarations, and nothing else sees
+    them. Closed by `close`, or on leaving a `with` block."""
+
+    def __init__(self, harness: Harness, id: str) -> None:
+        self._harness = harness
+        self.id = id
+
+    def run(self, code: str, **options: Any) -> Report:
+        """`Harness.run` in this session."""
+        return self._harness.run(code, session=self.id, **options)
+
+    async def run_async(self, code: str, **options: Any) -> Report:
+        """`Harness.run_async` in this session."""
+        return await self._harness.run_async(code, session=self.id, **options)
+
+    def close(self) -> bool:
+        """Closes the session (its state is gone); False if it was not open."""
+        return self._harness._live().close_session(self.id)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r})"
+
