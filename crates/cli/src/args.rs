@@ -32,6 +32,11 @@ pub(super) enum Command {
     /// --http ADDR, streamable HTTP: tools run_script, check_script,
     /// search_tools, describe_tools.
     Mcp(McpArgs),
+    /// Explore the sandbox interactively: each input runs in one session,
+    /// so what it declares at its top level stays for the next input.
+    /// Multi-line input continues until the script is complete; `.help`
+    /// lists the commands, `.exit` (or Ctrl-D) leaves.
+    Repl(ReplArgs),
     /// Consume run requests from a Redis stream (consumer group) and answer
     /// them: a worker of a fleet on any number of machines.
     Worker(fleet_cmd::WorkerArgs),
@@ -277,6 +282,17 @@ pub(super) struct McpLoginArgs {
     pub(super) config: ConfigArgs,
     /// The server's name: `[mcp.servers.NAME]` of the configuration.
     pub(super) name: String,
+}
+
+#[derive(clap::Args, Debug)]
+pub(super) struct ReplArgs {
+    #[command(flatten)]
+    pub(super) engine: EngineArgs,
+    /// Where the input history is kept (default:
+    /// $XDG_STATE_HOME/harness/repl_history, else
+    /// ~/.local/state/harness/repl_history).
+    #[arg(long, value_name = "FILE")]
+    pub(super) history: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]

@@ -9,6 +9,7 @@ mod config_cmd;
 mod fleet_cmd;
 mod front;
 mod mcp_cmd;
+mod repl_cmd;
 mod respond_cmd;
 mod run_cmd;
 #[cfg(feature = "wasi")]
@@ -22,6 +23,7 @@ use check_cmd::*;
 use config_cmd::*;
 use front::*;
 use mcp_cmd::*;
+use repl_cmd::*;
 use respond_cmd::*;
 use run_cmd::*;
 #[cfg(feature = "wasi")]
@@ -53,6 +55,7 @@ harness::main! {
                 Command::Config(c) => config_command(c),
                 Command::Tools(a) => tools_command(a).await,
                 Command::Mcp(a) => mcp(a).await,
+                Command::Repl(a) => repl(a).await,
                 Command::Worker(a) => fleet_cmd::worker(a).await,
                 Command::Submit(a) => fleet_cmd::submit(a).await,
                 #[cfg(feature = "wasi")]

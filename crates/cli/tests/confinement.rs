@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::json as report;
+use common::Tmux;
 
 fn harness(args: &[&str], script: &str, cwd: &Path, env: &[(&str, &str)]) -> Output {
     common::harness(args, script, Some(cwd), env)
@@ -50,82 +51,6 @@ for path in ['/dev/tty'] + sorted(glob.glob('/dev/pts/[0-9]*')):
         print(path, 'ioctl', e.strerror)
 "#;
 
-/// A tmux server of this test's own, on its own socket.
-struct Tmux(String);
-
-impl Tmux {
-    fn start(cwd: &Path) -> Tmux {
-        let t = Tmux(format!("harness-confinement-{}", std::process::id()));
-        let ok = Command::new("tmux")
-            .args([
-                "-L",
-                &t.0,
-                "new-session",
-                "-d",
-                "-x",
-                "200",
-                "-y",
-                "50",
-                "-c",
-            ])
-            .arg(cwd)
-            .args(["sh"])
-            .status()
-            .expect("tmux must be installed (scripts/test installs it)");
-        assert!(ok.success());
-        t
-    }
-
-    fn type_line(&self, line: &str) {
-        let ok = Command::new("tmux")
-            .args(["-L", &self.0, "send-keys", "-t", "0", line, "Enter"])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-    }
-
-    fn screen(&self) -> String {
-        let o = Command::new("tmux")
-            .args([
-                "-L",
-                &self.0,
-                "capture-pane",
-                "-p",
-                "-J",
-                "-S",
-                "-200",
-                "-t",
-                "0",
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn wait_for(&self, text: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(120);
-        loop {
-            let screen = self.screen();
-            if screen.contains(text) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < until,
-                "no {text:?} on the screen:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.0, "kill-server"])
-            .status();
-    }
-}
-
 /// Under a real terminal, where typing into it works (shown first by the
 /// same program run straight from the shell), a program `exec` runs
 /// types nothing: it has no controlling terminal, and TIOCSTI fails on
@@ -146,7 +71,7 @@ fn exec_cannot_type_into_the_terminal_harness_runs_in() {
         ),
     )
     .unwrap();
-    let tmux = Tmux::start(dir.path());
+    let tmux = Tmux::start("confinement", dir.path());
 
     // The control: straight from the shell, TIOCSTI types where the
     // kernel allows it (dev.tty.legacy_tiocsti, or CAP_SYS_ADMIN).
