@@ -23,6 +23,33 @@ fn trivial(c: &mut Criterion) {
     spaced(c, &rt, "trivial_spaced_20ms", Duration::from_millis(20));
 }
 
+/// A trivial run outside any session, in an empty session, and in a
+/// session holding about 10 MiB (100,000 small objects): what a session's
+/// state costs a run that does not touch it.
+fn sessions(c: &mut Criterion) {
+    let rt = runtime(2);
+    let mut g = c.benchmark_group("session");
+    for engine in engines() {
+        let h = harness(engine);
+        let empty = h.open_session().expect("sessions");
+        let full = h.open_session().expect("sessions");
+        let planted = rt.block_on(full.run(
+            "const held = Array.from({length: 100000}, (_, i) => ({i, s: 'item ' + i})); return held.length",
+        ));
+        assert!(planted.ok, "{:?}", planted.error);
+        g.bench_function(BenchmarkId::new("unscoped", engine), |b| {
+            b.iter(|| assert!(rt.block_on(h.run(TRIVIAL)).ok))
+        });
+        g.bench_function(BenchmarkId::new("empty", engine), |b| {
+            b.iter(|| assert!(rt.block_on(empty.run(TRIVIAL)).ok))
+        });
+        g.bench_function(BenchmarkId::new("holding_10mib", engine), |b| {
+            b.iter(|| assert!(rt.block_on(full.run(TRIVIAL)).ok))
+        });
+    }
+    g.finish();
+}
+
 /// `script` run back to back on every engine, as group `group`.
 fn back_to_back(c: &mut Criterion, rt: &tokio::runtime::Runtime, group: &str, script: &str) {
     let mut g = c.benchmark_group(group);
@@ -162,7 +189,7 @@ async fn run_in_flight(h: &harness::Harness, total: u64, in_flight: usize) {
     }
 }
 
-criterion_group!(benches, trivial, tool_calls, workloads, throughput);
+criterion_group!(benches, trivial, tool_calls, workloads, throughput, sessions);
 
 // Also this binary's own worker processes (the process boundary).
 harness::main! {

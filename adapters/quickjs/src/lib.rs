@@ -443,6 +443,9 @@ impl QuickJsThread {
             engine.end_run()
         };
         drop(engine);
+        // Jobs left queued would run inside the next run: none may be.
+        let queued = self.slot.as_ref().is_some_and(|s| s.rt.is_job_pending());
+        let kept = kept.filter(|_| !queued);
         let ended = kept.is_none();
         if let Some(state) = self.session.as_mut() {
             state.realm = kept;
@@ -454,14 +457,27 @@ impl QuickJsThread {
                 });
             }
         }
-        self.recycle_after(ended, None, false);
-        if let (Some(slot), false) = (&self.slot, ended) {
-            let used = harness_quickjs_common::collect_between_runs(&slot.rt, &slot.alloc, 0, true);
-            slot.after_gc.set(used);
-            spec.set_retained_bytes(slot.alloc.used() as u64);
-        } else {
+        if ended {
+            self.recycle_after(true, None, false);
             spec.set_retained_bytes(0);
+            return;
         }
+        let Some(slot) = &self.slot else { return };
+        if let Ok(mut i) = slot.interrupt.lock() {
+            *i = InterruptState::default();
+        }
+        slot.alloc.disarm();
+        // A kept realm is collected as a shared context is, once its
+        // garbage passes the slack: a session holding megabytes is not
+        // walked after every run.
+        slot.after_gc
+            .set(harness_quickjs_common::collect_between_runs(
+                &slot.rt,
+                &slot.alloc,
+                slot.after_gc.get(),
+                false,
+            ));
+        spec.set_retained_bytes(slot.alloc.used() as u64);
     }
 }
 

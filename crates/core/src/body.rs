@@ -112,6 +112,15 @@ impl Body {
     /// again, in its wrapper, and must be the one function it was made to
     /// be.
     pub fn parse_session(source: &str) -> Result<Body, ScriptError> {
+        if let Some(body) = rewritten_lately(source) {
+            return Ok(body);
+        }
+        let body = Body::rewrite_session(source)?;
+        remember_rewritten(source, &body);
+        Ok(body)
+    }
+
+    fn rewrite_session(source: &str) -> Result<Body, ScriptError> {
         let plain = Body::parse(source)?;
         let offset = STRICT.len() + HEAD.len();
         let rewritten =
@@ -215,6 +224,32 @@ thread_local! {
     /// again. The check is a pure function of the text, which is compared
     /// whole.
     static ACCEPTED: std::cell::RefCell<Vec<Box<str>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+thread_local! {
+    /// Session sources this thread rewrote lately, with their bodies, most
+    /// recent first: the rewrite is a pure function of the text.
+    static REWRITTEN: std::cell::RefCell<Vec<(Box<str>, Body)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn rewritten_lately(source: &str) -> Option<Body> {
+    REWRITTEN.with(|r| {
+        let mut r = r.borrow_mut();
+        let i = r.iter().position(|(s, _)| &**s == source)?;
+        r[..=i].rotate_right(1);
+        Some(r[0].1.clone())
+    })
+}
+
+fn remember_rewritten(source: &str, body: &Body) {
+    if source.len() > ACCEPTED_MAX_BYTES {
+        return;
+    }
+    REWRITTEN.with(|r| {
+        let mut r = r.borrow_mut();
+        r.insert(0, (source.into(), body.clone()));
+        r.truncate(ACCEPTED_ENTRIES);
+    });
 }
 
 /// Sources remembered per thread, and the longest one remembered.
