@@ -2,7 +2,7 @@
 //! scripts/test installs), started per test on a free loopback port with
 //! no persistence, and real `harness worker` processes.
 
-use harness_services::fleet::{FleetClient, RunReply, RunRequest};
+use harness_services::fleet::{FleetClient, RunReply, RunRequest, NEW_SESSION};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -430,7 +430,7 @@ async fn bad_requests_are_answered_with_a_clear_error() {
     let mut c = client(&redis).await;
     let raw = [
         json!({"version": 1, "id": "shape", "script": 1, "reply_to": "test:replies"}),
-        json!({"version": 2, "id": "future", "script": "return 1", "reply_to": "test:replies"}),
+        json!({"version": 3, "id": "future", "script": "return 1", "reply_to": "test:replies"}),
         json!({"version": 1, "id": "tools", "script": "return 1", "tools": ["exec"], "reply_to": "test:replies"}),
         json!({"version": 1, "id": "ceiling", "script": "return 1", "limits": {"timeout_ms": 100000}, "reply_to": "test:replies"}),
         json!({"version": 1, "id": "big", "script": "x".repeat(1_100_000), "reply_to": "test:replies"}),
@@ -495,6 +495,84 @@ async fn without_reply_to_the_reply_is_a_key_and_wait_finds_it() {
         .await
         .unwrap()
         .is_none());
+}
+
+/// Waits for the reply to `request` (submitted without `reply_to`).
+async fn answer(c: &mut FleetClient, request: RunRequest) -> RunReply {
+    let id = c.submit(&request).await.unwrap();
+    c.wait(&id, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("no reply to {id}"))
+}
+
+fn code_of(reply: &RunReply) -> Option<String> {
+    let e = reply.report.as_ref()?.error.as_ref()?;
+    Some(e.code.as_str().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_stays_on_its_worker_and_ends_with_it() {
+    let Some(redis) = Redis::start() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let fast = ["--concurrency", "2", "--visibility-timeout-ms", "600"];
+    let mut workers = HashMap::new();
+    for name in ["sa", "sb"] {
+        workers.insert(name.to_owned(), worker(&redis, name, root.path(), &fast));
+    }
+    let mut c = client(&redis).await;
+    let opened = answer(
+        &mut c,
+        RunRequest::new("s0", "let n = 41; return n").with_session(NEW_SESSION),
+    )
+    .await;
+    assert_eq!(opened.report.as_ref().unwrap().value, Some(json!(41)));
+    let sid = opened.session.clone().expect("the reply names the session");
+    let owner = opened.worker.clone();
+    for i in 1..=5 {
+        let r = answer(
+            &mut c,
+            RunRequest::new(format!("s{i}"), "n += 1; return n").with_session(&sid),
+        )
+        .await;
+        assert_eq!(
+            r.report.as_ref().unwrap().value,
+            Some(json!(41 + i)),
+            "{r:?}"
+        );
+        assert_eq!(r.worker, owner, "every run of the session on its worker");
+        assert_eq!(r.session.as_deref(), Some(sid.as_str()));
+    }
+    // Outside the session nothing of it is seen, on either worker.
+    for i in 0..4 {
+        let r = answer(&mut c, RunRequest::new(format!("u{i}"), "return typeof n")).await;
+        assert_eq!(r.report.unwrap().value, Some(json!("undefined")));
+    }
+    // An unknown session, and `session` in a version 1 request.
+    let r = answer(
+        &mut c,
+        RunRequest::new("x1", "return 1").with_session("0".repeat(32)),
+    )
+    .await;
+    assert_eq!(code_of(&r).as_deref(), Some("SessionClosedError"), "{r:?}");
+    let mut old = RunRequest::new("x2", "return 1").with_session(NEW_SESSION);
+    old.version = 1;
+    let r = answer(&mut c, old).await;
+    assert_eq!(
+        r.error.map(|e| e.code).as_deref(),
+        Some("UnsupportedVersion")
+    );
+    // The owner dies: a request sent at once lands in its stream and is
+    // answered by the live worker once the owner's alive key expired; one
+    // sent later is answered by the client. Both SessionClosedError.
+    let mut doomed = workers.remove(&owner).unwrap();
+    kill(&mut doomed);
+    let r = answer(&mut c, RunRequest::new("d1", "return n").with_session(&sid)).await;
+    assert_eq!(code_of(&r).as_deref(), Some("SessionClosedError"), "{r:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = answer(&mut c, RunRequest::new("d2", "return n").with_session(&sid)).await;
+    assert_eq!(code_of(&r).as_deref(), Some("SessionClosedError"), "{r:?}");
+    assert!(r.report.unwrap().error.unwrap().message.contains("gone"));
 }
 
 #[test]

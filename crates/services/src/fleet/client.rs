@@ -33,17 +33,56 @@ impl FleetClient {
         })
     }
 
-    /// Adds `request` to the stream; returns its id.
+    /// Adds `request` to the stream; returns its id. A request of an
+    /// existing session goes to the stream of the worker that owns it;
+    /// where that worker is gone (or the session unknown), the client
+    /// answers it itself with `SessionClosedError`, as a worker would.
     pub async fn submit(&mut self, request: &RunRequest) -> Result<String, FleetError> {
         if request.id.is_empty() || request.id.len() > 256 {
             return Err(FleetError::Invalid("the id must be 1 to 256 bytes".into()));
         }
         let json = serde_json::to_string(request)?;
-        let _: String = self
-            .conn
-            .xadd(&self.stream, "*", &[("request", json)])
-            .await?;
+        let target = match request.session.as_deref() {
+            Some(sid) if sid != NEW_SESSION => match self.owner(sid).await? {
+                Ok(consumer) => key(&self.stream, "worker", &consumer),
+                Err(why) => {
+                    let reply = RunReply::session_closed(&request.id, "client", &why);
+                    write_answer(
+                        &mut self.conn,
+                        &self.stream,
+                        self.ttl_s,
+                        &reply,
+                        request.reply_to.as_deref(),
+                    )
+                    .await?;
+                    return Ok(request.id.clone());
+                }
+            },
+            _ => self.stream.clone(),
+        };
+        let _: String = self.conn.xadd(&target, "*", &[("request", json)]).await?;
         Ok(request.id.clone())
+    }
+
+    /// The live worker that owns session `sid`, or why there is none.
+    async fn owner(&mut self, sid: &str) -> Result<Result<String, String>, FleetError> {
+        let consumer: Option<String> = self.conn.get(key(&self.stream, "session", sid)).await?;
+        let Some(consumer) = consumer else {
+            return Ok(Err(
+                "no such session: it was closed, expired or never opened in this fleet".to_owned(),
+            ));
+        };
+        let alive: bool = self
+            .conn
+            .exists(key(&self.stream, "alive", &consumer))
+            .await?;
+        Ok(if alive {
+            Ok(consumer)
+        } else {
+            Err(format!(
+                "the session's worker ({consumer}) is gone, and its sessions with it"
+            ))
+        })
     }
 
     /// Adds a raw JSON request (checked by the worker, not here).

@@ -15,6 +15,17 @@
 //! | `S:cancelled:ID` | string, TTL | a cancel that arrived before the run started |
 //! | `S:cancel` | pub/sub channel | request ids to cancel wherever they run |
 //! | `S:dead` | stream | requests given up on: fields `id`, `entry`, `request`, `error` |
+//! | `S:session:ID` | string, TTL | the consumer that owns session `ID` |
+//! | `S:worker:CONSUMER` | stream | requests of that consumer's sessions (the client routes them there) |
+//! | `S:alive:CONSUMER` | string, TTL | that consumer is alive (renewed while it runs) |
+//! | `S:workers` | set | consumers that may own sessions |
+//!
+//! Sessions (protocol 2): a request with `session: "new"` opens one on
+//! the worker that takes it, whose reply names it; requests naming it are
+//! sent by [`FleetClient::submit`] to that worker's own stream. A session
+//! whose worker is gone (its `alive` key expired) is `SessionClosedError`:
+//! the client answers so when it finds the worker gone, and live workers
+//! answer so for what is left in a dead worker's stream.
 //!
 //! Delivery is at least once (a worker that dies mid-run leaves its entries
 //! pending; live workers claim them after the visibility timeout), and
@@ -41,8 +52,11 @@ mod worker;
 pub use client::FleetClient;
 pub use worker::{HarnessFactory, Worker};
 
-/// The version of [`RunRequest`] and [`RunReply`].
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The version of [`RunRequest`] and [`RunReply`]: 2 added sessions;
+/// version 1 requests are still accepted.
+pub const PROTOCOL_VERSION: u32 = 2;
+/// `RunRequest::session` that opens a session.
+pub const NEW_SESSION: &str = "new";
 /// The stream requests go to by default.
 pub const DEFAULT_STREAM: &str = "harness:runs";
 /// The consumer group workers read with by default.
@@ -97,6 +111,10 @@ pub struct RunRequest {
     /// A stream to add the reply to; default: the key `S:reply:ID`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
+    /// Run in a session: [`NEW_SESSION`] opens one (the reply names it),
+    /// an id a reply named continues it (protocol 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 impl RunRequest {
@@ -112,7 +130,14 @@ impl RunRequest {
             provider: None,
             tools: None,
             reply_to: None,
+            session: None,
         }
+    }
+
+    /// In session `session` ([`NEW_SESSION`] opens one).
+    pub fn with_session(mut self, session: impl Into<String>) -> Self {
+        self.session = Some(session.into());
+        self
     }
 
     /// With replies added to the stream `reply_to`.
@@ -159,6 +184,31 @@ pub struct RunReply {
     /// How many times the request was delivered (more than 1: reclaimed
     /// from a worker that died or stalled).
     pub deliveries: u64,
+    /// The session the run ran in (a new one's id, for `session: "new"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+impl RunReply {
+    /// The reply to request `id` when its session is closed, expired or
+    /// gone with its worker: a report with `SessionClosedError`.
+    pub(crate) fn session_closed(id: &str, worker: &str, why: &str) -> RunReply {
+        let error = harness::ScriptError::new(
+            harness::ErrorCode::SessionClosedError,
+            harness::Phase::Executing,
+            why,
+        )
+        .with_name("SessionClosedError");
+        RunReply {
+            version: PROTOCOL_VERSION,
+            id: id.to_owned(),
+            report: Some(ExecutionReport::failed("", error)),
+            error: None,
+            worker: worker.to_owned(),
+            deliveries: 1,
+            session: None,
+        }
+    }
 }
 
 /// How a worker reads, runs and answers.
@@ -210,6 +260,38 @@ impl WorkerOptions {
 
 fn key(stream: &str, kind: &str, id: &str) -> String {
     format!("{stream}:{kind}:{id}")
+}
+
+/// Writes `reply` with [`ANSWER`] (once): true if this call answered.
+async fn write_answer(
+    conn: &mut ConnectionManager,
+    stream: &str,
+    ttl_s: u64,
+    reply: &RunReply,
+    reply_to: Option<&str>,
+) -> redis::RedisResult<bool> {
+    let json = serde_json::to_string(reply).map_err(|e| {
+        redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "cannot encode a reply",
+            e.to_string(),
+        ))
+    })?;
+    let done = key(stream, "done", &reply.id);
+    let (target, mode) = match reply_to {
+        Some(s) => (s.to_owned(), "stream"),
+        None => (key(stream, "reply", &reply.id), "key"),
+    };
+    let answered: i64 = redis::Script::new(ANSWER)
+        .key(&done)
+        .key(&target)
+        .arg(ttl_s)
+        .arg(&json)
+        .arg(mode)
+        .arg(&reply.id)
+        .invoke_async(conn)
+        .await?;
+    Ok(answered == 1)
 }
 
 /// Writes the reply and the done marker together, only if the marker is

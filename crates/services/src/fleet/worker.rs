@@ -81,6 +81,16 @@ impl Worker {
                 return Err(e.into());
             }
         }
+        let own = self.own_stream();
+        let created: redis::RedisResult<()> = conn
+            .xgroup_create_mkstream(&own, &self.opts.group, "0")
+            .await;
+        if let Err(e) = created {
+            if e.code() != Some("BUSYGROUP") {
+                return Err(e.into());
+            }
+        }
+        self.heartbeat(&mut conn).await;
         let listener = tokio::spawn(self.clone().listen_for_cancels(shutdown.clone()));
         let slots = Arc::new(tokio::sync::Semaphore::new(self.opts.concurrency.max(1)));
         let mut tasks = tokio::task::JoinSet::new();
@@ -97,11 +107,17 @@ impl Worker {
                 }
                 continue;
             }
-            let mut batch: Vec<(StreamId, u64)> = Vec::new();
+            let mut batch: Vec<(StreamId, u64, String)> = Vec::new();
             if last_claim.elapsed() >= claim_every {
                 last_claim = Instant::now();
+                self.heartbeat(&mut conn).await;
+                self.close_dead_workers_sessions(&mut conn).await;
                 match self.claim(&mut reader, free).await {
-                    Ok(claimed) => batch.extend(claimed),
+                    Ok(claimed) => batch.extend(
+                        claimed
+                            .into_iter()
+                            .map(|(e, n)| (e, n, self.opts.stream.clone())),
+                    ),
                     Err(e) => tracing::warn!(error = %e, "claiming pending entries failed"),
                 }
             }
@@ -110,15 +126,17 @@ impl Worker {
                     .group(&self.opts.group, &self.opts.consumer)
                     .count(free)
                     .block(500);
-                let streams = [self.opts.stream.as_str()];
+                // The shared stream, and this worker's own (its sessions').
+                let streams = [self.opts.stream.as_str(), own.as_str()];
                 let read: redis::RedisResult<Option<StreamReadReply>> = tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    r = reader.xread_options(&streams, &[">"], &opts) => r,
+                    r = reader.xread_options(&streams, &[">", ">"], &opts) => r,
                 };
                 match read {
                     Ok(Some(reply)) => {
                         for k in reply.keys {
-                            batch.extend(k.ids.into_iter().map(|e| (e, 1)));
+                            let stream = k.key.clone();
+                            batch.extend(k.ids.into_iter().map(|e| (e, 1, stream.clone())));
                         }
                     }
                     Ok(None) => {}
@@ -127,14 +145,15 @@ impl Worker {
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         // The stream or its group was deleted (or Redis restarted empty).
                         if e.code() == Some("NOGROUP") {
-                            let _: redis::RedisResult<()> = conn
-                                .xgroup_create_mkstream(&self.opts.stream, &self.opts.group, "0")
-                                .await;
+                            for s in [&self.opts.stream, &own] {
+                                let _: redis::RedisResult<()> =
+                                    conn.xgroup_create_mkstream(s, &self.opts.group, "0").await;
+                            }
                         }
                     }
                 }
             }
-            for (entry, deliveries) in batch {
+            for (entry, deliveries, stream) in batch {
                 let Ok(permit) = slots.clone().acquire_owned().await else {
                     break;
                 };
@@ -142,7 +161,7 @@ impl Worker {
                 let conn = conn.clone();
                 let cancel = run_cancel.child_token();
                 tasks.spawn(async move {
-                    me.deliver(conn, entry, deliveries, cancel).await;
+                    me.deliver(conn, entry, deliveries, cancel, &stream).await;
                     drop(permit);
                 });
             }
@@ -156,7 +175,80 @@ impl Worker {
             while tasks.join_next().await.is_some() {}
         }
         listener.abort();
+        // Gone: the sessions this worker owned end with it (clients find
+        // no `alive` key and answer SessionClosedError).
+        let _: redis::RedisResult<i64> = conn
+            .del(key(&self.opts.stream, "alive", &self.opts.consumer))
+            .await;
         Ok(())
+    }
+
+    /// This worker's own stream: the requests of the sessions it owns.
+    pub(super) fn own_stream(&self) -> String {
+        key(&self.opts.stream, "worker", &self.opts.consumer)
+    }
+
+    /// How long this worker's `alive` key lives unless renewed: three
+    /// claim periods, at least 3 s.
+    fn alive_ttl_s(&self) -> u64 {
+        (self.opts.visibility_timeout_ms * 3 / 2 / 1000).max(3)
+    }
+
+    /// Says this worker is alive, and may own sessions.
+    async fn heartbeat(&self, conn: &mut ConnectionManager) {
+        let alive = key(&self.opts.stream, "alive", &self.opts.consumer);
+        let r: redis::RedisResult<()> = redis::pipe()
+            .set_ex(&alive, 1, self.alive_ttl_s())
+            .ignore()
+            .sadd(format!("{}:workers", self.opts.stream), &self.opts.consumer)
+            .ignore()
+            .query_async(conn)
+            .await;
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "cannot renew this worker's alive key");
+        }
+    }
+
+    /// Answers what is left in the streams of workers that are gone
+    /// (their `alive` key expired) with SessionClosedError: their
+    /// sessions died with them. Each such request is answered once.
+    async fn close_dead_workers_sessions(&self, conn: &mut ConnectionManager) {
+        let workers = format!("{}:workers", self.opts.stream);
+        let members: Vec<String> = conn.smembers(&workers).await.unwrap_or_default();
+        for consumer in members.into_iter().filter(|c| *c != self.opts.consumer) {
+            let alive: bool = conn
+                .exists(key(&self.opts.stream, "alive", &consumer))
+                .await
+                .unwrap_or(true);
+            if alive {
+                continue;
+            }
+            let stream = key(&self.opts.stream, "worker", &consumer);
+            let Ok(left) = conn
+                .xrange_all::<_, redis::streams::StreamRangeReply>(&stream)
+                .await
+            else {
+                continue;
+            };
+            let why =
+                format!("the session's worker ({consumer}) is gone, and its sessions with it");
+            for entry in left.ids {
+                let raw: Option<String> = entry.get("request");
+                let parsed: Option<Value> = raw.and_then(|r| serde_json::from_str(&r).ok());
+                let field = |k: &str| {
+                    parsed
+                        .as_ref()
+                        .and_then(|v| v.get(k).and_then(Value::as_str).map(str::to_owned))
+                };
+                if let Some(id) = field("id") {
+                    let reply = RunReply::session_closed(&id, &self.opts.consumer, &why);
+                    self.answer(conn, &reply, field("reply_to").as_deref())
+                        .await;
+                }
+            }
+            let _: redis::RedisResult<i64> = conn.del(&stream).await;
+            let _: redis::RedisResult<i64> = conn.srem(&workers, &consumer).await;
+        }
     }
 
     /// Claims entries idle longer than the visibility timeout, with their
@@ -232,14 +324,14 @@ impl Worker {
         entry: StreamId,
         deliveries: u64,
         shutdown: CancellationToken,
+        stream: &str,
     ) {
         let outcome = self.handle(&mut conn, &entry, deliveries, shutdown).await;
         if let Outcome::Done = outcome {
             let mut backoff = Backoff::new(Some(self.answer_retry()));
             loop {
-                let acked: redis::RedisResult<i64> = conn
-                    .xack(&self.opts.stream, &self.opts.group, &[&entry.id])
-                    .await;
+                let acked: redis::RedisResult<i64> =
+                    conn.xack(stream, &self.opts.group, &[&entry.id]).await;
                 match acked {
                     Ok(_) => break,
                     // Unacknowledged, the entry is claimed later and found
@@ -287,6 +379,7 @@ impl Worker {
             error,
             worker: self.opts.consumer.clone(),
             deliveries,
+            session: None,
         };
         let err = |code: &str, message: String| {
             Some(RequestError {
@@ -369,11 +462,17 @@ impl Worker {
                 return Outcome::Done;
             }
         };
-        if request.version != PROTOCOL_VERSION {
-            let why = format!(
-                "version {} is not supported (this worker speaks {PROTOCOL_VERSION})",
-                request.version
-            );
+        let supported = request.version == PROTOCOL_VERSION
+            || (request.version == 1 && request.session.is_none());
+        if !supported {
+            let why = if request.version == 1 {
+                "`session` needs protocol version 2".to_owned()
+            } else {
+                format!(
+                    "version {} is not supported (this worker speaks 1 and {PROTOCOL_VERSION})",
+                    request.version
+                )
+            };
             self.answer(
                 conn,
                 &answer(err("UnsupportedVersion", why), None),
@@ -401,6 +500,47 @@ impl Worker {
         };
         let (harness, mut exec) = prepared;
         exec.cancel = token.clone();
+        let session = match request.session.as_deref() {
+            None => None,
+            Some(NEW_SESSION) => match harness.open_session() {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    self.answer(
+                        conn,
+                        &answer(err("InvalidRequest", e.to_string()), None),
+                        reply_to.as_deref(),
+                    )
+                    .await;
+                    return Outcome::Done;
+                }
+            },
+            Some(sid) => match harness.session(sid) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    let closed = RunReply::session_closed(&id, &self.opts.consumer, &e.to_string());
+                    self.answer(
+                        conn,
+                        &RunReply {
+                            deliveries,
+                            ..closed
+                        },
+                        reply_to.as_deref(),
+                    )
+                    .await;
+                    return Outcome::Done;
+                }
+            },
+        };
+        if let Some(s) = &session {
+            // Clients route the session's requests to this worker.
+            let _: redis::RedisResult<()> = conn
+                .set_ex(
+                    key(&self.opts.stream, "session", s.id()),
+                    &self.opts.consumer,
+                    self.opts.ttl_s,
+                )
+                .await;
+        }
         let events = key(&self.opts.stream, "events", &id);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
         exec.observer = Some(harness::Observer::new(Arc::new(Events(tx.clone()))));
@@ -410,7 +550,12 @@ impl Worker {
             rx,
             self.opts.ttl_s,
         ));
-        let run = harness.execute(exec);
+        let run = async {
+            match &session {
+                Some(s) => s.execute(exec).await,
+                None => harness.execute(exec).await,
+            }
+        };
         tokio::pin!(run);
         let mut abandoned = false;
         let report = tokio::select! {
@@ -427,12 +572,11 @@ impl Worker {
         if abandoned {
             return Outcome::Abandoned;
         }
-        self.answer(
-            conn,
-            &answer(None, Some(report)),
-            request.reply_to.as_deref(),
-        )
-        .await;
+        let reply = RunReply {
+            session: session.as_ref().map(|s| s.id().to_owned()),
+            ..answer(None, Some(report))
+        };
+        self.answer(conn, &reply, request.reply_to.as_deref()).await;
         Outcome::Done
     }
 
@@ -528,35 +672,14 @@ impl Worker {
         reply: &RunReply,
         reply_to: Option<&str>,
     ) {
-        let json = match serde_json::to_string(reply) {
-            Ok(j) => j,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot encode a reply");
-                return;
-            }
-        };
-        let done = key(&self.opts.stream, "done", &reply.id);
-        let (target, mode) = match reply_to {
-            Some(s) => (s.to_owned(), "stream"),
-            None => (key(&self.opts.stream, "reply", &reply.id), "key"),
-        };
-        let script = redis::Script::new(ANSWER);
         let mut backoff = Backoff::new(Some(self.answer_retry()));
         loop {
-            let r: redis::RedisResult<i64> = script
-                .key(&done)
-                .key(&target)
-                .arg(self.opts.ttl_s)
-                .arg(&json)
-                .arg(mode)
-                .arg(&reply.id)
-                .invoke_async(conn)
-                .await;
+            let r = write_answer(conn, &self.opts.stream, self.opts.ttl_s, reply, reply_to).await;
             match r {
-                Ok(1) => {
+                Ok(true) => {
                     return;
                 }
-                Ok(_) => {
+                Ok(false) => {
                     tracing::info!(id = %reply.id, "the request was answered already; not answering twice");
                     return;
                 }
