@@ -24,7 +24,18 @@ pub struct SuiteEngines {
     /// (every other such case kept awake too,
     /// [`harness_core::Tuning::keep_awake`]).
     pub warm: Option<Arc<dyn ScriptRuntimeAdapter>>,
+    /// Makes one session's engine of the same engine and isolation, where
+    /// the engine has sessions: every cross-run case that passed runs
+    /// again with its plants in one session and its probe in another
+    /// session and outside any ([`SessionMaker`]).
+    pub sessions: Option<SessionMaker>,
 }
+
+/// Makes a fresh session's engine (`None`: it could not be made).
+pub type SessionMaker = Arc<dyn Fn() -> Option<Arc<dyn ScriptRuntimeAdapter>> + Send + Sync>;
+
+/// How much heap a session of the suite may hold.
+const SESSION_BYTES: u64 = 256 << 20;
 
 /// How long the `warm` engine of a suite keeps warm after each run:
 /// longer than the pause between a case's steps (25 ms), so that
@@ -48,6 +59,7 @@ impl SuiteEngines {
             any,
             single: None,
             warm: None,
+            sessions: None,
         }
     }
 
@@ -67,10 +79,29 @@ impl SuiteEngines {
             a.tune(harness_core::Tuning::default().with_keep_warm(WARM_WINDOW))
                 .keeps_warm
         });
+        let sessions: Option<SessionMaker> = match isolation {
+            _ if !engine.has_sessions() => None,
+            Isolation::InProcess => {
+                let engine = engine.clone();
+                Some(Arc::new(move || {
+                    engine
+                        .in_process_session(harness_core::session::SessionSpec::new(SESSION_BYTES))
+                }))
+            }
+            Isolation::Process => {
+                let (engine, o) = (engine.clone(), opts(engine.name)?);
+                Some(Arc::new(move || {
+                    let spec = harness_core::session::SessionSpec::new(SESSION_BYTES);
+                    ProcessAdapter::for_session(&engine, o.clone(), spec)
+                        .map(|a| Arc::new(a) as Arc<dyn ScriptRuntimeAdapter>)
+                }))
+            }
+        };
         Ok(SuiteEngines {
             any,
             single: single_engine(engine, isolation, opts)?,
             warm,
+            sessions,
         })
     }
 

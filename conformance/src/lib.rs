@@ -453,6 +453,13 @@ async fn run_case(engines: &SuiteEngines, info: &EngineInfo, case: &Case) -> Sta
             };
         }
     }
+    if let (Status::Passed { .. }, true, Some(make)) =
+        (&status, case.is_cross_run(), &engines.sessions)
+    {
+        if let Status::Failed { reason } = run_case_in_sessions(engines, make, case).await {
+            status = Status::Failed { reason };
+        }
+    }
     if let (Status::Passed { note }, true) = (&mut status, case.is_cross_run()) {
         if engines.single.is_none() {
             // Said, not hidden: the pair may have met two engine threads.
@@ -477,6 +484,47 @@ async fn run_case(engines: &SuiteEngines, info: &EngineInfo, case: &Case) -> Sta
         },
         (_, status) => status,
     }
+}
+
+/// A cross-run case replayed with sessions: every step but the last (the
+/// plants) in session A, then the last (the probe) in session B and
+/// outside any session, where it must see what it sees after plants in
+/// no session: a session's state reaches neither.
+async fn run_case_in_sessions(
+    engines: &SuiteEngines,
+    make: &engines::SessionMaker,
+    case: &Case,
+) -> Status {
+    let (Some(a), Some(b)) = (make(), make()) else {
+        return Status::Failed {
+            reason: "the engine says it has sessions, but none could be made".to_owned(),
+        };
+    };
+    let Some((probe, plants)) = case.steps.split_last() else {
+        return Status::Passed { note: None };
+    };
+    let mut earlier = Vec::new();
+    for step in plants {
+        let o = run_step(a.as_ref(), step).await;
+        earlier.push(o.report);
+        tokio::time::sleep(STEP_GAP).await;
+    }
+    let unscoped = engines.for_case(case);
+    let lookers: [(&dyn ScriptRuntimeAdapter, &str); 2] = [
+        (b.as_ref(), "another session"),
+        (unscoped, "a run outside any session"),
+    ];
+    for (adapter, who) in lookers {
+        let mut o = run_step(adapter, probe).await;
+        o.earlier = earlier.clone();
+        if let Err(why) = (probe.check)(&o) {
+            return Status::Failed {
+                reason: format!("planted in a session, seen by {who}: {why}"),
+            };
+        }
+        tokio::time::sleep(STEP_GAP).await;
+    }
+    Status::Passed { note: None }
 }
 
 /// The pause between the steps of one case (see [`run_case_steps`]).
@@ -730,10 +778,14 @@ pub async fn run_suite_on(
     let aware = |a: Arc<dyn ScriptRuntimeAdapter>| -> Arc<dyn ScriptRuntimeAdapter> {
         Arc::new(harness_respond::language::TypeScriptAware::new(a))
     };
+    let sessions = engines
+        .sessions
+        .map(|make| -> engines::SessionMaker { Arc::new(move || make().map(aware)) });
     let engines = SuiteEngines {
         any: aware(engines.any),
         single: engines.single.map(aware),
         warm: engines.warm.map(aware),
+        sessions,
     };
     let adapter = &engines.any;
     let info = adapter.info();

@@ -63,6 +63,37 @@ async fn sessions_keep_their_state_behind_the_boundary_and_share_none() {
             "{name}"
         );
         assert_eq!(value(&a, "return inc()").await, json!(3), "{name}");
+        // The REPL rules hold behind the boundary too.
+        assert_eq!(
+            value(&a, "const data = 'again'; return data").await,
+            json!("again"),
+            "{name}"
+        );
+        let r = a
+            .run("let broken = (() => { throw new Error('no') })()")
+            .await;
+        assert_eq!(
+            r.error.unwrap().code,
+            ErrorCode::ScriptRuntimeError,
+            "{name}"
+        );
+        assert_eq!(
+            value(&a, "return typeof broken").await,
+            json!("undefined"),
+            "{name}"
+        );
+        let r = a.run("const c = 1; c = 2").await;
+        assert_eq!(
+            r.error.unwrap().code,
+            ErrorCode::ScriptRuntimeError,
+            "{name}"
+        );
+        assert_eq!(value(&a, "Array.prototype.last = function () { return this[this.length - 1] }; return [1, 2].last()").await, json!(2), "{name}");
+        assert_eq!(
+            value(&b, "return typeof [].last").await,
+            json!("undefined"),
+            "{name}"
+        );
         // A run that times out kills the session's worker: the session ends.
         let r = a.run("while (true) {}").await;
         assert_eq!(

@@ -354,3 +354,21 @@ async fn sessions_work_alike_on_every_engine_in_this_process() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_session_unused_for_idle_ms_expires_and_says_so() {
+    let h = Harness::builder()
+        .sessions(SessionLimits::default().with_idle_ms(300))
+        .build()
+        .unwrap();
+    let s = h.open_session().unwrap();
+    value(&s, "const x = 1").await;
+    // Used within the idle time, it stays.
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    assert_eq!(value(&s, "return x").await, json!(1));
+    tokio::time::sleep(std::time::Duration::from_millis(450)).await;
+    let e = s.run("return x").await.error.unwrap();
+    assert_eq!(e.code, ErrorCode::SessionClosedError);
+    assert!(e.message.contains("expired"), "{e:?}");
+    assert_eq!(h.session_stats().0, 0);
+}
