@@ -37,6 +37,9 @@ pub(super) struct V8Run<'w> {
     pub(super) spare: Option<Warm>,
     /// What `end_run` checks after the run ([`Body::end_check`]).
     pub(super) end_check: EndCheck,
+    /// The run is a session's: its realm (the thread's `warm`, none
+    /// before the first run) is kept after it, with no end-of-run probe.
+    pub(super) session: bool,
 }
 
 impl V8Run<'_> {
@@ -139,26 +142,49 @@ impl V8Run<'_> {
 impl Engine for V8Run<'_> {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         debug_assert_eq!(setup.prelude, PRELUDE);
-        let key = IsolateKey::of(setup.limits);
+        let mut key = IsolateKey::of(setup.limits);
+        let mut first_of_session = false;
+        if let Some(s) = &mut self.worker.session {
+            // One isolate for the session's life, sized for the session.
+            key.heap_bytes = s.spec.memory_bytes.max(MIN_HEAP_BYTES);
+            first_of_session = s.key.is_none();
+            key = *s.key.get_or_insert(key);
+        }
         self.worker.slot_for(key);
         let mut pre = self.worker.warm.take();
-        self.private = setup.limits.private_realm();
+        if self.session && !first_of_session && pre.is_none() {
+            return Err(internal("the session's realm is gone"));
+        }
+        self.private = !self.session && setup.limits.private_realm();
         if self.private {
             self.spare = pre.take();
         }
         let private = self.private;
+        let session = self.session;
+        let spec = self.worker.session.as_ref().map(|s| s.spec.clone());
         let slot = self.slot()?;
-        let generation = slot.arm(setup.limits.memory_bytes);
+        let limit = match &spec {
+            Some(spec) => {
+                let used = slot.isolate.get_heap_statistics().used_heap_size() as u64;
+                spec.run_limit(used, setup.limits.memory_bytes)
+            }
+            None => setup.limits.memory_bytes,
+        };
+        let generation = slot.arm(limit);
         if let Some(h) = slot.isolate.get_slot::<HostSlot>() {
             *h.0.borrow_mut() = Some(host);
         }
         let warm = match pre {
             Some(w) => w,
             None => {
-                let r = new_context_as(slot, false, private);
+                let r = new_realm(slot, private, session);
                 self.finish(r)?
             }
         };
+        if let (true, Some(spec)) = (first_of_session, &spec) {
+            let slot = self.slot()?;
+            spec.set_baseline_bytes(slot.isolate.get_heap_statistics().used_heap_size() as u64);
+        }
         let slot = self.slot()?;
         let r = in_context!(&mut slot.isolate, &warm.context, |tc| (|| {
             let install = v8::Local::new(tc, &warm.install);
@@ -191,7 +217,9 @@ impl Engine for V8Run<'_> {
     }
 
     fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
-        self.end_check = body.end_check();
+        if !self.session {
+            self.end_check = body.end_check();
+        }
         let wrapped_source = body.wrapped();
         self.drained = false;
         let r = (|| {
@@ -268,6 +296,10 @@ impl Engine for V8Run<'_> {
         let slot = self.worker.slot.as_ref()?;
         let generation = self.handles.as_ref()?.generation;
         Some(stopper_for(slot, generation))
+    }
+
+    fn in_session(&self) -> bool {
+        self.session
     }
 
     fn classify(&self, name: &str, message: &str) -> FaultKind {

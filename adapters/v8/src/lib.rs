@@ -493,11 +493,27 @@ fn new_context(slot: &mut IsolateSlot, raw: bool) -> Result<Warm, EngineFault> {
     new_context_as(slot, raw, false)
 }
 
+/// [`new_context_as`] with a private realm (`unfrozen`) or, with
+/// `session`, a session's realm: `harden(host, 'session')`, built-ins and
+/// the global object open, kept from run to run.
+fn new_realm(slot: &mut IsolateSlot, unfrozen: bool, session: bool) -> Result<Warm, EngineFault> {
+    new_context_mode(slot, false, unfrozen, session)
+}
+
 /// [`new_context`], or with `unfrozen` everything but the intrinsics
 /// hardened (a private realm: a `Realm::Private` run, or test262's
 /// [`GlobalEval::unfrozen`]), in a context of
 /// its own.
 fn new_context_as(slot: &mut IsolateSlot, raw: bool, unfrozen: bool) -> Result<Warm, EngineFault> {
+    new_context_mode(slot, raw, unfrozen, false)
+}
+
+fn new_context_mode(
+    slot: &mut IsolateSlot,
+    raw: bool,
+    unfrozen: bool,
+    session: bool,
+) -> Result<Warm, EngineFault> {
     let isolate = &mut slot.isolate;
     v8::scope!(let hs, isolate);
     let context = v8::Context::new(hs, Default::default());
@@ -516,9 +532,15 @@ fn new_context_as(slot: &mut IsolateSlot, raw: bool, unfrozen: bool) -> Result<W
         let host_fn = v8::Function::new(tc, host_callback)
             .ok_or_else(|| internal("cannot create the host function"))?;
         let recv: v8::Local<v8::Value> = v8::undefined(tc).into();
-        let unfrozen = v8::Boolean::new(tc, unfrozen);
+        let mode: v8::Local<v8::Value> = if session {
+            v8::String::new(tc, "session")
+                .ok_or_else(|| internal("cannot create a string"))?
+                .into()
+        } else {
+            v8::Boolean::new(tc, unfrozen).into()
+        };
         let install = prelude
-            .call(tc, recv, &[host_fn.into(), unfrozen.into()])
+            .call(tc, recv, &[host_fn.into(), mode])
             .ok_or_else(|| caught_fault(tc))?;
         let install = v8::Local::<v8::Function>::try_from(install)
             .map_err(|_| internal("harden did not return a function"))?;
@@ -541,6 +563,18 @@ struct V8Thread {
     /// The limits of the last isolate, for rebuilding it ahead of the
     /// next run after a fault dropped it.
     last_key: Option<IsolateKey>,
+    /// Set when the thread serves one session.
+    session: Option<V8Session>,
+}
+
+/// A session thread's realm, kept between its runs on one isolate.
+struct V8Session {
+    spec: harness_core::session::SessionSpec,
+    /// The isolate's limits, fixed by the first run: another isolate
+    /// would lose the realm.
+    key: Option<IsolateKey>,
+    /// Why the session ended, once it has: no realm is made again.
+    ended: Option<String>,
 }
 
 impl std::fmt::Debug for V8Thread {
@@ -619,7 +653,26 @@ impl EngineThread for V8Thread {
     /// closes the run and keeps its context for the next run if it ended
     /// clean, or hardens a fresh one: after `run` has answered its caller,
     /// off the critical path.
+    fn begin_session(&mut self, spec: harness_core::session::SessionSpec) -> bool {
+        self.warm = None;
+        let ended = (!spec.claim()).then(|| {
+            "the session ended: its engine thread was replaced after a run that did not stop"
+                .to_owned()
+        });
+        self.session = Some(V8Session {
+            spec,
+            key: None,
+            ended,
+        });
+        true
+    }
+
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
+        if let Some(why) = self.session.as_ref().and_then(|s| s.ended.clone()) {
+            run(Err(EngineFault::new(FaultKind::Internal, "Error", why)));
+            return;
+        }
+        let session = self.session.is_some();
         let (tainted, reuse) = {
             let mut engine = V8Run {
                 worker: self,
@@ -629,6 +682,7 @@ impl EngineThread for V8Thread {
                 private: false,
                 spare: None,
                 end_check: EndCheck::Nothing,
+                session,
             };
             let tainted = run(Ok(&mut engine));
             let reuse = if tainted {
@@ -641,6 +695,32 @@ impl EngineThread for V8Thread {
             };
             (tainted, reuse)
         };
+        if session {
+            // The realm waits in `warm` for the session's next run; any
+            // other ending ends the session, and the isolate with it.
+            let ended = tainted || reuse.is_none();
+            self.recycle(ended, reuse);
+            // The isolate may have been dropped after all (its heap limit
+            // raised by the near-limit callback): the realm with it.
+            let ended = ended || self.warm.is_none();
+            let used = self.slot.as_mut().map_or(0, |s| {
+                s.isolate.get_heap_statistics().used_heap_size() as u64
+            });
+            if let Some(s) = &mut self.session {
+                if ended {
+                    s.spec.set_retained_bytes(0);
+                    s.ended = Some(if tainted {
+                        "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled".to_owned()
+                    } else {
+                        "the session ended: a run in it left a tool call, task or job pending"
+                            .to_owned()
+                    });
+                } else {
+                    s.spec.set_retained_bytes(used);
+                }
+            }
+            return;
+        }
         self.recycle(tainted, reuse);
         self.prewarm();
     }
@@ -784,6 +864,7 @@ pub fn descriptor() -> EngineDescriptor {
         || Box::<V8Thread>::default(),
     )
     .with_in_process_threads(|n| std::sync::Arc::new(V8::with_max_workers(n)))
+    .with_sessions(|spec| V8::for_session(V8Engine, spec).map(|p| std::sync::Arc::new(p) as _))
     .with_thread_stack_bytes(THREAD_STACK_BYTES)
     .with_process_setup(widen_address_space)
 }
@@ -809,6 +890,10 @@ fn widen_address_space(opts: &mut harness_core::process::ProcessOptions) {
 impl PooledEngine for V8Engine {
     fn descriptor() -> EngineDescriptor {
         descriptor()
+    }
+
+    fn has_sessions(&self) -> bool {
+        true
     }
 
     fn new_thread(&self) -> Box<dyn EngineThread> {
