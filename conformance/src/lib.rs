@@ -29,7 +29,7 @@ pub mod unsupported;
 #[cfg(feature = "trials")]
 pub mod walls;
 
-pub use engines::{single_engine, SuiteEngines, WARM_WINDOW};
+pub use engines::{single_engine, SessionMaker, SuiteEngines, WARM_WINDOW};
 use harness_core::approval::{ApprovalBridge, AutoApprove, AutoDeny, NeverAnswer};
 use harness_core::engine::EngineDescriptor;
 use harness_core::process::{ProcessAdapter, ProcessOptions};
@@ -490,11 +490,7 @@ async fn run_case(engines: &SuiteEngines, info: &EngineInfo, case: &Case) -> Sta
 /// plants) in session A, then the last (the probe) in session B and
 /// outside any session, where it must see what it sees after plants in
 /// no session: a session's state reaches neither.
-async fn run_case_in_sessions(
-    engines: &SuiteEngines,
-    make: &engines::SessionMaker,
-    case: &Case,
-) -> Status {
+async fn run_case_in_sessions(engines: &SuiteEngines, make: &SessionMaker, case: &Case) -> Status {
     let (Some(a), Some(b)) = (make(), make()) else {
         return Status::Failed {
             reason: "the engine says it has sessions, but none could be made".to_owned(),
@@ -780,7 +776,7 @@ pub async fn run_suite_on(
     };
     let sessions = engines
         .sessions
-        .map(|make| -> engines::SessionMaker { Arc::new(move || make().map(aware)) });
+        .map(|make| -> SessionMaker { Arc::new(move || make().map(aware)) });
     let engines = SuiteEngines {
         any: aware(engines.any),
         single: engines.single.map(aware),
