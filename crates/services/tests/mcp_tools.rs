@@ -1,4 +1,4 @@
-//! What `tools/list` answers, pinned: the four tools' names, descriptions
+//! What `tools/list` answers, pinned: the tools' names, descriptions
 //! and input schemas are what clients and models see. The file was written
 //! from the hand-written schemas the server had before its typed router;
 //! `UPDATE_GOLDEN=1` rewrites it.
