@@ -280,6 +280,10 @@ async fn sixty_four_sessions_of_a_mebibyte_are_counted_and_the_next_closes_the_o
     assert_eq!(live, 64);
     let sum = 64 * MIB;
     let off = held.abs_diff(sum) as f64 / sum as f64;
+    println!(
+        "64 sessions of 1 MiB: session_memory_bytes {held} against {sum} ({:.1}% off)",
+        off * 100.0
+    );
     assert!(
         off <= 0.10,
         "session_memory_bytes {held} against {sum}: {:.1}% off",
