@@ -254,6 +254,11 @@ impl Case {
     pub fn is_cross_run(&self) -> bool {
         self.name.starts_with("cross_run::")
     }
+
+    /// A session case: its steps run in order in one fresh session.
+    pub fn in_session(&self) -> bool {
+        self.name.starts_with("session::")
+    }
 }
 
 /// Every case, in a stable order.
@@ -266,6 +271,7 @@ pub fn all_cases() -> Vec<Case> {
     v.extend_from_slice(cases::security::CASES);
     v.extend_from_slice(cases::contract::CASES);
     v.extend_from_slice(cases::cross_run::CASES);
+    v.extend_from_slice(cases::session::CASES);
     v
 }
 
@@ -426,6 +432,25 @@ async fn run_case(engines: &SuiteEngines, info: &EngineInfo, case: &Case) -> Sta
                      unsupported cases (conformance/src/unsupported.rs)"
                 ),
             },
+        };
+    }
+    if case.in_session() {
+        let status = match engines.sessions.as_ref().map(|make| make()) {
+            Some(Some(session)) => run_case_steps(session.as_ref(), case).await,
+            Some(None) => Status::Failed {
+                reason: "the engine says it has sessions, but none could be made".to_owned(),
+            },
+            None => Status::Unsupported {
+                reason:
+                    "no sessions: the engine has none, or the suite was given no way to make one"
+                        .to_owned(),
+            },
+        };
+        return match (listed, status) {
+            (Some(u), Status::Failed { .. }) => Status::Unsupported {
+                reason: u.reason.to_owned(),
+            },
+            (_, status) => status,
         };
     }
     let mut status = run_case_steps(engines.for_case(case), case).await;

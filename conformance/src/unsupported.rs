@@ -40,6 +40,8 @@ const fn boa_in_process(case: &'static str, reason: &'static str) -> Unsupported
 /// every engine runs every case.
 pub const UNSUPPORTED: &[Unsupported] = &[
     boa_in_process("limits::timeout_accuracy", BOA_CANNOT_STOP),
+    boa_in_process("session::timeout_ends_it", BOA_CANNOT_STOP),
+    boa_in_process("session::memory_ends_it", BOA_NO_MEMORY_LIMIT),
     boa_in_process("limits::cancellation", BOA_CANNOT_STOP),
     boa_in_process("limits::memory", BOA_NO_MEMORY_LIMIT),
     boa_in_process("limits::memory_used_reported", BOA_NO_MEMORY_LIMIT),

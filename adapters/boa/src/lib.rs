@@ -439,14 +439,21 @@ impl BoaThread {
             ..self.engine()
         };
         let tainted = run(Ok(&mut engine));
-        let kept = if tainted {
-            None
+        // A run refused before it loaded leaves the realm as it was, or
+        // still to be made.
+        let loaded = engine.ctx.is_some();
+        let (kept, ended) = if tainted {
+            (None, true)
+        } else if !loaded {
+            (engine.pre.take(), false)
         } else {
-            catch_unwind(AssertUnwindSafe(|| engine.end_run())).unwrap_or(None)
+            let kept = catch_unwind(AssertUnwindSafe(|| engine.end_run())).unwrap_or(None);
+            let ended = kept.is_none();
+            (kept, ended)
         };
         let _ = catch_unwind(AssertUnwindSafe(move || drop(engine)));
         if let Some(state) = self.session.as_mut() {
-            if kept.is_none() {
+            if ended {
                 state.ended = Some(if tainted {
                     "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled".to_owned()
                 } else {

@@ -434,19 +434,25 @@ impl QuickJsThread {
             slot,
         };
         let tainted = run(Ok(&mut engine));
-        let kept = if tainted {
+        // A run refused before it loaded (a source that is not one body)
+        // leaves the realm as it was, or still to be made.
+        let loaded = engine.ctx.is_some();
+        let (kept, mut ended) = if tainted {
             if let Some(w) = &engine.ctx {
                 w.host.borrow_mut().take();
             }
-            None
+            (None, true)
+        } else if !loaded {
+            (engine.pre.take(), false)
         } else {
-            engine.end_run()
+            let kept = engine.end_run();
+            let ended = kept.is_none();
+            (kept, ended)
         };
         drop(engine);
         // Jobs left queued would run inside the next run: none may be.
-        let queued = self.slot.as_ref().is_some_and(|s| s.rt.is_job_pending());
-        let kept = kept.filter(|_| !queued);
-        let ended = kept.is_none();
+        ended |= self.slot.as_ref().is_some_and(|s| s.rt.is_job_pending());
+        let kept = kept.filter(|_| !ended);
         if let Some(state) = self.session.as_mut() {
             state.realm = kept;
             if ended {

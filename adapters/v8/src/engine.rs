@@ -40,6 +40,8 @@ pub(super) struct V8Run<'w> {
     /// The run is a session's: its realm (the thread's `warm`, none
     /// before the first run) is kept after it, with no end-of-run probe.
     pub(super) session: bool,
+    /// `load` ran: a run refused before it leaves the realm as it was.
+    pub(super) loaded: bool,
 }
 
 impl V8Run<'_> {
@@ -142,6 +144,7 @@ impl V8Run<'_> {
 impl Engine for V8Run<'_> {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         debug_assert_eq!(setup.prelude, PRELUDE);
+        self.loaded = true;
         let mut key = IsolateKey::of(setup.limits);
         let mut first_of_session = false;
         if let Some(s) = &mut self.worker.session {

@@ -683,8 +683,13 @@ impl EngineThread for V8Thread {
                 spare: None,
                 end_check: EndCheck::Nothing,
                 session,
+                loaded: false,
             };
             let tainted = run(Ok(&mut engine));
+            if session && !tainted && !engine.loaded {
+                // Refused before it loaded: the realm stays as it was.
+                return;
+            }
             let reuse = if tainted {
                 None
             } else {

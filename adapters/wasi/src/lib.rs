@@ -644,20 +644,22 @@ impl WasiThread {
         };
         let tainted = run(Ok(&mut engine));
         engine.host = None;
-        let kept = engine
-            .guest
-            .take()
-            .filter(|_| !tainted)
-            .and_then(|mut guest| {
-                if !guest.finish(&EndCheck::Nothing) {
-                    return None;
+        // A run refused before it loaded leaves the instance as it was, or
+        // still to be made.
+        let (kept, ended) = match engine.guest.take() {
+            None if !tainted => (engine.spare.take(), false),
+            None => (None, true),
+            Some(mut guest) => {
+                let clean = !tainted && guest.finish(&EndCheck::Nothing);
+                if clean {
+                    if let Ok(bytes) = guest.heap_used() {
+                        spec.set_retained_bytes(bytes);
+                    }
                 }
-                if let Ok(bytes) = guest.heap_used() {
-                    spec.set_retained_bytes(bytes);
-                }
-                Some(guest)
-            });
-        if kept.is_none() {
+                (clean.then_some(guest), !clean)
+            }
+        };
+        if ended {
             spec.set_retained_bytes(0);
             state.ended = Some(if tainted {
                 "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled".to_owned()

@@ -6,6 +6,7 @@ pub mod cross_run;
 pub mod limits;
 pub mod security;
 pub mod semantics;
+pub mod session;
 pub mod tools;
 
 /// `case!(name, doc, group, needs, [steps…])`
