@@ -43,6 +43,7 @@ use harness_core::engine::{
     parse_error, Body, EndCheck, Engine, EngineDescriptor, EngineFault, EngineSetup, EngineThread,
     FaultKind, HostHandle, Pooled, PooledEngine, PRELUDE, TEST262_HOST,
 };
+use harness_core::session::SessionThread;
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, Isolation, ScriptError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -386,15 +387,7 @@ struct BoaThread {
     /// [`warm_up`].
     last_config: Option<String>,
     /// Set when the thread serves one session.
-    session: Option<BoaSession>,
-}
-
-/// A session thread's realm, kept between its runs.
-struct BoaSession {
-    /// The realm, between runs (none before the first).
-    realm: Option<Warm>,
-    /// Why the session ended, once it has: no realm is made again.
-    ended: Option<String>,
+    session: Option<SessionThread<Warm>>,
 }
 
 impl BoaThread {
@@ -424,16 +417,12 @@ impl BoaThread {
         let Some(state) = self.session.as_mut() else {
             return;
         };
-        if let Some(why) = &state.ended {
-            run(Err(EngineFault::new(
-                FaultKind::Internal,
-                "Error",
-                why.clone(),
-            )));
+        if let Some(refused) = state.refusal() {
+            run(Err(refused));
             return;
         }
         let mut engine = BoaRun {
-            pre: state.realm.take(),
+            pre: state.take_realm(),
             pre_private: None,
             session: true,
             ..self.engine()
@@ -441,26 +430,21 @@ impl BoaThread {
         let tainted = run(Ok(&mut engine));
         // A run refused before it loaded leaves the realm as it was, or
         // still to be made.
-        let loaded = engine.ctx.is_some();
-        let (kept, ended) = if tainted {
-            (None, true)
-        } else if !loaded {
-            (engine.pre.take(), false)
+        let untouched = !tainted && engine.ctx.is_none();
+        let kept = if untouched {
+            engine.pre.take()
+        } else if tainted {
+            None
         } else {
-            let kept = catch_unwind(AssertUnwindSafe(|| engine.end_run())).unwrap_or(None);
-            let ended = kept.is_none();
-            (kept, ended)
+            catch_unwind(AssertUnwindSafe(|| engine.end_run())).unwrap_or(None)
         };
         let _ = catch_unwind(AssertUnwindSafe(move || drop(engine)));
         if let Some(state) = self.session.as_mut() {
-            if ended {
-                state.ended = Some(if tainted {
-                    "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled".to_owned()
-                } else {
-                    "the session ended: a run in it left a tool call or task pending".to_owned()
-                });
+            if untouched {
+                state.untouched(kept);
+            } else {
+                state.after_run(kept, tainted);
             }
-            state.realm = kept;
         }
         self.since_gc += 1;
         if self.since_gc >= RUNS_PER_GC {
@@ -588,11 +572,7 @@ impl EngineThread for BoaThread {
     fn begin_session(&mut self, spec: harness_core::session::SessionSpec) -> bool {
         self.warm = None;
         self.private_warm = None;
-        let ended = (!spec.claim()).then(|| {
-            "the session ended: its engine thread was replaced after a run that did not stop"
-                .to_owned()
-        });
-        self.session = Some(BoaSession { realm: None, ended });
+        self.session = Some(SessionThread::begin(spec));
         true
     }
 

@@ -29,7 +29,7 @@ use harness_core::engine::{
     parse_error, Body, EndCheck, Engine, EngineDescriptor, EngineFault, EngineSetup, EngineThread,
     FaultKind, HostHandle, Pooled, PooledEngine, PRELUDE, PRELUDE_FILE, TEST262_HOST,
 };
-use harness_core::session::SessionSpec;
+use harness_core::session::{SessionSpec, SessionThread};
 use harness_core::CancellationToken;
 use harness_core::{Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError};
 use rquickjs::context::EvalOptions;
@@ -294,17 +294,8 @@ struct QuickJsThread {
     /// raised by them, so that it does not depend on whether one is kept.
     private_bytes: usize,
     /// Set when the thread serves one session.
-    session: Option<SessionState>,
+    session: Option<SessionThread<Warm>>,
     slot: Option<RuntimeSlot>,
-}
-
-/// A session thread's realm, kept between its runs.
-struct SessionState {
-    spec: SessionSpec,
-    /// The realm, between runs (none before the first).
-    realm: Option<Warm>,
-    /// Why the session ended, once it has: no realm is made again.
-    ended: Option<String>,
 }
 
 impl Drop for QuickJsThread {
@@ -313,7 +304,7 @@ impl Drop for QuickJsThread {
         self.warm = None;
         self.private_warm = None;
         if let Some(s) = &mut self.session {
-            s.realm = None;
+            drop(s.take_realm());
         }
         if let Some(slot) = self.slot.take() {
             slot.free();
@@ -402,15 +393,11 @@ impl QuickJsThread {
         let Some(state) = self.session.as_mut() else {
             return;
         };
-        if let Some(why) = &state.ended {
-            run(Err(EngineFault::new(
-                FaultKind::Internal,
-                "Error",
-                why.clone(),
-            )));
+        if let Some(refused) = state.refusal() {
+            run(Err(refused));
             return;
         }
-        let pre = state.realm.take();
+        let pre = state.take_realm();
         let spec = state.spec.clone();
         let slot = match self.slot() {
             Ok(s) => s,
@@ -436,36 +423,30 @@ impl QuickJsThread {
         let tainted = run(Ok(&mut engine));
         // A run refused before it loaded (a source that is not one body)
         // leaves the realm as it was, or still to be made.
-        let loaded = engine.ctx.is_some();
-        let (kept, mut ended) = if tainted {
+        let untouched = !tainted && engine.ctx.is_none();
+        let kept = if untouched {
+            engine.pre.take()
+        } else if tainted {
             if let Some(w) = &engine.ctx {
                 w.host.borrow_mut().take();
             }
-            (None, true)
-        } else if !loaded {
-            (engine.pre.take(), false)
+            None
         } else {
-            let kept = engine.end_run();
-            let ended = kept.is_none();
-            (kept, ended)
+            engine.end_run()
         };
         drop(engine);
         // Jobs left queued would run inside the next run: none may be.
-        ended |= self.slot.as_ref().is_some_and(|s| s.rt.is_job_pending());
-        let kept = kept.filter(|_| !ended);
-        if let Some(state) = self.session.as_mut() {
-            state.realm = kept;
-            if ended {
-                state.ended = Some(if tainted {
-                    "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled".to_owned()
-                } else {
-                    "the session ended: a run in it left a tool call or task pending".to_owned()
-                });
+        let queued = self.slot.as_ref().is_some_and(|s| s.rt.is_job_pending());
+        let ended = match self.session.as_mut() {
+            Some(state) if untouched && !queued => {
+                state.untouched(kept);
+                false
             }
-        }
+            Some(state) => state.after_run(kept.filter(|_| !queued), tainted),
+            None => true,
+        };
         if ended {
             self.recycle_after(true, None, false);
-            spec.set_retained_bytes(0);
             return;
         }
         let Some(slot) = &self.slot else { return };
@@ -491,15 +472,7 @@ impl EngineThread for QuickJsThread {
     fn begin_session(&mut self, spec: SessionSpec) -> bool {
         self.warm = None;
         self.private_warm = None;
-        let ended = (!spec.claim()).then(|| {
-            "the session ended: its engine thread was replaced after a run that did not stop"
-                .to_owned()
-        });
-        self.session = Some(SessionState {
-            spec,
-            realm: None,
-            ended,
-        });
+        self.session = Some(SessionThread::begin(spec));
         true
     }
 

@@ -149,7 +149,7 @@ impl Engine for V8Run<'_> {
         let mut first_of_session = false;
         if let Some(s) = &mut self.worker.session {
             // One isolate for the session's life, sized for the session.
-            key.heap_bytes = s.spec.memory_bytes.max(MIN_HEAP_BYTES);
+            key.heap_bytes = s.thread.spec.memory_bytes.max(MIN_HEAP_BYTES);
             first_of_session = s.key.is_none();
             key = *s.key.get_or_insert(key);
         }
@@ -164,7 +164,7 @@ impl Engine for V8Run<'_> {
         }
         let private = self.private;
         let session = self.session;
-        let spec = self.worker.session.as_ref().map(|s| s.spec.clone());
+        let spec = self.worker.session.as_ref().map(|s| s.thread.spec.clone());
         let slot = self.slot()?;
         let limit = match &spec {
             Some(spec) => {

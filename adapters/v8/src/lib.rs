@@ -567,14 +567,13 @@ struct V8Thread {
     session: Option<V8Session>,
 }
 
-/// A session thread's realm, kept between its runs on one isolate.
+/// A session thread's state: the realm itself waits in the thread's
+/// `warm` between runs, on one isolate.
 struct V8Session {
-    spec: harness_core::session::SessionSpec,
+    thread: harness_core::session::SessionThread<()>,
     /// The isolate's limits, fixed by the first run: another isolate
     /// would lose the realm.
     key: Option<IsolateKey>,
-    /// Why the session ended, once it has: no realm is made again.
-    ended: Option<String>,
 }
 
 impl std::fmt::Debug for V8Thread {
@@ -655,21 +654,16 @@ impl EngineThread for V8Thread {
     /// off the critical path.
     fn begin_session(&mut self, spec: harness_core::session::SessionSpec) -> bool {
         self.warm = None;
-        let ended = (!spec.claim()).then(|| {
-            "the session ended: its engine thread was replaced after a run that did not stop"
-                .to_owned()
-        });
         self.session = Some(V8Session {
-            spec,
+            thread: harness_core::session::SessionThread::begin(spec),
             key: None,
-            ended,
         });
         true
     }
 
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
-        if let Some(why) = self.session.as_ref().and_then(|s| s.ended.clone()) {
-            run(Err(EngineFault::new(FaultKind::Internal, "Error", why)));
+        if let Some(refused) = self.session.as_ref().and_then(|s| s.thread.refusal()) {
+            run(Err(refused));
             return;
         }
         let session = self.session.is_some();
@@ -712,16 +706,8 @@ impl EngineThread for V8Thread {
                 s.isolate.get_heap_statistics().used_heap_size() as u64
             });
             if let Some(s) = &mut self.session {
-                if ended {
-                    s.spec.set_retained_bytes(0);
-                    s.ended = Some(if tainted {
-                        "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled".to_owned()
-                    } else {
-                        "the session ended: a run in it left a tool call, task or job pending"
-                            .to_owned()
-                    });
-                } else {
-                    s.spec.set_retained_bytes(used);
+                if !s.thread.after_run((!ended).then_some(()), tainted) {
+                    s.thread.spec.set_retained_bytes(used);
                 }
             }
             return;

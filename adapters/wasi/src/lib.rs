@@ -35,7 +35,7 @@ use harness_core::engine::{
     FaultKind, HostHandle, Pooled, PooledEngine,
 };
 use harness_core::process::ProcessOptions;
-use harness_core::session::SessionSpec;
+use harness_core::session::{SessionSpec, SessionThread};
 use harness_core::{
     Capabilities, GlobalEval, GlobalEvalOutcome, ScriptError, ScriptRuntimeAdapter,
 };
@@ -596,16 +596,7 @@ struct WasiThread {
     /// The guest's private snapshot, once found ready.
     private: Option<Arc<Loaded>>,
     /// Set when the thread serves one session.
-    session: Option<WasiSession>,
-}
-
-/// A session thread's instance, kept between its runs.
-struct WasiSession {
-    spec: SessionSpec,
-    /// The instance, between runs (none before the first).
-    guest: Option<Guest>,
-    /// Why the session ended, once it has: no instance is made again.
-    ended: Option<String>,
+    session: Option<SessionThread<Guest>>,
 }
 
 impl WasiThread {
@@ -622,12 +613,8 @@ impl WasiThread {
         let Some(state) = self.session.as_mut() else {
             return;
         };
-        if let Some(why) = &state.ended {
-            run(Err(EngineFault::new(
-                FaultKind::Internal,
-                "Error",
-                why.clone(),
-            )));
+        if let Some(refused) = state.refusal() {
+            run(Err(refused));
             return;
         }
         let spec = state.spec.clone();
@@ -636,7 +623,7 @@ impl WasiThread {
             source: &self.source,
             private: &mut self.private,
             guest: None,
-            spare: state.guest.take(),
+            spare: state.take_realm(),
             host: None,
             fuel: None,
             end_check: EndCheck::Nothing,
@@ -646,9 +633,12 @@ impl WasiThread {
         engine.host = None;
         // A run refused before it loaded leaves the instance as it was, or
         // still to be made.
-        let (kept, ended) = match engine.guest.take() {
-            None if !tainted => (engine.spare.take(), false),
-            None => (None, true),
+        let kept = match engine.guest.take() {
+            None if !tainted => {
+                state.untouched(engine.spare.take());
+                return;
+            }
+            None => None,
             Some(mut guest) => {
                 let clean = !tainted && guest.finish(&EndCheck::Nothing);
                 if clean {
@@ -656,33 +646,17 @@ impl WasiThread {
                         spec.set_retained_bytes(bytes);
                     }
                 }
-                (clean.then_some(guest), !clean)
+                clean.then_some(guest)
             }
         };
-        if ended {
-            spec.set_retained_bytes(0);
-            state.ended = Some(if tainted {
-                "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled".to_owned()
-            } else {
-                "the session ended: a run in it left a tool call or task pending".to_owned()
-            });
-        }
-        state.guest = kept;
+        state.after_run(kept, tainted);
     }
 }
 
 impl EngineThread for WasiThread {
     fn begin_session(&mut self, spec: SessionSpec) -> bool {
         self.warm = None;
-        let ended = (!spec.claim()).then(|| {
-            "the session ended: its engine thread was replaced after a run that did not stop"
-                .to_owned()
-        });
-        self.session = Some(WasiSession {
-            spec,
-            guest: None,
-            ended,
-        });
+        self.session = Some(SessionThread::begin(spec));
         true
     }
 

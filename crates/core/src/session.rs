@@ -107,6 +107,69 @@ impl SessionSpec {
     }
 }
 
+/// What an engine thread that serves a session keeps: the spec, the
+/// realm between runs (`R`: a context, an instance), and why the session
+/// ended once it has. The one place that decides what ends a session and
+/// what the later runs are told.
+#[derive(Debug)]
+pub struct SessionThread<R> {
+    /// What the thread was told.
+    pub spec: SessionSpec,
+    realm: Option<R>,
+    ended: Option<&'static str>,
+}
+
+impl<R> SessionThread<R> {
+    /// A thread's session: ended at once when another thread took it
+    /// first ([`SessionSpec::claim`]).
+    pub fn begin(spec: SessionSpec) -> Self {
+        let ended = (!spec.claim()).then_some(
+            "the session ended: its engine thread was replaced after a run that did not stop",
+        );
+        SessionThread {
+            spec,
+            realm: None,
+            ended,
+        }
+    }
+
+    /// The fault every run gets once the session ended; `None` while it
+    /// lives.
+    pub fn refusal(&self) -> Option<crate::engine::EngineFault> {
+        self.ended.map(|why| {
+            crate::engine::EngineFault::new(crate::engine::FaultKind::Internal, "Error", why)
+        })
+    }
+
+    /// The realm for the next run (none before the first).
+    pub fn take_realm(&mut self) -> Option<R> {
+        self.realm.take()
+    }
+
+    /// After a run refused before it loaded (a source that is not one
+    /// body): the realm as it was, or still to be made.
+    pub fn untouched(&mut self, realm: Option<R>) {
+        self.realm = realm;
+    }
+
+    /// After a run: `kept` is the realm it handed back clean, or `None`
+    /// when the run ended any other way (`tainted`: a fault, a deadline,
+    /// memory, a cancel; else something left pending), which ends the
+    /// session. Returns whether it ended.
+    pub fn after_run(&mut self, kept: Option<R>, tainted: bool) -> bool {
+        if kept.is_none() {
+            self.ended = Some(if tainted {
+                "the session ended: a run in it faulted, timed out, ran out of memory or was cancelled"
+            } else {
+                "the session ended: a run in it left a tool call, task or job pending"
+            });
+            self.spec.set_retained_bytes(0);
+        }
+        self.realm = kept;
+        self.ended.is_some()
+    }
+}
+
 /// A session run's source, rewritten: the text that goes inside the
 /// session wrapper, and what its head announces.
 #[derive(Debug)]
