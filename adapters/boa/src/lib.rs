@@ -417,8 +417,8 @@ impl BoaThread {
         let Some(state) = self.session.as_mut() else {
             return;
         };
-        if let Some(refused) = state.refusal() {
-            run(Err(refused));
+        if let Some(why) = state.ended() {
+            run(Err(EngineFault::session_ended(why)));
             return;
         }
         let mut engine = BoaRun {

@@ -393,8 +393,8 @@ impl QuickJsThread {
         let Some(state) = self.session.as_mut() else {
             return;
         };
-        if let Some(refused) = state.refusal() {
-            run(Err(refused));
+        if let Some(why) = state.ended() {
+            run(Err(EngineFault::session_ended(why)));
             return;
         }
         let pre = state.take_realm();

@@ -662,8 +662,8 @@ impl EngineThread for V8Thread {
     }
 
     fn lend(&mut self, run: &mut dyn FnMut(Result<&mut dyn Engine, EngineFault>) -> bool) {
-        if let Some(refused) = self.session.as_ref().and_then(|s| s.thread.refusal()) {
-            run(Err(refused));
+        if let Some(why) = self.session.as_ref().and_then(|s| s.thread.ended()) {
+            run(Err(EngineFault::session_ended(why)));
             return;
         }
         let session = self.session.is_some();

@@ -49,6 +49,12 @@ impl EngineFault {
         }
     }
 
+    /// The fault every run of a session gets once the session ended
+    /// ([`SessionThread::ended`](crate::session::SessionThread::ended)).
+    pub fn session_ended(why: &str) -> Self {
+        EngineFault::new(FaultKind::Internal, "Error", why)
+    }
+
     /// The same fault with the engine's stack (or locations, for a syntax
     /// error).
     pub fn with_stack(mut self, stack: impl Into<String>) -> Self {

@@ -133,12 +133,11 @@ impl<R> SessionThread<R> {
         }
     }
 
-    /// The fault every run gets once the session ended; `None` while it
-    /// lives.
-    pub fn refusal(&self) -> Option<crate::engine::EngineFault> {
-        self.ended.map(|why| {
-            crate::engine::EngineFault::new(crate::engine::FaultKind::Internal, "Error", why)
-        })
+    /// Why every run is refused once the session ended; `None` while it
+    /// lives. [`EngineFault::session_ended`](crate::engine::EngineFault::session_ended)
+    /// makes the refusal.
+    pub fn ended(&self) -> Option<&'static str> {
+        self.ended
     }
 
     /// The realm for the next run (none before the first).
