@@ -143,6 +143,7 @@ fn run(thread: &mut dyn EngineThread, body: &Body) -> Result<(Option<u64>, Strin
         limits: &limits,
         deadline: std::time::Instant::now() + limits.timeout(),
         cancel: &cancel,
+        suspendable: false,
     };
     let host = Rc::new(Recorder::default());
     let mut outcome = Err("the engine was not lent".to_owned());

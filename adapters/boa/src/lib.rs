@@ -481,6 +481,7 @@ fn warm_up(engine: &mut BoaRun, config: &str) -> Option<Warm> {
         limits: &limits,
         deadline: std::time::Instant::now() + limits.timeout(),
         cancel: &cancel,
+        suspendable: false,
     };
     engine.load(&setup, Rc::new(Quiet)).ok()?;
     engine.start(&Body::parse("return 0").ok()?).ok()?;

@@ -42,6 +42,7 @@ use harness_core::{
 use std::sync::Arc;
 use wasmtime::{Memory, Store, Trap, TypedFunc};
 
+mod image;
 mod module;
 pub mod sandbox;
 
@@ -342,6 +343,39 @@ struct WasiRun<'t> {
     session: Option<SessionSpec>,
 }
 
+/// Suspending and resuming ([`Engine::suspend`], [`Engine::resume`]).
+impl WasiRun<'_> {
+    /// A fresh instance of the boot snapshot, under `setup`'s limits, for
+    /// a run that may suspend: no byte of an earlier run is in it. A run
+    /// in a private realm hardens it in the instance.
+    fn load_fresh(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
+        let loaded = self.loaded.clone()?;
+        let limits = setup.limits;
+        self.fuel = limits.fuel;
+        let guest = Guest::new(&loaded, limits.memory_bytes, limits.fuel, stop_when(setup))?;
+        self.guest = Some(guest);
+        self.host = Some(host);
+        if limits.private_realm() && self.guest.as_ref().is_some_and(|g| g.private.is_some()) {
+            self.primitive(None, |g| g.private.as_ref().expect("checked above"), ())?;
+        }
+        let stack = limits
+            .stack_bytes
+            .min(SHADOW_STACK_BYTES - SHADOW_STACK_MARGIN);
+        self.primitive(
+            Some(setup.config_json.as_bytes()),
+            |g| &g.load,
+            (limits.memory_bytes, stack),
+        )
+    }
+}
+
+fn stop_when(setup: &EngineSetup<'_>) -> StopWhen {
+    StopWhen {
+        deadline: Some(setup.deadline),
+        cancel: Some(setup.cancel.clone()),
+    }
+}
+
 impl WasiRun<'_> {
     /// A session's run: the session's instance (a fresh one made a
     /// session's by its first run), its memory cap the session's, the
@@ -428,6 +462,9 @@ impl Engine for WasiRun<'_> {
     fn load(&mut self, setup: &EngineSetup<'_>, host: HostHandle) -> Result<(), EngineFault> {
         if let Some(spec) = self.session.clone() {
             return self.load_session(setup, host, spec);
+        }
+        if setup.suspendable {
+            return self.load_fresh(setup, host);
         }
         let loaded = self.loaded.clone()?;
         let limits = setup.limits;
@@ -518,6 +555,75 @@ impl Engine for WasiRun<'_> {
 
     fn in_session(&self) -> bool {
         self.session.is_some()
+    }
+
+    /// Outside sessions, wherever the guest loaded.
+    fn can_suspend(&self) -> bool {
+        self.session.is_none() && self.loaded.is_ok()
+    }
+
+    /// The pages of linear memory that differ from a fresh instance's,
+    /// and the fuel burned.
+    fn suspend(&mut self) -> Result<Vec<u8>, EngineFault> {
+        let loaded = self.loaded.clone()?;
+        let fuel = self.fuel;
+        let guest = self.guest.as_mut().ok_or_else(|| internal("not loaded"))?;
+        if let Some(t) = &guest.trapped {
+            return Err(t.clone());
+        }
+        let boot = Guest::new(&loaded, 0, None, StopWhen::default())?;
+        let used = fuel_used(&guest.store, fuel);
+        let memory = guest.memory.data(&guest.store);
+        Ok(image::encode(
+            &loaded.sha256,
+            boot.memory.data(&boot.store),
+            memory,
+            used,
+        ))
+    }
+
+    /// A fresh instance whose memory is made the image's.
+    fn resume(
+        &mut self,
+        setup: &EngineSetup<'_>,
+        host: HostHandle,
+        bytes: &[u8],
+    ) -> Result<(), EngineFault> {
+        let loaded = self.loaded.clone()?;
+        let limits = setup.limits;
+        let cap = linear_bytes(limits.memory_bytes);
+        let image = image::decode(bytes, cap).map_err(internal)?;
+        if image.guest != loaded.sha256 {
+            return Err(internal(format!(
+                "it was made by guest build {}, and this is {}",
+                &image.guest[..image.guest.len().min(16)],
+                &loaded.sha256[..16]
+            )));
+        }
+        self.fuel = limits.fuel;
+        let mut guest = Guest::new(&loaded, limits.memory_bytes, limits.fuel, stop_when(setup))?;
+        let have = guest.memory.data_size(&guest.store);
+        if image.memory_bytes < have {
+            return Err(internal(
+                "its memory is smaller than the guest's boot image",
+            ));
+        }
+        let grow = (image.memory_bytes - have).div_ceil(64 * 1024) as u64;
+        guest
+            .memory
+            .grow(&mut guest.store, grow)
+            .map_err(|e| internal(format!("its memory does not fit: {e}")))?;
+        let data = guest.memory.data_mut(&mut guest.store);
+        let end = image.memory_bytes.min(data.len());
+        image.apply(&mut data[..end]);
+        let budget = limits
+            .fuel
+            .unwrap_or(u64::MAX)
+            .saturating_sub(image.fuel_used);
+        module::set_budget(&mut guest.store, Some(budget));
+        self.guest = Some(guest);
+        self.host = Some(host);
+        Ok(())
     }
 
     /// A session's heap as the run left it, garbage included.

@@ -370,6 +370,17 @@ pub struct ExecutionRequest {
     /// run's spans part of that trace.
     #[serde(skip)]
     pub traceparent: Option<String>,
+    /// Set, the run may suspend ([`crate::durable`]): it starts in a
+    /// fresh instance, and an approval answered `Suspend` or a deferred
+    /// tool's call puts it away once nothing else is in flight. Only the
+    /// `wasi` engine suspends; any other refuses such a run with
+    /// UnsupportedError.
+    #[serde(skip)]
+    pub durable: Option<Arc<crate::durable::Durable>>,
+    /// Set, the run goes on from a continuation (with `durable` set too,
+    /// so that it may suspend again); `source` is not run.
+    #[serde(skip)]
+    pub resume: Option<Arc<crate::durable::Resume>>,
 }
 
 /// Live events of one run, called on the run's host thread as they happen

@@ -95,6 +95,11 @@ pub enum ApprovalDecision {
         /// Why, to show the script.
         reason: Option<String>,
     },
+    /// Nobody answers now: the run is put away until someone does
+    /// ([`Harness::resume`](crate::durable)). Only a run that may suspend
+    /// (a [`Durable`](crate::durable::Durable) request on the `wasi`
+    /// engine) does; any other run's call is denied.
+    Suspend,
 }
 
 /// Asks someone (a person, a policy engine) whether a tool call may run.

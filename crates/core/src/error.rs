@@ -51,11 +51,18 @@ pub enum ErrorCode {
     /// The run named a session that is closed, expired or unknown
     /// (never a silent fresh start).
     SessionClosedError,
+    /// A continuation that cannot resume: tampered with, sealed with an
+    /// unknown key, made by another guest build, for other tools or
+    /// limits, expired, or used already. Nothing ran.
+    ContinuationInvalidError,
+    /// The run asked for something its engine does not offer (a
+    /// suspension on an engine other than `wasi`). Nothing ran.
+    UnsupportedError,
 }
 
 impl ErrorCode {
     /// Every code, in catalogue order.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::ScriptSyntaxError,
         ErrorCode::BannedIdentifierError,
         ErrorCode::ScriptTooLargeError,
@@ -76,6 +83,8 @@ impl ErrorCode {
         ErrorCode::ReturnValueTooLargeError,
         ErrorCode::HarnessInternalError,
         ErrorCode::SessionClosedError,
+        ErrorCode::ContinuationInvalidError,
+        ErrorCode::UnsupportedError,
     ];
 
     /// The stable string form, e.g. `"ScriptTimeoutError"`.
@@ -101,6 +110,8 @@ impl ErrorCode {
             ErrorCode::ReturnValueTooLargeError => "ReturnValueTooLargeError",
             ErrorCode::HarnessInternalError => "HarnessInternalError",
             ErrorCode::SessionClosedError => "SessionClosedError",
+            ErrorCode::ContinuationInvalidError => "ContinuationInvalidError",
+            ErrorCode::UnsupportedError => "UnsupportedError",
         }
     }
 

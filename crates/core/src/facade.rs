@@ -4,8 +4,10 @@
 
 use crate::adapter::{ExecutionRequest, Mode, ToolSet};
 use crate::approval::{ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest};
+use crate::durable::Waiting;
 use crate::error::ErrorCode;
 use crate::limits::Limits;
+use crate::report::{PendingCall, PendingKind};
 use crate::sinks::{ms, truncate_strings, truncate_with_marker};
 use crate::tool::ToolContext;
 use serde_json::{json, Value};
@@ -23,6 +25,10 @@ pub(crate) struct CallFailure {
     pub message: String,
     /// The tool's process's stderr, cut to [`MAX_STDERR_BYTES`].
     pub stderr: Option<String>,
+    /// Not a failure: the call waits on an answer from outside, and the
+    /// run may suspend ([`crate::durable`]). `code` and `message` say
+    /// what the call ends in if the run ends otherwise.
+    pub waiting: Option<Box<Waiting>>,
 }
 
 /// Stderr a ToolExecutionError carries, at most.
@@ -34,6 +40,14 @@ impl CallFailure {
             code,
             message: message.into(),
             stderr: None,
+            waiting: None,
+        }
+    }
+
+    fn waiting(code: ErrorCode, message: String, waiting: Waiting) -> Self {
+        CallFailure {
+            waiting: Some(Box::new(waiting)),
+            ..CallFailure::new(code, message)
         }
     }
 
@@ -75,6 +89,19 @@ pub(crate) struct ToolFacade {
     source: String,
     approvals_asked: AtomicU32,
     last_request_id: Mutex<Option<String>>,
+    /// The run may suspend: an approval answered `Suspend` and a deferred
+    /// tool's call wait instead of failing.
+    durable: bool,
+}
+
+/// How far a call has come before it reaches the facade.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// A new call: every check.
+    Fresh,
+    /// A call whose approval was given at a resume: its budget was
+    /// counted and its approval asked before the run suspended.
+    Approved,
 }
 
 impl ToolFacade {
@@ -98,6 +125,63 @@ impl ToolFacade {
             source: request.source.clone(),
             approvals_asked: AtomicU32::new(0),
             last_request_id: Mutex::new(None),
+            durable: request.durable.is_some(),
+        }
+    }
+
+    /// Calls counted against the budget so far.
+    pub(crate) fn budget_used(&self) -> u32 {
+        self.budget_used.load(Ordering::Relaxed)
+    }
+
+    /// Approval requests made so far.
+    pub(crate) fn approvals_asked(&self) -> u32 {
+        self.approvals_asked.load(Ordering::Relaxed)
+    }
+
+    /// A resumed run's facade: what the run had used and been asked
+    /// before it suspended.
+    pub(crate) fn restore(
+        &self,
+        budget_used: u32,
+        approvals_asked: u32,
+        approvals: Vec<ApprovalRecord>,
+    ) {
+        self.budget_used.store(budget_used, Ordering::Relaxed);
+        self.approvals_asked
+            .store(approvals_asked, Ordering::Relaxed);
+        if let Some(last) = approvals.last() {
+            if let Ok(mut l) = self.last_request_id.lock() {
+                *l = Some(last.request_id.clone());
+            }
+        }
+        if let Ok(mut a) = self.approvals.lock() {
+            *a = approvals;
+        }
+    }
+
+    /// Records the answer a resume gave to an approval the run waited on.
+    pub(crate) fn record_answer(
+        &self,
+        w: &Waiting,
+        outcome: ApprovalOutcome,
+        reason: Option<String>,
+    ) {
+        if let Ok(mut l) = self.last_request_id.lock() {
+            *l = Some(w.request_id.clone());
+        }
+        if let Ok(mut a) = self.approvals.lock() {
+            a.push(ApprovalRecord {
+                request_id: w.request_id.clone(),
+                call_id: w.call.call_id,
+                task_id: None,
+                line: w.line,
+                tool: w.call.tool.clone(),
+                args: w.call.args.clone(),
+                outcome,
+                reason,
+                duration_ms: 0.0,
+            });
         }
     }
 
@@ -176,6 +260,21 @@ impl ToolFacade {
             .await
     }
 
+    /// Runs a call whose approval a resume gave: the checks again, but
+    /// neither the budget (counted before the run suspended) nor the
+    /// approval.
+    pub(crate) async fn call_approved(
+        self: Arc<Self>,
+        site: CallSite,
+        name: String,
+        args_json: String,
+        cancel: CancellationToken,
+    ) -> CallOutcome {
+        let deadline = self.deadline;
+        self.admit(site, name, args_json, cancel, deadline, Admission::Approved)
+            .await
+    }
+
     /// Runs one call through every check and the tool itself, under
     /// `deadline` (a detached task's own).
     pub(crate) async fn call_until(
@@ -185,6 +284,19 @@ impl ToolFacade {
         args_json: String,
         cancel: CancellationToken,
         deadline: Instant,
+    ) -> CallOutcome {
+        self.admit(site, name, args_json, cancel, deadline, Admission::Fresh)
+            .await
+    }
+
+    async fn admit(
+        self: Arc<Self>,
+        site: CallSite,
+        name: String,
+        args_json: String,
+        cancel: CancellationToken,
+        deadline: Instant,
+        admission: Admission,
     ) -> CallOutcome {
         use ErrorCode::*;
         if !self.visible_set.contains(&name) {
@@ -211,7 +323,10 @@ impl ToolFacade {
                 format!("invalid arguments for {name}: {problems}"),
             )
         })?;
-        let used = self.budget_used.fetch_add(1, Ordering::Relaxed) + 1;
+        let used = match admission {
+            Admission::Fresh => self.budget_used.fetch_add(1, Ordering::Relaxed) + 1,
+            Admission::Approved => 0,
+        };
         if used > self.limits.max_tool_calls {
             return Err(CallFailure::new(
                 ToolBudgetExceededError,
@@ -254,8 +369,11 @@ impl ToolFacade {
         };
 
         let tool = entry.tool.clone();
-        if tool.requires_approval(&args) {
-            self.approve(&site, &name, &args, &cancel).await?;
+        if admission == Admission::Fresh && tool.requires_approval(&args) {
+            self.approve(&site, &name, &args, &cancel, true).await?;
+        }
+        if tool.deferred() {
+            return Err(self.deferred(&site, &name, args));
         }
         let approver = {
             let (facade, site, cancel) = (self.clone(), site.clone(), cancel.clone());
@@ -263,7 +381,7 @@ impl ToolFacade {
                 let (facade, site, cancel) = (facade.clone(), site.clone(), cancel.clone());
                 async move {
                     facade
-                        .approve(&site, &what, &details, &cancel)
+                        .approve(&site, &what, &details, &cancel, false)
                         .await
                         .map_err(|e| e.message)
                 }
@@ -293,12 +411,38 @@ impl ToolFacade {
         }
     }
 
+    /// A deferred tool's call: it waits for its answer where the run may
+    /// suspend, and fails in any other.
+    fn deferred(&self, site: &CallSite, name: &str, args: Value) -> CallFailure {
+        let message = format!(
+            "{name} is deferred: its result arrives from outside, and this run cannot suspend"
+        );
+        if !self.durable || site.task_id.is_some() {
+            return CallFailure::new(ErrorCode::ToolExecutionError, message);
+        }
+        let call = PendingCall {
+            call_id: site.call_id,
+            tool: name.to_owned(),
+            args,
+            kind: PendingKind::Deferred,
+        };
+        let waiting = Waiting {
+            call,
+            request_id: String::new(),
+            line: site.line,
+        };
+        CallFailure::waiting(ErrorCode::ToolExecutionError, message, waiting)
+    }
+
+    /// Asks the bridge about one call (`may_suspend`: the call has not
+    /// started, so that the run may wait for the answer outside).
     async fn approve(
         &self,
         site: &CallSite,
         name: &str,
         args: &Value,
         cancel: &CancellationToken,
+        may_suspend: bool,
     ) -> Result<(), CallFailure> {
         let n = self.approvals_asked.fetch_add(1, Ordering::Relaxed) + 1;
         let suffix = self
@@ -331,19 +475,43 @@ impl ToolFacade {
             a = tokio::time::timeout(self.limits.approval_timeout(), self.tools.approvals.request(&req)) => Some(a),
             _ = cancel.cancelled() => None,
         };
+        let may_suspend = may_suspend && self.durable && site.task_id.is_none();
+        let deny = |reason: Option<String>| {
+            let msg = match &reason {
+                Some(r) => format!("approval denied for {name}: {r}"),
+                None => format!("approval denied for {name}"),
+            };
+            (
+                ApprovalOutcome::Denied,
+                reason,
+                Err(CallFailure::new(ErrorCode::ApprovalDeniedError, msg)),
+            )
+        };
         let (outcome, reason, result) = match answer {
-            Some(Ok(ApprovalDecision::Approved)) => (ApprovalOutcome::Approved, None, Ok(())),
-            Some(Ok(ApprovalDecision::Denied { reason })) => {
-                let msg = match &reason {
-                    Some(r) => format!("approval denied for {name}: {r}"),
-                    None => format!("approval denied for {name}"),
+            Some(Ok(ApprovalDecision::Suspend)) if may_suspend => {
+                tracing::info!(request_id = %req.request_id, tool = name, "approval suspends the run");
+                let waiting = Waiting {
+                    call: PendingCall {
+                        call_id: site.call_id,
+                        tool: name.to_owned(),
+                        args: req.args,
+                        kind: PendingKind::Approval,
+                    },
+                    request_id: req.request_id,
+                    line: site.line,
                 };
-                (
-                    ApprovalOutcome::Denied,
-                    reason,
-                    Err(CallFailure::new(ErrorCode::ApprovalDeniedError, msg)),
-                )
+                let message = format!("approval for {name} was not answered before the run ended");
+                return Err(CallFailure::waiting(
+                    ErrorCode::ApprovalDeniedError,
+                    message,
+                    waiting,
+                ));
             }
+            Some(Ok(ApprovalDecision::Approved)) => (ApprovalOutcome::Approved, None, Ok(())),
+            Some(Ok(ApprovalDecision::Denied { reason })) => deny(reason),
+            Some(Ok(ApprovalDecision::Suspend)) => deny(Some(
+                "the approval would suspend the run, and this run cannot suspend".to_owned(),
+            )),
             Some(Err(_)) => (
                 ApprovalOutcome::TimedOut,
                 None,

@@ -13,6 +13,7 @@ pub mod adapter;
 mod anticipate;
 pub mod approval;
 pub mod body;
+pub mod durable;
 pub mod end_check;
 pub mod engine;
 pub mod error;
@@ -49,11 +50,13 @@ pub use error::{ErrorCode, ErrorMetadata, Location, Phase, ScriptError};
 pub use layer::Layer;
 pub use limits::{Isolation, Limits, Realm};
 pub use report::{
-    CallError, CallStatus, ConsoleEntry, ConsoleLevel, ExecutionReport, Metrics, ProgressEvent,
-    ProgressKind, ToolCallRecord, Warning,
+    CallError, CallStatus, ConsoleEntry, ConsoleLevel, ExecutionReport, Metrics, PendingCall,
+    PendingKind, ProgressEvent, ProgressKind, Suspension, ToolCallRecord, Warning,
 };
 pub use tasks::{DetachedTask, DetachedTasks, TaskLimits, TaskStatus};
-pub use tool::{Allowlist, FnTool, RegistryError, Tool, ToolContext, ToolError, ToolRegistry};
+pub use tool::{
+    Allowlist, DeferredTool, FnTool, RegistryError, Tool, ToolContext, ToolError, ToolRegistry,
+};
 pub use tuning::{Tunable, Tuned, Tuning};
 
 /// Re-exported so tools and hosts use the same token type.

@@ -76,6 +76,9 @@ pub struct EngineSetup<'a> {
     pub deadline: Instant,
     /// Cancelled: the interrupt handler must stop the script.
     pub cancel: &'a CancellationToken,
+    /// The run may suspend: it must start in a fresh context, in which
+    /// nothing of an earlier run is.
+    pub suspendable: bool,
 }
 
 /// The host side of the engine's one native function, `host(op, a, b)`.
@@ -151,6 +154,40 @@ pub trait Engine {
     /// it. False by default.
     fn in_session(&self) -> bool {
         false
+    }
+    /// Whether this engine can put a run away while it waits
+    /// ([`crate::durable`]): then [`suspend`](Engine::suspend) and
+    /// [`resume`](Engine::resume) work. False by default.
+    fn can_suspend(&self) -> bool {
+        false
+    }
+    /// The run as it stands, while only host calls are pending (no script
+    /// code is on the stack): everything [`resume`](Engine::resume) needs
+    /// to go on in a fresh context of the same build. The context is not
+    /// used again.
+    fn suspend(&mut self) -> Result<Vec<u8>, EngineFault> {
+        Err(EngineFault::new(
+            FaultKind::Internal,
+            "Error",
+            "this engine cannot suspend a run",
+        ))
+    }
+    /// Instead of `load` and `start`: a fresh context that goes on where
+    /// `image` ([`suspend`](Engine::suspend)) left, under `setup`'s
+    /// limits and with `host` answering. A fault here means the image is
+    /// not one this engine can resume.
+    fn resume(
+        &mut self,
+        setup: &EngineSetup<'_>,
+        host: HostHandle,
+        image: &[u8],
+    ) -> Result<(), EngineFault> {
+        let _ = (setup, host, image);
+        Err(EngineFault::new(
+            FaultKind::Internal,
+            "Error",
+            "this engine cannot resume a run",
+        ))
     }
 }
 

@@ -61,6 +61,52 @@ pub struct ExecutionReport {
     /// serialised, never shown to scripts.
     #[serde(skip)]
     pub context_id: Option<u64>,
+    /// Present only when the run suspended (then `ok` is false and
+    /// `error` is null): what it waits on, and the sealed continuation
+    /// [`Harness::resume`](crate::durable) takes to go on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<Suspension>,
+}
+
+/// A run put away while it waits on calls only someone outside can
+/// answer (docs/user-guide.md "Durable runs").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Suspension {
+    /// The sealed continuation, base64 (standard alphabet, padded).
+    pub continuation: String,
+    /// The continuation's id (`cnt_` + random hex): it resumes at most once.
+    pub id: String,
+    /// The calls waiting on an answer, in call order.
+    pub pending: Vec<PendingCall>,
+    /// When the continuation expires (RFC 3339, UTC).
+    pub expires_at: String,
+}
+
+/// One call a suspended run waits on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PendingCall {
+    /// The call's id, as in `tool_calls`.
+    pub call_id: u64,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments, validated.
+    pub args: Value,
+    /// What it waits on.
+    pub kind: PendingKind,
+}
+
+/// What a pending call of a suspended run waits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PendingKind {
+    /// An approval: the answer is approve or deny; an approved call runs
+    /// when the run resumes.
+    Approval,
+    /// A deferred tool's result (or error), from outside.
+    Deferred,
 }
 
 /// A lossy conversion of the return value.
@@ -96,6 +142,7 @@ impl ExecutionReport {
             warnings: Vec::new(),
             retried: false,
             context_id: None,
+            suspension: None,
         }
     }
 

@@ -25,10 +25,18 @@ pub(crate) fn outcome(code: Option<ErrorCode>) -> &'static str {
     code.map_or("ok", ErrorCode::as_str)
 }
 
+/// A report's outcome label: `suspended`, `ok`, or the error code.
+pub(crate) fn report_outcome(report: &ExecutionReport) -> &'static str {
+    if report.suspension.is_some() {
+        return "suspended";
+    }
+    outcome(report.code())
+}
+
 /// One finished run: its duration, outcome and tool calls.
 pub(crate) fn record_run(report: &ExecutionReport, orphans: usize) {
     let engine = report.metrics.engine.clone();
-    let out = outcome(report.code());
+    let out = report_outcome(report);
     metrics::histogram!("script_execution_duration_ms", "engine" => engine.clone(), "outcome" => out)
         .record(report.metrics.duration_ms);
     metrics::counter!("script_runs_total", "engine" => engine, "outcome" => out).increment(1);

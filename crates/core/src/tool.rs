@@ -176,8 +176,66 @@ pub trait Tool: Send + Sync {
     fn may_require_approval(&self) -> bool {
         true
     }
+    /// Whether the tool's results arrive later from outside (a person, a
+    /// webhook, another agent): a call suspends a run that may suspend
+    /// and waits for its answer at [`resume`](crate::durable); in any other
+    /// run it fails with ToolExecutionError. `execute` is never called.
+    fn deferred(&self) -> bool {
+        false
+    }
     /// Runs one call with arguments already validated against the schema; should watch `ctx.cancel`.
     async fn execute(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError>;
+}
+
+/// A tool whose results arrive from outside ([`Tool::deferred`]): a name,
+/// a description and an argument schema.
+///
+/// ```
+/// use harness_core::tool::{DeferredTool, Tool};
+/// let t = DeferredTool::new("ask_human", "Asks the user a question", serde_json::json!({"type": "object"}));
+/// assert!(t.deferred());
+/// ```
+#[derive(Debug, Clone)]
+pub struct DeferredTool {
+    name: String,
+    description: String,
+    schema: Value,
+}
+
+impl DeferredTool {
+    /// A deferred tool named `name`.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, schema: Value) -> Self {
+        DeferredTool {
+            name: name.into(),
+            description: description.into(),
+            schema,
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for DeferredTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn schema(&self) -> &Value {
+        &self.schema
+    }
+    fn may_require_approval(&self) -> bool {
+        false
+    }
+    fn deferred(&self) -> bool {
+        true
+    }
+    async fn execute(&self, _args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+        Err(ToolError::new(format!(
+            "{} is deferred: its result arrives from outside, and this run cannot suspend",
+            self.name
+        )))
+    }
 }
 
 type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send>>;

@@ -180,6 +180,36 @@ impl PromiseTracker {
         detached
     }
 
+    /// A resumed run's calls as the suspended run left them: those that
+    /// ended, as they ended; those still pending start their clock again.
+    pub(crate) fn restore(records: &[ToolCallRecord]) -> Self {
+        let calls = records
+            .iter()
+            .map(|r| Tracked {
+                id: r.id,
+                tool: r.tool.clone(),
+                started: Instant::now(),
+                duration: (r.status != CallStatus::Pending)
+                    .then(|| Duration::from_secs_f64(r.duration_ms.max(0.0) / 1e3)),
+                status: r.status,
+                error: r.error.clone(),
+                cancel: CancellationToken::new(),
+                task: None,
+                released: false,
+            })
+            .collect();
+        PromiseTracker { calls }
+    }
+
+    /// The cancellation token of call `id`.
+    pub(crate) fn token(&self, id: u64) -> Option<CancellationToken> {
+        let i = usize::try_from(id).ok()?.checked_sub(1)?;
+        self.calls
+            .get(i)
+            .filter(|c| c.id == id)
+            .map(|c| c.cancel.clone())
+    }
+
     pub(crate) fn records(&self) -> Vec<ToolCallRecord> {
         self.calls
             .iter()

@@ -15,6 +15,11 @@ pub(super) enum End {
     Timeout,
     Cancelled,
     Deadlock,
+    /// Only calls waiting on answers from outside are left: the run may
+    /// be put away ([`crate::durable`]).
+    Suspended,
+    /// The engine could not go on from the continuation's image.
+    Unresumable(EngineFault),
 }
 
 pub(super) struct LoopControl<'a, E: Engine + ?Sized> {
@@ -36,22 +41,77 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
         setup: &EngineSetup<'_>,
         source: &str,
         rx: &mpsc::Receiver<LoopEvent>,
+        resume: Option<&Resume>,
     ) -> End {
         let _driving = crate::spin::Counted::begin(&DRIVING);
-        // Nothing reaches an engine but a source parsed as one function
-        // body: a source that would close its wrapper never runs.
-        let parsed = if self.engine.in_session() {
-            Body::parse_session(source)
-        } else {
-            Body::parse(source)
+        let begun = match resume {
+            Some(r) => self.resume(setup, r),
+            None => self.begin(setup, source),
         };
-        let body = match parsed {
-            Ok(body) => body,
-            Err(e) => return End::Refused(e),
-        };
-        if let Err(f) = self.engine.load(setup, self.host.clone() as HostHandle) {
-            return self.fault_end(f);
+        if let Err(end) = begun {
+            return end;
         }
+        self.run_loop(rx)
+    }
+
+    /// A resumed run: the engine goes on from the image, and each call
+    /// that waited gets its answer.
+    fn resume(&mut self, setup: &EngineSetup<'_>, r: &Resume) -> Result<(), End> {
+        if let Err(f) = self
+            .engine
+            .resume(setup, self.host.clone() as HostHandle, &r.image)
+        {
+            return Err(End::Unresumable(f));
+        }
+        self.arm_watchdog();
+        let facade = self.host.borrow().facade.clone();
+        for w in &r.header.host.waiting {
+            let id = w.call.call_id;
+            let denied = |reason: &Option<String>| {
+                let msg = match reason {
+                    Some(r) => format!("approval denied for {}: {r}", w.call.tool),
+                    None => format!("approval denied for {}", w.call.tool),
+                };
+                Err(CallFailure::new(ErrorCode::ApprovalDeniedError, msg))
+            };
+            let outcome = match r.answers.get(&id) {
+                Some(Answer::Approve) => {
+                    facade.record_answer(w, crate::approval::ApprovalOutcome::Approved, None);
+                    let token = self.host.borrow().tracker.token(id).unwrap_or_default();
+                    let at = w.line.map(|line| Location { line, column: 0 });
+                    let args = w.call.args.to_string();
+                    self.host.borrow_mut().start_admitted(
+                        id,
+                        &w.call.tool,
+                        &args,
+                        at,
+                        token,
+                        Admission::Approved,
+                    );
+                    continue;
+                }
+                Some(Answer::Deny { reason }) => {
+                    let how = crate::approval::ApprovalOutcome::Denied;
+                    facade.record_answer(w, how, reason.clone());
+                    denied(reason)
+                }
+                Some(Answer::Result { value }) => Ok(value.to_string()),
+                Some(Answer::Error { message }) => Err(CallFailure::new(
+                    ErrorCode::ToolExecutionError,
+                    format!("{} failed: {message}", w.call.tool),
+                )),
+                None => denied(&Some("no answer was given".to_owned())),
+            };
+            if let Err(f) = self.complete(id, outcome) {
+                return Err(self.fault_end(f));
+            }
+        }
+        Ok(())
+    }
+
+    /// The watchdog, for the whole run: at the deadline or a cancel it
+    /// stops the engine and wakes the loop.
+    fn arm_watchdog(&mut self) {
         let stopper = self.engine.stopper();
         let tx = self.tx.clone();
         let at_deadline = crate::pool::take_at_deadline();
@@ -68,15 +128,40 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 }
             },
         ));
+    }
+
+    /// A new run: parse, load, start.
+    fn begin(&mut self, setup: &EngineSetup<'_>, source: &str) -> Result<(), End> {
+        // Nothing reaches an engine but a source parsed as one function
+        // body: a source that would close its wrapper never runs.
+        let parsed = if self.engine.in_session() {
+            Body::parse_session(source)
+        } else {
+            Body::parse(source)
+        };
+        let body = match parsed {
+            Ok(body) => body,
+            Err(e) => return Err(End::Refused(e)),
+        };
+        if let Err(f) = self.engine.load(setup, self.host.clone() as HostHandle) {
+            return Err(self.fault_end(f));
+        }
+        self.arm_watchdog();
         if let Err(f) = self.engine.start(&body) {
             // Script code runs inside the prelude's async wrapper, so a
             // stack overflow escaping `start` happened while parsing.
-            return if is_parse_failure(&f) {
+            return Err(if is_parse_failure(&f) {
                 End::ParseFailed(f)
             } else {
                 self.fault_end(f)
-            };
+            });
         }
+        Ok(())
+    }
+
+    /// Jobs, tool calls and settles until the script ends, is stopped,
+    /// or waits only on answers from outside.
+    fn run_loop(&mut self, rx: &mpsc::Receiver<LoopEvent>) -> End {
         loop {
             if let Err(f) = self.engine.run_jobs() {
                 return self.fault_end(f);
@@ -99,15 +184,19 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                 // Their promises settled: let the script react first.
                 continue;
             }
-            let (settled, pending) = {
+            let (settled, pending, waiting) = {
                 let h = self.host.borrow();
                 (
                     h.outcome.is_some(),
                     h.tracker.pending_count() + h.tasks_live,
+                    h.waiting.len(),
                 )
             };
             if settled {
                 return End::Settled;
+            }
+            if waiting > 0 && pending == waiting {
+                return End::Suspended;
             }
             if pending == 0 {
                 return self.stalled();
@@ -233,6 +322,14 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
 
     /// Records a finished call and settles its promise in the engine.
     pub(super) fn complete(&mut self, id: u64, outcome: CallOutcome) -> Result<(), EngineFault> {
+        if let Err(CallFailure {
+            waiting: Some(w), ..
+        }) = &outcome
+        {
+            // Not settled: it waits on an answer from outside.
+            self.host.borrow_mut().waiting.push((**w).clone());
+            return Ok(());
+        }
         if !self.host.borrow_mut().record(id, &outcome) {
             return Ok(());
         }
@@ -261,6 +358,20 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
             ),
             End::ParseFailed(f) => (None, Some(parse_error(&f, source))),
             End::Refused(e) => (None, Some(e)),
+            End::Unresumable(f) => (
+                None,
+                Some(ScriptError::new(
+                    ErrorCode::ContinuationInvalidError,
+                    Phase::Parsing,
+                    format!("the continuation cannot resume here: {}", f.message),
+                )),
+            ),
+            End::Suspended => (
+                None,
+                Some(ScriptError::internal(
+                    "the run suspended without a continuation",
+                )),
+            ),
             End::Fault(f) => (None, Some(fault_error(&f, limits))),
             End::Settled => {
                 let outcome = self.host.borrow().outcome.clone();

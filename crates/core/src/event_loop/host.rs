@@ -44,6 +44,9 @@ pub struct HostState {
     pub(super) tasks_live: usize,
     /// Lossy conversions of the return value, from the prelude.
     pub(super) warnings: Vec<Warning>,
+    /// Calls waiting on an answer from outside ([`crate::durable`]), in
+    /// the order they came to wait.
+    pub(super) waiting: Vec<Waiting>,
 }
 
 /// A detached task the script starts.
@@ -234,6 +237,20 @@ impl HostState {
         at: Option<Location>,
         token: CancellationToken,
     ) {
+        self.start_admitted(id, name, args, at, token, Admission::Fresh);
+    }
+
+    /// [`start_call`](HostState::start_call) for a call at `admission`
+    /// (one a resume approved skips its budget and approval).
+    pub(super) fn start_admitted(
+        &mut self,
+        id: u64,
+        name: &str,
+        args: &str,
+        at: Option<Location>,
+        token: CancellationToken,
+        admission: Admission,
+    ) {
         if let Some(o) = self.observer.clone() {
             o.0.tool_call_started(id, name);
             self.call_names.insert(id, name.to_owned());
@@ -250,12 +267,18 @@ impl HostState {
             call_id = id,
             outcome = tracing::field::Empty,
         );
-        let call = Unwound(Box::pin(self.facade.clone().call(
-            site,
-            name.to_owned(),
-            args.to_owned(),
-            token,
-        )));
+        let (facade, name_owned, args_owned) =
+            (self.facade.clone(), name.to_owned(), args.to_owned());
+        let call = Unwound(Box::pin(async move {
+            match admission {
+                Admission::Fresh => facade.call(site, name_owned, args_owned, token).await,
+                Admission::Approved => {
+                    facade
+                        .call_approved(site, name_owned, args_owned, token)
+                        .await
+                }
+            }
+        }));
         let fut: CallFuture = Box::pin(tracing::Instrument::instrument(
             async move {
                 let outcome = call.await;

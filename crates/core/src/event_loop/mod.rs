@@ -10,9 +10,10 @@
 //! build the report.
 
 use crate::adapter::{ExecutionRequest, Mode};
+use crate::durable::{Answer, Durable, Header, HostSnapshot, Resume, Waiting};
 use crate::error::{clamp_location, first_location, sanitize_stack, ErrorCode, Phase, ScriptError};
 use crate::error::{ErrorMetadata, Location};
-use crate::facade::{CallFailure, CallOutcome, CallSite, ToolFacade};
+use crate::facade::{Admission, CallFailure, CallOutcome, CallSite, ToolFacade};
 use crate::limits::Limits;
 use crate::primitives::{Engine, EngineFault, EngineSetup, FaultKind, Host, HostHandle, HostOp};
 use crate::report::{CallError, CallStatus, Warning};
@@ -117,13 +118,39 @@ fn run<E: Engine + ?Sized>(
             engine_tainted: false,
         };
     }
-    let deadline = started + limits.timeout();
+    let durable = request.durable.clone();
+    let resume = request.resume.clone();
+    if (durable.is_some() || resume.is_some()) && !engine.can_suspend() {
+        let e = ScriptError::new(
+            ErrorCode::UnsupportedError,
+            Phase::Parsing,
+            format!(
+                "{engine_name} cannot suspend a run; runs that suspend and resume need the wasi engine (--engine wasi)"
+            ),
+        );
+        return RunOutput {
+            report: ExecutionReport::failed(engine_name, e),
+            engine_tainted: false,
+        };
+    }
+    let prior = resume.as_ref().map(|r| &r.header.host);
+    let time_left = prior.map_or(limits.timeout(), |h| Duration::from_millis(h.left_ms));
+    let deadline = started + time_left;
     let cancel = request.cancel.clone();
-    let script_id = new_script_id();
+    let script_id = prior.map_or_else(new_script_id, |h| h.script_id.clone());
+    let facade = Arc::new(ToolFacade::new(&request, deadline, &script_id));
+    if let Some(r) = &resume {
+        if let Err(why) = resumable(r, engine_name, &request, &facade) {
+            let e = ScriptError::new(ErrorCode::ContinuationInvalidError, Phase::Parsing, why);
+            return RunOutput {
+                report: ExecutionReport::failed(engine_name, e),
+                engine_tainted: false,
+            };
+        }
+    }
     if let Some(o) = &request.observer {
         o.0.started(&script_id);
     }
-    let facade = Arc::new(ToolFacade::new(&request, deadline, &script_id));
     let (tx, rx) = mpsc::channel::<LoopEvent>();
     let starter = Starter {
         tx: tx.clone(),
@@ -138,6 +165,10 @@ fn run<E: Engine + ?Sized>(
         script_id.clone(),
         starter,
     );
+    if let Some(h) = prior {
+        restore(&mut host.borrow_mut(), h);
+        facade.restore(h.budget_used, h.approvals_asked, h.approvals.clone());
+    }
 
     let config = prelude_config(&request, &facade, &script_id);
     // One span per run (no source, no arguments at info level); tool calls
@@ -161,6 +192,7 @@ fn run<E: Engine + ?Sized>(
         limits: &limits,
         deadline,
         cancel: &cancel,
+        suspendable: durable.is_some(),
     };
 
     let mut ctl = LoopControl {
@@ -173,10 +205,30 @@ fn run<E: Engine + ?Sized>(
         watch: None,
         loop_waiting,
     };
-    let end = ctl.drive(&setup, &request.source, &rx);
+    let end = ctl.drive(&setup, &request.source, &rx, resume.as_deref());
     let memory_used = ctl.engine.memory_used();
     let fuel_consumed = ctl.engine.fuel_consumed();
     let context_id = ctl.engine.context_id();
+    let prior_ms = prior.map_or(0.0, |h| h.elapsed_ms);
+    if let (End::Suspended, Some(durable)) = (&end, &durable) {
+        let report = suspend(
+            &mut ctl,
+            durable,
+            (&request, &facade, engine_name),
+            (started, deadline, prior_ms),
+            (memory_used, fuel_consumed),
+        );
+        ctl.engine.finished();
+        host.borrow_mut().observer = None;
+        if told == Told::Everyone {
+            crate::telemetry::record_run(&report, 0);
+        }
+        span.record("outcome", crate::telemetry::report_outcome(&report));
+        return RunOutput {
+            report,
+            engine_tainted: true,
+        };
+    }
     let memory_exhausted = ctl.engine.memory_exhausted();
     let pending_at_end = host.borrow().tracker.pending_count() as u32;
     let timed_out = matches!(end, End::Timeout);
@@ -186,9 +238,11 @@ fn run<E: Engine + ?Sized>(
     }
 
     // An engine that hit a fault, was stopped, or ran out of memory (even
-    // if the script caught it) is not trusted with another run.
-    let engine_tainted =
-        memory_exhausted || matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
+    // if the script caught it) is not trusted with another run; nor is
+    // one a run that may suspend was in (it was fresh for that run).
+    let engine_tainted = memory_exhausted
+        || durable.is_some()
+        || matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
     let (value, error) = ctl.conclude(end, &limits, memory_exhausted, &request.source);
     ctl.engine.finished();
     let (value, error) = final_error(value, error, memory_exhausted, &orphans, &limits);
@@ -211,7 +265,7 @@ fn run<E: Engine + ?Sized>(
             .filter(|r| matches!(r.status, CallStatus::Ok | CallStatus::Error))
             .count() as u32;
         e.metadata = Some(ErrorMetadata {
-            elapsed_ms: ms(started.elapsed()),
+            elapsed_ms: ms(started.elapsed()) + prior_ms,
             completed_tools: finished,
             pending_tools: pending_at_end,
             partial_results: timed_out && finished > 0,
@@ -227,14 +281,133 @@ fn run<E: Engine + ?Sized>(
         (memory_used, fuel_consumed),
     );
     report.context_id = context_id;
+    report.metrics.duration_ms += prior_ms;
     if told == Told::Everyone {
         crate::telemetry::record_run(&report, orphans.len());
     }
-    span.record("outcome", crate::telemetry::outcome(report.code()));
+    span.record("outcome", crate::telemetry::report_outcome(&report));
     RunOutput {
         report,
         engine_tainted,
     }
+}
+
+/// Whether `r` may resume here: on the engine that made it, before it
+/// expired, for the tools and limits it was made under.
+fn resumable(
+    r: &Resume,
+    engine_name: &str,
+    request: &ExecutionRequest,
+    facade: &ToolFacade,
+) -> Result<(), String> {
+    let h = &r.header;
+    if h.engine != engine_name {
+        return Err(format!(
+            "the continuation was made by the {} engine, not {engine_name}",
+            h.engine
+        ));
+    }
+    if crate::durable::now_ms() > h.expires_at_ms {
+        return Err(format!(
+            "the continuation expired at {}",
+            crate::durable::rfc3339(h.expires_at_ms)
+        ));
+    }
+    if crate::durable::fingerprint(request, facade.visible_tools()) != h.fingerprint {
+        return Err(
+            "the continuation was made for other tools or limits than this harness has".to_owned(),
+        );
+    }
+    Ok(())
+}
+
+/// A resumed run's host state, as the suspended run left it.
+fn restore(h: &mut HostState, snap: &HostSnapshot) {
+    h.tracker = PromiseTracker::restore(&snap.calls);
+    h.console.entries = snap.console.clone();
+    h.console.dropped = snap.console_dropped;
+    h.progress.events = snap.progress.clone();
+    h.progress.dropped = snap.progress_dropped;
+    h.calls_dropped = snap.calls_dropped;
+    h.warnings = snap.warnings.clone();
+}
+
+/// Puts a run away that waits only on answers from outside: the engine's
+/// image and the host's state, sealed, in a report whose `suspension`
+/// says what it waits on.
+fn suspend<E: Engine + ?Sized>(
+    ctl: &mut LoopControl<'_, E>,
+    durable: &Durable,
+    (request, facade, engine_name): (&ExecutionRequest, &ToolFacade, &str),
+    (started, deadline, prior_ms): (Instant, Instant, f64),
+    used: (Option<u64>, Option<u64>),
+) -> ExecutionReport {
+    let failed = |why: String| {
+        let e = ScriptError::internal(format!("the run could not be suspended: {why}"));
+        (None, Some(e))
+    };
+    let sealed = ctl
+        .engine
+        .suspend()
+        .map_err(|f| f.message)
+        .and_then(|image| {
+            let h = ctl.host.borrow();
+            let snap = HostSnapshot {
+                script_id: h.script_id.clone(),
+                elapsed_ms: prior_ms + ms(started.elapsed()),
+                left_ms: deadline
+                    .saturating_duration_since(Instant::now())
+                    .as_millis() as u64,
+                calls: h.tracker.records(),
+                console: h.console.entries.clone(),
+                console_dropped: h.console.dropped,
+                progress: h.progress.events.clone(),
+                progress_dropped: h.progress.dropped,
+                approvals: facade.approval_records(),
+                approvals_asked: facade.approvals_asked(),
+                budget_used: facade.budget_used(),
+                calls_dropped: h.calls_dropped,
+                warnings: h.warnings.clone(),
+                waiting: h.waiting.clone(),
+            };
+            let id = crate::durable::new_id();
+            let expires_at_ms = crate::durable::now_ms().saturating_add(durable.max_suspended_ms);
+            let fingerprint = crate::durable::fingerprint(request, facade.visible_tools());
+            let header = Header::new(id.clone(), engine_name, expires_at_ms, fingerprint, snap);
+            let plain = crate::durable::encode(&header, &image)?;
+            let sealed = durable.sealer.seal(&id, &plain)?;
+            Ok((id, expires_at_ms, sealed))
+        });
+    let outcome = match &sealed {
+        Ok(_) => (None, None),
+        Err(why) => failed(why.clone()),
+    };
+    let mut report = build_report(
+        &ctl.host.borrow(),
+        facade,
+        engine_name,
+        started,
+        outcome,
+        used,
+    );
+    report.metrics.duration_ms += prior_ms;
+    if let Ok((id, expires_at_ms, sealed)) = sealed {
+        use base64::Engine as _;
+        report.ok = false;
+        report.suspension = Some(crate::report::Suspension {
+            continuation: base64::engine::general_purpose::STANDARD.encode(sealed),
+            id,
+            pending: ctl
+                .host
+                .borrow()
+                .waiting
+                .iter()
+                .map(|w| w.call.clone())
+                .collect(),
+            expires_at: crate::durable::rfc3339(expires_at_ms),
+        });
+    }
+    report
 }
 
 /// The per-run state the engine's native function talks to.
@@ -267,6 +440,7 @@ fn new_host(
         run_tasks: Vec::new(),
         tasks_live: 0,
         warnings: Vec::new(),
+        waiting: Vec::new(),
     }))
 }
 
@@ -288,6 +462,17 @@ fn wind_down(
         host.borrow_mut().record(id, &o);
     }
     let orphans = host.borrow().tracker.orphans();
+    // Calls that waited on an answer from outside, in a run that ended
+    // otherwise, end as they say they would.
+    let waiting = std::mem::take(&mut host.borrow_mut().waiting);
+    for w in waiting {
+        let code = match w.call.kind {
+            crate::report::PendingKind::Approval => ErrorCode::ApprovalDeniedError,
+            _ => ErrorCode::ToolExecutionError,
+        };
+        let failure = CallFailure::new(code, "the run ended before this call's answer came");
+        host.borrow_mut().record(w.call.call_id, &Err(failure));
+    }
     host.borrow().tracker.cancel_all_pending();
     let grace_end = Instant::now() + limits.orphan_grace();
     while host.borrow().tracker.pending_count() > 0 {
@@ -379,6 +564,7 @@ fn build_report(
         warnings: h.warnings.clone(),
         retried: false,
         context_id: None,
+        suspension: None,
         metrics: Metrics {
             engine: engine_name.to_owned(),
             duration_ms: ms(started.elapsed()),

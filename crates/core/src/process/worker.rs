@@ -477,6 +477,7 @@ fn serve_run(
         limits: run.limits,
         deadline,
         cancel: &cancel,
+        suspendable: false,
     };
     let host: HostHandle = Rc::new(PipeHost(pipe.clone()));
     pipe.failures.borrow_mut().clear();
