@@ -17,6 +17,11 @@ pub(super) struct Cli {
 pub(super) enum Command {
     /// Run a script (the body of an async function) and report.
     Run(RunArgs),
+    /// Resume a run that `run --suspend-to FILE` put away: answer the
+    /// calls it waits on (`--approve`, `--answer`, `--fail`) and report.
+    /// Exit 3 when it suspends again (the new continuation replaces FILE,
+    /// or goes to --suspend-to).
+    Resume(ResumeArgs),
     /// Parse a script without running it; syntax errors name line and column.
     Check(CheckArgs),
     /// Run the script blocks of a model response and print the resulting
@@ -308,6 +313,33 @@ pub(super) struct RunArgs {
     pub(super) language: Option<ScriptLanguage>,
     /// Script file, or - for standard input.
     pub(super) file: String,
+    /// Let the run suspend (wasi engine): an approval not answered by
+    /// --approve, or a call of a deferred tool, puts it away in FILE
+    /// (sealed) and exits 3; `harness resume FILE` goes on.
+    #[arg(long, value_name = "FILE")]
+    pub(super) suspend_to: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub(super) struct ResumeArgs {
+    #[command(flatten)]
+    pub(super) engine: EngineArgs,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// A deferred call's result: CALL_ID=JSON (repeatable).
+    #[arg(long = "answer", value_name = "CALL_ID=JSON")]
+    pub(super) answers: Vec<String>,
+    /// A deferred call's failure: CALL_ID=MESSAGE (repeatable); the
+    /// script sees ToolExecutionError.
+    #[arg(long = "fail", value_name = "CALL_ID=MESSAGE")]
+    pub(super) failures: Vec<String>,
+    /// Where the continuation goes if the run suspends again (default:
+    /// FILE itself).
+    #[arg(long, value_name = "FILE")]
+    pub(super) suspend_to: Option<PathBuf>,
+    /// The continuation `run --suspend-to` wrote.
+    pub(super) file: PathBuf,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

@@ -177,10 +177,45 @@ pub(super) async fn configured_harness(
     build_harness(args, &cfg, up)
 }
 
+/// [`configured_harness`] whose runs may suspend (`--suspend-to`,
+/// `harness resume`): sealed with `[durable]`'s keys, approvals not
+/// answered by `--approve` suspend the run instead of asking.
+pub(super) async fn suspending_harness(
+    args: &EngineArgs,
+    language: Option<ScriptLanguage>,
+) -> Result<Harness, ExitCode> {
+    let cfg = flag_overrides(args, None, language).and_then(|o| load_config(&args.config, o))?;
+    let up = upstreams(&cfg).await?;
+    let runs = cfg
+        .durable_runs()
+        .map_err(|e| usage_error(format!("cannot suspend runs: {e}")))?;
+    build(args, &cfg, up, Some(runs))
+}
+
+/// Answers every approval `Suspend`: under `--suspend-to` the CLI never
+/// asks on the terminal.
+struct SuspendBridge;
+
+#[async_trait]
+impl ApprovalBridge for SuspendBridge {
+    async fn request(&self, _: &ApprovalRequest) -> ApprovalDecision {
+        ApprovalDecision::Suspend
+    }
+}
+
 pub(super) fn build_harness(
     args: &EngineArgs,
     cfg: &Config,
     upstreams: Option<harness::mcp::Upstreams>,
+) -> Result<Harness, ExitCode> {
+    build(args, cfg, upstreams, None)
+}
+
+fn build(
+    args: &EngineArgs,
+    cfg: &Config,
+    upstreams: Option<harness::mcp::Upstreams>,
+    suspend: Option<harness::durable::DurableRuns>,
 ) -> Result<Harness, ExitCode> {
     let tools = harness::builtin::registry_with(&args.root, cfg.settings().exec_policy())
         .map_err(|e| usage_error(format!("cannot open root {}: {e}", args.root.display())))?;
@@ -194,6 +229,7 @@ pub(super) fn build_harness(
     {
         (Some(Approve::Yes), _) => Arc::new(AutoApprove),
         (Some(Approve::No), _) => Arc::new(AutoDeny::with_reason("denied by --approve no")),
+        (None, _) if suspend.is_some() => Arc::new(SuspendBridge),
         (None, ApprovalDefault::Approve) if configured => Arc::new(AutoApprove),
         (None, ApprovalDefault::Deny) if configured => Arc::new(AutoDeny::with_reason(
             "denied by the configuration (approvals.default)",
@@ -217,6 +253,9 @@ pub(super) fn build_harness(
         let log = harness::audit::AuditLog::open(path)
             .map_err(|e| usage_error(format!("cannot open audit log {}: {e}", path.display())))?;
         builder = builder.audit_log(Arc::new(log));
+    }
+    if let Some(runs) = suspend {
+        builder = builder.suspend(runs);
     }
     builder
         .tools(tools)
@@ -284,6 +323,7 @@ pub(super) fn print_summary(r: &ExecutionReport) {
         println!("task {} {} {:?}{detail}", t.id, t.tool, t.status);
     }
     match (&r.error, &r.value) {
+        _ if r.suspension.is_some() => println!("suspended (no value yet)"),
         (None, Some(v)) => {
             let pretty = serde_json::to_string_pretty(v).unwrap_or_default();
             println!("ok: {pretty}");

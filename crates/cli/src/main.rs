@@ -1,7 +1,8 @@
 //! `harness`: run and check model-written scripts from the command line.
 //!
 //! Exit status: 0 when the script succeeded, 1 when it failed, 2 for usage
-//! errors (bad flags, unreadable input file, unknown engine).
+//! errors (bad flags, unreadable input file, unknown engine), 3 when the
+//! run suspended (`--suspend-to`).
 
 mod args;
 mod check_cmd;
@@ -50,6 +51,7 @@ harness::main! {
         harness_services::cli_support::main("harness", |cli: Cli| async move {
             match cli.command {
                 Command::Run(a) => run(a).await,
+                Command::Resume(a) => resume(a).await,
                 Command::Check(a) => check(a).await,
                 Command::Respond(a) => respond(a).await,
                 Command::Config(c) => config_command(c),

@@ -36,6 +36,7 @@ pub use harness_tools::builtin;
 pub use harness_tools::coding;
 pub mod config;
 pub mod declarations;
+pub mod durable;
 pub mod embed;
 mod engine;
 pub mod session;
@@ -64,6 +65,7 @@ pub use harness_core::{
     ScriptContext, ScriptError, ScriptLanguage, ScriptRuntimeAdapter, TaskLimits, TaskStatus, Tool,
     ToolCallRecord, ToolContext, ToolError, ToolRegistry, ToolSet, Tunable, Tuned, Tuning, Warning,
 };
+pub use harness_core::{DeferredTool, PendingCall, PendingKind, Suspension};
 /// Model responses to conversation items: detect, prepare, orchestrate, serialise.
 pub use harness_respond as respond;
 /// The WASI engine's crate: the workspace sandbox ([`wasi::Sandbox`]) and
@@ -113,6 +115,11 @@ pub struct Harness {
     audit: Option<Arc<audit::AuditLog>>,
     traceparent: Option<String>,
     sessions: Arc<session::Sessions>,
+    /// Set by [`HarnessBuilder::suspend`]: runs may suspend.
+    durable: Option<(
+        Arc<durable::DurableRuns>,
+        Arc<harness_core::durable::Durable>,
+    )>,
     #[cfg(feature = "mcp")]
     mcp: Option<Arc<McpPart>>,
 }
@@ -205,7 +212,82 @@ impl Harness {
         r.tasks = self.tasks.clone();
         r.trace = Some(tracing::Span::current());
         r.traceparent = self.traceparent.clone();
+        r.durable = self.durable.as_ref().map(|(_, core)| core.clone());
         r
+    }
+
+    /// Resumes a suspended run (docs/user-guide.md "Durable runs"):
+    /// `continuation` is the report's `suspension.continuation` (its
+    /// base64 text or the bytes it decodes to), `answers` one per call it
+    /// waits on, by call id. The run goes on in a fresh instance, here or
+    /// in another process or machine with the same guest build, and this
+    /// is its next report: completed, failed, or suspended again. A
+    /// continuation that is tampered with, sealed with a key this harness
+    /// lacks, made by another guest build, for other tools or limits,
+    /// expired, or resumed before, fails with ContinuationInvalidError and
+    /// nothing runs.
+    pub async fn resume(
+        &self,
+        continuation: impl AsRef<[u8]>,
+        answers: std::collections::BTreeMap<u64, durable::Answer>,
+    ) -> ExecutionReport {
+        let engine = self.adapter.info().name;
+        let invalid = |why: String| {
+            ExecutionReport::failed(
+                &engine,
+                ScriptError::new(ErrorCode::ContinuationInvalidError, Phase::Parsing, why)
+                    .with_name("ContinuationInvalidError"),
+            )
+        };
+        let Some((runs, _)) = &self.durable else {
+            return invalid(
+                "this harness does not suspend runs (HarnessBuilder::suspend, --suspend-to), so it has no keys to open a continuation"
+                    .to_owned(),
+            );
+        };
+        let sealed = durable::continuation_bytes(continuation.as_ref());
+        let (id, plain) = match runs.keys.open(&sealed) {
+            Ok(opened) => opened,
+            Err(why) => return invalid(why),
+        };
+        let resume = match harness_core::durable::Resume::new(&plain, answers) {
+            Ok(r) if r.id() == id => r,
+            Ok(_) => return invalid("the continuation's id does not match its seal".to_owned()),
+            Err(why) => return invalid(why),
+        };
+        match runs.ledger.claim(&id, resume.expires_at_ms()) {
+            Ok(true) => {}
+            Ok(false) => return invalid(format!("continuation {id} was resumed already")),
+            Err(why) => return invalid(format!("cannot record that {id} resumes: {why}")),
+        }
+        let mut request = self.request("");
+        request.resume = Some(Arc::new(resume));
+        let report = self.adapter.execute(request).await;
+        if let Some(audit) = &self.audit {
+            audit.record("", report_provider(&self.context), &report);
+        }
+        report
+    }
+
+    /// The calls a suspended run waits on, read from its continuation
+    /// (which this harness's keys must open), to ask about before
+    /// [`Harness::resume`].
+    pub fn pending(&self, continuation: impl AsRef<[u8]>) -> Result<Vec<PendingCall>, ScriptError> {
+        let invalid = |why: String| {
+            ScriptError::new(ErrorCode::ContinuationInvalidError, Phase::Parsing, why)
+                .with_name("ContinuationInvalidError")
+        };
+        let Some((runs, _)) = &self.durable else {
+            return Err(invalid("this harness does not suspend runs".to_owned()));
+        };
+        let sealed = durable::continuation_bytes(continuation.as_ref());
+        let (_, plain) = runs.keys.open(&sealed).map_err(invalid)?;
+        durable::pending_calls(&plain).map_err(invalid)
+    }
+
+    /// Whether runs of this harness may suspend ([`HarnessBuilder::suspend`]).
+    pub fn suspends(&self) -> bool {
+        self.durable.is_some()
     }
 
     /// Runs a request you built (its engine is this harness's), retrying
@@ -513,6 +595,7 @@ pub struct HarnessBuilder {
     tool_settings: std::collections::BTreeMap<String, config::ToolSettings>,
     audit: Option<Arc<audit::AuditLog>>,
     session_limits: SessionLimits,
+    durable: Option<durable::DurableRuns>,
     #[cfg(feature = "http")]
     http: Option<http::HttpPolicy>,
     #[cfg(feature = "mcp")]
@@ -745,6 +828,16 @@ impl HarnessBuilder {
         self
     }
 
+    /// Lets runs suspend while they wait on an approval the bridge answers
+    /// [`ApprovalDecision::Suspend`] or on a deferred tool, sealed with
+    /// `runs`' keys ([`Harness::resume`]). Only the `wasi` engine
+    /// suspends; on any other, every run fails with UnsupportedError.
+    /// Each run then starts in a fresh instance.
+    pub fn suspend(mut self, runs: durable::DurableRuns) -> Self {
+        self.durable = Some(runs);
+        self
+    }
+
     /// Builds the harness: picks and starts the engine (worker processes for `isolation = process`).
     pub fn build(self) -> Result<Harness, BuildError> {
         let mut session_engine: Option<session::SessionEngine> = None;
@@ -871,10 +964,18 @@ impl HarnessBuilder {
             limits: self.limits,
             mode: self.mode,
             context: self.context,
+            durable: self.durable.map(|d| {
+                let core = Arc::new(d.core());
+                (Arc::new(d), core)
+            }),
             #[cfg(feature = "mcp")]
             mcp,
         })
     }
+}
+
+fn report_provider(context: &ScriptContext) -> Option<&str> {
+    context.provider.as_deref()
 }
 
 /// `registry` with the configuration's `[tools.NAME]` settings applied.

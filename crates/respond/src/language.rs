@@ -134,6 +134,10 @@ impl Layer for TypeScriptAware {
     }
 
     async fn execute(&self, mut request: ExecutionRequest) -> ExecutionReport {
+        if request.resume.is_some() {
+            // A resumed run goes on from its continuation: it has no source.
+            return self.inner.execute(request).await;
+        }
         match request.language {
             ScriptLanguage::JavaScript => {
                 self.choose_realm(&mut request);

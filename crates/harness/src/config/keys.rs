@@ -114,7 +114,7 @@ pub(super) fn validate_layer(
         root_known.extend(["ceilings".to_owned(), "providers".to_owned()]);
     }
     check_keys(table, &root_known, name, source)?;
-    let sections: [(&str, Vec<String>); 9] = [
+    let sections: [(&str, Vec<String>); 10] = [
         ("limits", limit_keys()),
         ("mcp", keys_of::<McpSettings>()),
         ("exec", keys_of::<ExecSettings>()),
@@ -124,6 +124,7 @@ pub(super) fn validate_layer(
         ("workers", keys_of::<Workers>()),
         ("approvals", keys_of::<Approvals>()),
         ("sessions", keys_of::<crate::session::SessionLimits>()),
+        ("durable", keys_of::<crate::durable::DurableSettings>()),
     ];
     for (key, known) in sections {
         let section = format!("[{prefix}{key}]");

@@ -383,6 +383,22 @@ impl Config {
         Ok(())
     }
 
+    /// What [`HarnessBuilder::suspend`] takes, from `[durable]`: the keys
+    /// `keys_env` names (or, none named, the key file in the state
+    /// directory, made on first use), a ledger of used continuations in
+    /// `STATE_DIR/used`, and `max_suspended_ms`.
+    pub fn durable_runs(
+        &self,
+    ) -> Result<crate::durable::DurableRuns, crate::durable::DurableError> {
+        use crate::durable::{DirLedger, DurableRuns};
+        let d = &self.settings.durable;
+        let mut runs = DurableRuns::new(d.keys()?).with_max_suspended_ms(d.max_suspended_ms);
+        if let Some(dir) = d.state_dir() {
+            runs = runs.with_ledger(std::sync::Arc::new(DirLedger::new(dir.join("used"))));
+        }
+        Ok(runs)
+    }
+
     /// A harness builder set up from the effective settings: engine,
     /// isolation, mode, language, limits, allowlist, spawn, worker pool,
     /// default approvals, retries, and the per-tool settings (applied to

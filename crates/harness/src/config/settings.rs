@@ -35,6 +35,10 @@ pub struct ToolSettings {
     /// Output larger than this as JSON is a ToolExecutionError.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_bytes: Option<u64>,
+    /// The tool's results arrive from outside ([`Tool::deferred`](crate::Tool::deferred)):
+    /// a call suspends a run that may suspend, and fails in any other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferred: Option<bool>,
 }
 
 /// `[expose]`: what a run may reach.
@@ -275,6 +279,8 @@ pub struct Settings {
     pub mcp: McpSettings,
     /// Sessions.
     pub sessions: crate::session::SessionLimits,
+    /// Durable runs: continuation keys, the CLI's state directory.
+    pub durable: crate::durable::DurableSettings,
 }
 
 impl Default for Settings {
@@ -295,6 +301,7 @@ impl Default for Settings {
             exec: ExecSettings::default(),
             mcp: McpSettings::default(),
             sessions: crate::session::SessionLimits::default(),
+            durable: crate::durable::DurableSettings::default(),
         }
     }
 }

@@ -150,7 +150,7 @@ fn the_keys_are_the_struct_fields_and_none_was_lost() {
         v
     };
     let want = |v: &[&str]| sorted(v.iter().map(|s| s.to_string()).collect());
-    let tables: [(&str, Vec<String>, &[&str]); 11] = [
+    let tables: [(&str, Vec<String>, &[&str]); 12] = [
         (
             "root",
             keys_of::<Settings>(),
@@ -170,7 +170,13 @@ fn the_keys_are_the_struct_fields_and_none_was_lost() {
                 "exec",
                 "mcp",
                 "sessions",
+                "durable",
             ],
+        ),
+        (
+            "durable",
+            keys_of::<crate::durable::DurableSettings>(),
+            &["keys_env", "state_dir", "max_suspended_ms"],
         ),
         (
             "sessions",
@@ -244,7 +250,12 @@ fn the_keys_are_the_struct_fields_and_none_was_lost() {
         (
             "tools.NAME",
             keys_of::<ToolSettings>(),
-            &["timeout_ms", "needs_approval", "max_output_bytes"],
+            &[
+                "timeout_ms",
+                "needs_approval",
+                "max_output_bytes",
+                "deferred",
+            ],
         ),
     ];
     for (table, derived, before) in tables {

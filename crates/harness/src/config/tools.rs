@@ -39,6 +39,11 @@ impl Tool for Configured {
             .needs_approval
             .unwrap_or_else(|| self.inner.may_require_approval())
     }
+    fn deferred(&self) -> bool {
+        self.settings
+            .deferred
+            .unwrap_or_else(|| self.inner.deferred())
+    }
     async fn execute(&self, args: Value, mut ctx: ToolContext) -> Result<Value, ToolError> {
         let name = self.inner.name().to_owned();
         let out = match self.settings.timeout_ms {
