@@ -538,7 +538,9 @@ mod tests {
     fn keys_come_from_hex_or_base64_and_a_private_key_file() {
         let hex = "00".repeat(32);
         assert_eq!(parse_key(&hex, "X").unwrap(), [0u8; 32]);
-        assert_eq!(parse_key(&"AAAA".repeat(10)[..43], "X").is_err(), true);
+        assert!(parse_key(&"AAAA".repeat(10), "X").is_err(), "30 bytes");
+        let b64 = "AQ".to_owned() + &"A".repeat(41) + "=";
+        assert_eq!(parse_key(&b64, "X").unwrap()[0], 1);
         assert!(parse_key("short", "X").is_err());
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");

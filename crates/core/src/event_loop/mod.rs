@@ -211,13 +211,14 @@ fn run<E: Engine + ?Sized>(
     let context_id = ctl.engine.context_id();
     let prior_ms = prior.map_or(0.0, |h| h.elapsed_ms);
     if let (End::Suspended, Some(durable)) = (&end, &durable) {
-        let report = suspend(
+        let mut report = suspend(
             &mut ctl,
             durable,
             (&request, &facade, engine_name),
             (started, deadline, prior_ms),
             (memory_used, fuel_consumed),
         );
+        report.context_id = context_id;
         ctl.engine.finished();
         host.borrow_mut().observer = None;
         if told == Told::Everyone {
