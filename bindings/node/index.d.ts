@@ -24,7 +24,9 @@ export type ErrorCodeName =
   | 'SerializationError'
   | 'ReturnValueTooLargeError'
   | 'HarnessInternalError'
-  | 'SessionClosedError';
+  | 'SessionClosedError'
+  | 'ContinuationInvalidError'
+  | 'UnsupportedError';
 
 export declare const ErrorCode: { readonly [K in ErrorCodeName]: K };
 

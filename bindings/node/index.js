@@ -43,6 +43,8 @@ const ErrorCode = Object.freeze({
   ReturnValueTooLargeError: 'ReturnValueTooLargeError',
   HarnessInternalError: 'HarnessInternalError',
   SessionClosedError: 'SessionClosedError',
+  ContinuationInvalidError: 'ContinuationInvalidError',
+  UnsupportedError: 'UnsupportedError',
 });
 
 /** `timeoutMs` → `timeout_ms`: limits may be written either way. */

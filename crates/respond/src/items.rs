@@ -35,6 +35,9 @@ pub enum CallStatus {
     Skipped,
     /// Dry-run: prepared and checked, not run.
     Validated,
+    /// Put away while it waits on answers from outside; its output's
+    /// metadata holds the `suspension` (docs/user-guide.md "Durable runs").
+    Suspended,
 }
 
 /// One conversation item.
@@ -76,7 +79,7 @@ pub enum Item {
 
 impl Item {
     pub(crate) fn output_from_report(call_id: &str, report: &ExecutionReport) -> Item {
-        Item::ScriptToolCallOutput {
+        let mut item = Item::ScriptToolCallOutput {
             call_id: call_id.to_owned(),
             output: report.value.clone(),
             error: report.error.clone(),
@@ -95,7 +98,13 @@ impl Item {
                 "detached_tasks": report.detached_tasks,
                 "retried": report.retried,
             }),
+        };
+        if let (Some(s), Item::ScriptToolCallOutput { metadata, .. }) =
+            (&report.suspension, &mut item)
+        {
+            metadata["suspension"] = json!(s);
         }
+        item
     }
 
     pub(crate) fn output_error(call_id: &str, error: ScriptError, metadata: Option<Value>) -> Item {
@@ -525,6 +534,14 @@ fn summary(report: &ExecutionReport) -> String {
 }
 
 fn outcome_summary(report: &ExecutionReport) -> String {
+    if let Some(s) = &report.suspension {
+        let waits: Vec<String> = s
+            .pending
+            .iter()
+            .map(|p| format!("{} (call {})", p.tool, p.call_id))
+            .collect();
+        return format!("suspended: waiting on {}", waits.join(", "));
+    }
     match (&report.error, &report.value) {
         (Some(e), _) => format!("failed: {}: {}", e.code, e.message),
         (None, Some(v)) => {

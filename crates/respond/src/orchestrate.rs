@@ -407,6 +407,8 @@ impl Orchestrator {
         }
         let status = if report.ok {
             CallStatus::Completed
+        } else if report.suspension.is_some() {
+            CallStatus::Suspended
         } else {
             CallStatus::Failed
         };

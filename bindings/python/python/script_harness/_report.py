@@ -31,6 +31,8 @@ class ErrorCode(str, Enum):
     ReturnValueTooLargeError = "ReturnValueTooLargeError"
     HarnessInternalError = "HarnessInternalError"
     SessionClosedError = "SessionClosedError"
+    ContinuationInvalidError = "ContinuationInvalidError"
+    UnsupportedError = "UnsupportedError"
 
     def __str__(self) -> str:
         return self.value
