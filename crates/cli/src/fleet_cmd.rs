@@ -1,10 +1,12 @@
 //! `harness worker` and `harness submit`: the Redis Streams fleet
 //! (`harness_services::fleet`).
 
-use crate::{build_harness, flag_overrides, upstreams, usage_error, ConfigArgs, EngineArgs};
+use crate::{
+    build, build_harness, flag_overrides, upstreams, usage_error, Approve, ConfigArgs, EngineArgs,
+};
 use harness::config::Config;
 use harness_services::fleet::{
-    FleetClient, RunRequest, Worker, WorkerOptions, DEFAULT_GROUP, DEFAULT_STREAM,
+    FleetClient, ResumeAnswers, RunRequest, Worker, WorkerOptions, DEFAULT_GROUP, DEFAULT_STREAM,
 };
 use std::collections::BTreeSet;
 use std::process::ExitCode;
@@ -42,6 +44,11 @@ pub(crate) struct WorkerArgs {
     /// Serve Prometheus metrics on ADDR (/metrics).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// Let requests with `suspend: true` suspend (wasi engine), sealed
+    /// with the keys in `[durable] keys_env`, which every worker of the
+    /// fleet must share; required to resume them too.
+    #[arg(long)]
+    suspend: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -61,8 +68,22 @@ pub(crate) struct SubmitArgs {
     /// With --wait: give up after this long (exit 1, the missing ids on stderr).
     #[arg(long, value_name = "MS", default_value_t = 600_000)]
     timeout_ms: u64,
+    /// Resume request ID's suspended run (on whichever worker takes it)
+    /// instead of reading FILE; answer with --approve, --answer, --fail.
+    #[arg(long, value_name = "ID")]
+    resume: Option<String>,
+    /// With --resume: give (yes) or refuse (no) the approvals it waits on.
+    #[arg(long, value_enum, requires = "resume")]
+    approve: Option<Approve>,
+    /// With --resume: a deferred call's result, CALL_ID=JSON (repeatable).
+    #[arg(long = "answer", value_name = "CALL_ID=JSON", requires = "resume")]
+    answers: Vec<String>,
+    /// With --resume: a deferred call's failure, CALL_ID=MESSAGE (repeatable).
+    #[arg(long = "fail", value_name = "CALL_ID=MESSAGE", requires = "resume")]
+    failures: Vec<String>,
     /// One request as JSON, or JSON lines of many; - for standard input.
-    file: String,
+    #[arg(required_unless_present = "resume")]
+    file: Option<String>,
 }
 
 fn consumer_name() -> String {
@@ -105,13 +126,28 @@ pub(crate) async fn worker(args: WorkerArgs) -> ExitCode {
         Ok(u) => u,
         Err(code) => return code,
     };
-    if let Err(code) = build_harness(&args.engine, &base, up.clone()) {
+    let suspend = args.suspend;
+    if suspend && base.settings().durable.keys_env.is_empty() {
+        return usage_error(
+            "--suspend needs [durable] keys_env: keys every worker of the fleet shares (a key file of one machine would not open on another)",
+        );
+    }
+    let built = move |engine: &EngineArgs, cfg: &Config, up| {
+        if !suspend {
+            return build_harness(engine, cfg, up);
+        }
+        let runs = cfg
+            .durable_runs()
+            .map_err(|e| usage_error(format!("cannot suspend runs: {e}")))?;
+        build(engine, cfg, up, Some(runs))
+    };
+    if let Err(code) = built(&args.engine, &base, up.clone()) {
         return code;
     }
     let engine = Arc::new(args.engine);
     let factory = move |provider: Option<&str>| {
         let cfg = load(provider)?;
-        let h = build_harness(&engine, &cfg, up.clone())
+        let h = built(&engine, &cfg, up.clone())
             .map_err(|_| format!("cannot build the harness for provider {provider:?}"))?;
         Ok((h, cfg))
     };
@@ -174,8 +210,40 @@ fn read_requests(file: &str) -> Result<Vec<RunRequest>, ExitCode> {
         .collect()
 }
 
+/// The resume request `--resume ID` and its answers make.
+fn resume_request(id: &str, args: &SubmitArgs) -> Result<RunRequest, ExitCode> {
+    let mut answers = ResumeAnswers::default();
+    answers.approve = args.approve.map(|a| a == Approve::Yes);
+    let split = |flag: &str, s: &str| -> Result<(u64, String), ExitCode> {
+        let (id, rest) = s
+            .split_once('=')
+            .ok_or_else(|| usage_error(format!("{flag} takes CALL_ID=VALUE, not {s:?}")))?;
+        let id = id
+            .trim()
+            .parse()
+            .map_err(|_| usage_error(format!("{flag}: {id:?} is not a call id")))?;
+        Ok((id, rest.to_owned()))
+    };
+    for a in &args.answers {
+        let (call, json) = split("--answer", a)?;
+        let v = serde_json::from_str(&json)
+            .map_err(|e| usage_error(format!("--answer {call}: the result is not JSON: {e}")))?;
+        answers.answers.insert(call, v);
+    }
+    for f in &args.failures {
+        let (call, message) = split("--fail", f)?;
+        answers.failures.insert(call, message);
+    }
+    Ok(RunRequest::resume(id, answers))
+}
+
 pub(crate) async fn submit(args: SubmitArgs) -> ExitCode {
-    let mut requests = match read_requests(&args.file) {
+    let read = match (&args.resume, &args.file) {
+        (Some(id), _) => resume_request(id, &args).map(|r| vec![r]),
+        (None, Some(file)) => read_requests(file),
+        (None, None) => Err(usage_error("give a FILE of requests, or --resume ID")),
+    };
+    let mut requests = match read {
         Ok(r) => r,
         Err(code) => return code,
     };

@@ -211,7 +211,7 @@ pub(super) fn build_harness(
     build(args, cfg, upstreams, None)
 }
 
-fn build(
+pub(super) fn build(
     args: &EngineArgs,
     cfg: &Config,
     upstreams: Option<harness::mcp::Upstreams>,
@@ -229,11 +229,11 @@ fn build(
     {
         (Some(Approve::Yes), _) => Arc::new(AutoApprove),
         (Some(Approve::No), _) => Arc::new(AutoDeny::with_reason("denied by --approve no")),
-        (None, _) if suspend.is_some() => Arc::new(SuspendBridge),
         (None, ApprovalDefault::Approve) if configured => Arc::new(AutoApprove),
         (None, ApprovalDefault::Deny) if configured => Arc::new(AutoDeny::with_reason(
             "denied by the configuration (approvals.default)",
         )),
+        (None, _) if suspend.is_some() => Arc::new(SuspendBridge),
         (None, _) if has_terminal() => Arc::new(TerminalApprover),
         (None, _) => Arc::new(AutoDeny::with_reason(
             "no terminal to ask; pass --approve yes to allow",

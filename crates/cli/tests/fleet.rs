@@ -694,3 +694,110 @@ async fn fleet_bench() {
         lat[lat.len() * 9 / 10]
     );
 }
+
+/// A run suspends on worker A; A is SIGKILLed; `harness submit --resume`
+/// is answered by worker B with the completed value, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_run_resumes_on_another_worker_exactly_once() {
+    let Some(redis) = Redis::start() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let cfg = root.path().join("durable.toml");
+    std::fs::write(&cfg, "[durable]\nkeys_env = [\"FLEET_TEST_KEY\"]\n").unwrap();
+    let key = "ab".repeat(32);
+    let spawn = |name: &str| {
+        WorkerProc(
+            Command::new(env!("CARGO_BIN_EXE_harness"))
+                .args(["worker", "--redis", &redis.url(), "--consumer", name])
+                .args([
+                    "--engine",
+                    "wasi",
+                    "--suspend",
+                    "--visibility-timeout-ms",
+                    "600",
+                ])
+                .arg("--config")
+                .arg(&cfg)
+                .arg("--root")
+                .arg(root.path())
+                .env("FLEET_TEST_KEY", &key)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    // Without a key the worker refuses to start.
+    let refused = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args([
+            "worker",
+            "--redis",
+            &redis.url(),
+            "--engine",
+            "wasi",
+            "--suspend",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("keys_env"));
+
+    let mut a = spawn("wa");
+    let mut c = client(&redis).await;
+    let script = r#"const r = await tools.exec({command: ["echo", "hi"]}); return r.stdout.trim()"#;
+    let interim = answer(&mut c, RunRequest::new("d1", script).suspending()).await;
+    assert!(interim.interim, "{interim:?}");
+    assert_eq!(interim.worker, "wa");
+    let s = interim
+        .report
+        .as_ref()
+        .unwrap()
+        .suspension
+        .clone()
+        .expect("suspended");
+    assert_eq!(s.pending[0].tool, "exec");
+    // A plain request on this worker does not suspend: the approval it
+    // cannot ask is refused.
+    let plain = answer(&mut c, RunRequest::new("p1", script)).await;
+    assert_eq!(
+        code_of(&plain).as_deref(),
+        Some("ApprovalDeniedError"),
+        "{plain:?}"
+    );
+    kill(&mut a);
+
+    let _b = spawn("wb");
+    let resume = |timeout: &str| {
+        Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args([
+                "submit",
+                "--redis",
+                &redis.url(),
+                "--resume",
+                "d1",
+                "--approve",
+                "yes",
+            ])
+            .args(["--wait", "--timeout-ms", timeout])
+            .output()
+            .unwrap()
+    };
+    let out = resume("30000");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["worker"], json!("wb"));
+    assert_eq!(reply["report"]["value"], json!("hi"), "{reply}");
+    assert!(reply.get("interim").is_none());
+    // The final reply is the only one: another resume is not answered.
+    let again = resume("1500");
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    assert!(again.stdout.is_empty());
+}

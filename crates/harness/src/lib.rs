@@ -231,6 +231,19 @@ impl Harness {
         continuation: impl AsRef<[u8]>,
         answers: std::collections::BTreeMap<u64, durable::Answer>,
     ) -> ExecutionReport {
+        self.resume_with(self.request(""), continuation, answers)
+            .await
+    }
+
+    /// [`Harness::resume`] under `request`'s limits, tools, context and
+    /// observer (the ones the suspended run had: a continuation made for
+    /// other tools or limits is refused); its source is not run.
+    pub async fn resume_with(
+        &self,
+        mut request: ExecutionRequest,
+        continuation: impl AsRef<[u8]>,
+        answers: std::collections::BTreeMap<u64, durable::Answer>,
+    ) -> ExecutionReport {
         let engine = self.adapter.info().name;
         let invalid = |why: String| {
             ExecutionReport::failed(
@@ -260,7 +273,8 @@ impl Harness {
             Ok(false) => return invalid(format!("continuation {id} was resumed already")),
             Err(why) => return invalid(format!("cannot record that {id} resumes: {why}")),
         }
-        let mut request = self.request("");
+        request.source = String::new();
+        request.durable = self.durable.as_ref().map(|(_, core)| core.clone());
         request.resume = Some(Arc::new(resume));
         let report = self.adapter.execute(request).await;
         if let Some(audit) = &self.audit {

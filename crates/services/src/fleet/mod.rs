@@ -19,6 +19,18 @@
 //! | `S:worker:CONSUMER` | stream | requests of that consumer's sessions (the client routes them there) |
 //! | `S:alive:CONSUMER` | string, TTL | that consumer is alive (renewed while it runs) |
 //! | `S:workers` | set | consumers that may own sessions |
+//! | `S:suspended:ID` | string, TTL | request `ID` suspended: its sealed continuation and what it ran under |
+//! | `S:resumed:ID` | string, TTL | the stream entry that resumes `ID` (`SET NX`: one resume) |
+//!
+//! Durable runs (protocol 3): a request with `suspend: true`, on a worker
+//! started with `--suspend` (keys in `[durable] keys_env`, the same on
+//! every worker), may suspend on an approval or a deferred tool. The
+//! worker stores its continuation under `S:suspended:ID` and sends an
+//! interim reply (`interim: true`, the report's `suspension`) that does
+//! not mark `ID` answered. A request with the same `id` and `resume`
+//! (answers) goes on from it on whichever worker takes it; its reply is
+//! the final one, exactly once. A second resume of the same suspension is
+//! dropped (it sees the first one's reply).
 //!
 //! Sessions (protocol 2): a request with `session: "new"` opens one on
 //! the worker that takes it, whose reply names it; requests naming it are
@@ -52,9 +64,10 @@ mod worker;
 pub use client::FleetClient;
 pub use worker::{HarnessFactory, Worker};
 
-/// The version of [`RunRequest`] and [`RunReply`]: 2 added sessions;
-/// version 1 requests are still accepted.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// The version of [`RunRequest`] and [`RunReply`]: 2 added sessions, 3
+/// durable runs (`suspend`, `resume`, `interim`); versions 1 and 2 are
+/// still accepted.
+pub const PROTOCOL_VERSION: u32 = 3;
 /// `RunRequest::session` that opens a session.
 pub const NEW_SESSION: &str = "new";
 /// The stream requests go to by default.
@@ -115,6 +128,64 @@ pub struct RunRequest {
     /// an id a reply named continues it (protocol 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// The run may suspend (protocol 3; a worker started with `--suspend`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+    /// Resume request `id`'s suspended run with these answers instead of
+    /// running `script` (protocol 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeAnswers>,
+}
+
+/// The answers a resume gives the calls a suspended run waits on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ResumeAnswers {
+    /// Every approval it waits on: given (`true`) or refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approve: Option<bool>,
+    /// Deferred calls' results, by call id.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub answers: std::collections::BTreeMap<u64, Value>,
+    /// Deferred calls' failures (ToolExecutionError), by call id.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub failures: std::collections::BTreeMap<u64, String>,
+}
+
+impl ResumeAnswers {
+    /// An answer for each of `pending`, or which one is missing.
+    pub fn for_calls(
+        &self,
+        pending: &[harness::PendingCall],
+    ) -> Result<std::collections::BTreeMap<u64, harness::durable::Answer>, String> {
+        use harness::durable::Answer;
+        let mut out = std::collections::BTreeMap::new();
+        for call in pending {
+            let id = call.call_id;
+            let answer = match call.kind {
+                harness::PendingKind::Approval => match self.approve {
+                    Some(true) => Answer::Approve,
+                    Some(false) => Answer::Deny {
+                        reason: Some("denied at resume".to_owned()),
+                    },
+                    None => return Err(format!("call {id} ({}) waits on an approval: `approve` is missing", call.tool)),
+                },
+                _ => match (self.answers.get(&id), self.failures.get(&id)) {
+                    (Some(v), _) => Answer::Result { value: v.clone() },
+                    (None, Some(m)) => Answer::Error { message: m.clone() },
+                    (None, None) => {
+                        return Err(format!(
+                            "call {id} ({}) waits on a deferred result: `answers` or `failures` has none for it",
+                            call.tool
+                        ))
+                    }
+                },
+            };
+            out.insert(id, answer);
+        }
+        Ok(out)
+    }
 }
 
 impl RunRequest {
@@ -131,7 +202,23 @@ impl RunRequest {
             tools: None,
             reply_to: None,
             session: None,
+            suspend: false,
+            resume: None,
         }
+    }
+
+    /// A request that resumes request `id`'s suspended run.
+    pub fn resume(id: impl Into<String>, answers: ResumeAnswers) -> Self {
+        RunRequest {
+            resume: Some(answers),
+            ..RunRequest::new(id, "")
+        }
+    }
+
+    /// That may suspend.
+    pub fn suspending(mut self) -> Self {
+        self.suspend = true;
+        self
     }
 
     /// In session `session` ([`NEW_SESSION`] opens one).
@@ -187,6 +274,10 @@ pub struct RunReply {
     /// The session the run ran in (a new one's id, for `session: "new"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// Not the last reply: the run suspended (its report's `suspension`),
+    /// and a resume's reply follows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interim: bool,
 }
 
 impl RunReply {
@@ -207,6 +298,7 @@ impl RunReply {
             worker: worker.to_owned(),
             deliveries: 1,
             session: None,
+            interim: false,
         }
     }
 }
@@ -293,6 +385,51 @@ async fn write_answer(
         .await?;
     Ok(answered == 1)
 }
+
+/// Writes an interim reply: not the done marker, and only while the
+/// request is not answered.
+async fn write_interim(
+    conn: &mut ConnectionManager,
+    stream: &str,
+    ttl_s: u64,
+    reply: &RunReply,
+    reply_to: Option<&str>,
+) -> redis::RedisResult<bool> {
+    let json = serde_json::to_string(reply).map_err(|e| {
+        redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "cannot encode a reply",
+            e.to_string(),
+        ))
+    })?;
+    let done = key(stream, "done", &reply.id);
+    let (target, mode) = match reply_to {
+        Some(s) => (s.to_owned(), "stream"),
+        None => (key(stream, "reply", &reply.id), "key"),
+    };
+    let written: i64 = redis::Script::new(INTERIM)
+        .key(&done)
+        .key(&target)
+        .arg(ttl_s)
+        .arg(&json)
+        .arg(mode)
+        .arg(&reply.id)
+        .invoke_async(conn)
+        .await?;
+    Ok(written == 1)
+}
+
+const INTERIM: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+if ARGV[3] == 'stream' then
+  redis.call('XADD', KEYS[2], '*', 'id', ARGV[4], 'reply', ARGV[2])
+else
+  redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[1])
+end
+return 1
+"#;
 
 /// Writes the reply and the done marker together, only if the marker is
 /// absent: 1 if this call answered, 0 if the request was answered before.

@@ -380,6 +380,7 @@ impl Worker {
             worker: self.opts.consumer.clone(),
             deliveries,
             session: None,
+            interim: false,
         };
         let err = |code: &str, message: String| {
             Some(RequestError {
@@ -462,10 +463,14 @@ impl Worker {
                 return Outcome::Done;
             }
         };
+        let durable = request.suspend || request.resume.is_some();
         let supported = request.version == PROTOCOL_VERSION
-            || (request.version == 1 && request.session.is_none());
+            || (request.version == 2 && !durable)
+            || (request.version == 1 && request.session.is_none() && !durable);
         if !supported {
-            let why = if request.version == 1 {
+            let why = if durable && request.version < PROTOCOL_VERSION {
+                "`suspend` and `resume` need protocol version 3".to_owned()
+            } else if request.version == 1 {
                 "`session` needs protocol version 2".to_owned()
             } else {
                 format!(
@@ -490,6 +495,11 @@ impl Worker {
             .await;
             return Outcome::Done;
         }
+        if request.resume.is_some() {
+            return self
+                .resume(conn, entry, &request, deliveries, token, shutdown)
+                .await;
+        }
         let prepared = match self.prepare(&request) {
             Ok(p) => p,
             Err(e) => {
@@ -500,6 +510,22 @@ impl Worker {
         };
         let (harness, mut exec) = prepared;
         exec.cancel = token.clone();
+        if !request.suspend {
+            exec.durable = None;
+        } else if exec.durable.is_none() || request.session.is_some() {
+            let why = if request.session.is_some() {
+                "a run in a session does not suspend in this fleet".to_owned()
+            } else {
+                "this worker does not suspend runs: start it with --suspend and keys in [durable] keys_env".to_owned()
+            };
+            self.answer(
+                conn,
+                &answer(err("SuspendUnavailable", why), None),
+                reply_to.as_deref(),
+            )
+            .await;
+            return Outcome::Done;
+        }
         let session = match request.session.as_deref() {
             None => None,
             Some(NEW_SESSION) => match harness.open_session() {
@@ -572,11 +598,257 @@ impl Worker {
         if abandoned {
             return Outcome::Abandoned;
         }
+        if report.suspension.is_some() {
+            self.put_away(
+                conn,
+                &request,
+                report,
+                deliveries,
+                request.reply_to.as_deref(),
+            )
+            .await;
+            return Outcome::Done;
+        }
         let reply = RunReply {
             session: session.as_ref().map(|s| s.id().to_owned()),
             ..answer(None, Some(report))
         };
         self.answer(conn, &reply, request.reply_to.as_deref()).await;
+        Outcome::Done
+    }
+
+    /// A run that suspended: its continuation (and what it ran under) to
+    /// `S:suspended:ID`, the resume claim cleared for the next resume,
+    /// and an interim reply.
+    async fn put_away(
+        &self,
+        conn: &mut ConnectionManager,
+        request: &RunRequest,
+        report: ExecutionReport,
+        deliveries: u64,
+        reply_to: Option<&str>,
+    ) {
+        let Some(s) = &report.suspension else { return };
+        let base = RunRequest {
+            script: String::new(),
+            reply_to: None,
+            resume: None,
+            ..request.clone()
+        };
+        let stored = json!({"request": base, "continuation": s.continuation});
+        let ttl = self.suspended_ttl_s();
+        let id = &request.id;
+        let mut backoff = Backoff::new(Some(self.answer_retry()));
+        loop {
+            let r: redis::RedisResult<()> = redis::pipe()
+                .set_ex(
+                    key(&self.opts.stream, "suspended", id),
+                    stored.to_string(),
+                    ttl,
+                )
+                .ignore()
+                .del(key(&self.opts.stream, "resumed", id))
+                .ignore()
+                .query_async(conn)
+                .await;
+            match r {
+                Ok(()) => break,
+                Err(e) if backoff.expired() => {
+                    tracing::error!(id, error = %e, "cannot store a suspended run; it is lost");
+                    break;
+                }
+                Err(_) => backoff.wait().await,
+            }
+        }
+        let reply = RunReply {
+            version: PROTOCOL_VERSION,
+            id: id.clone(),
+            report: Some(report),
+            error: None,
+            worker: self.opts.consumer.clone(),
+            deliveries,
+            session: None,
+            interim: true,
+        };
+        if let Err(e) =
+            write_interim(conn, &self.opts.stream, self.opts.ttl_s, &reply, reply_to).await
+        {
+            tracing::warn!(id, error = %e, "cannot write the interim reply of a suspended run");
+        }
+    }
+
+    /// How long a suspended run is kept: its continuation's own limit.
+    fn suspended_ttl_s(&self) -> u64 {
+        let ms = self
+            .harnesses
+            .lock()
+            .ok()
+            .and_then(|c| {
+                c.values()
+                    .next()
+                    .map(|(_, cfg)| cfg.settings().durable.max_suspended_ms)
+            })
+            .unwrap_or(harness::durable::DEFAULT_MAX_SUSPENDED_MS);
+        (ms / 1000).max(1)
+    }
+
+    /// A request that resumes request `ID`'s suspended run: the stored
+    /// continuation, taken once (`SET NX` on `S:resumed:ID`, by this
+    /// stream entry, so that a redelivery of the same entry goes on), run
+    /// under what the suspended run ran under; its reply is final, or
+    /// interim again if it suspends again.
+    async fn resume(
+        &self,
+        conn: &mut ConnectionManager,
+        entry: &StreamId,
+        request: &RunRequest,
+        deliveries: u64,
+        token: CancellationToken,
+        shutdown: CancellationToken,
+    ) -> Outcome {
+        let id = &request.id;
+        let reply_to = request.reply_to.as_deref();
+        let reply = |report: ExecutionReport| RunReply {
+            version: PROTOCOL_VERSION,
+            id: id.clone(),
+            report: Some(report),
+            error: None,
+            worker: self.opts.consumer.clone(),
+            deliveries,
+            session: None,
+            interim: false,
+        };
+        let invalid = |why: String| {
+            ExecutionReport::failed(
+                "",
+                harness::ScriptError::new(
+                    harness::ErrorCode::ContinuationInvalidError,
+                    harness::Phase::Parsing,
+                    why,
+                )
+                .with_name("ContinuationInvalidError"),
+            )
+        };
+        let stored: redis::RedisResult<Option<String>> =
+            conn.get(key(&self.opts.stream, "suspended", id)).await;
+        let stored = match stored {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(id, error = %e, "cannot read a suspended run; leaving the resume pending");
+                return Outcome::Abandoned;
+            }
+        };
+        let Some(stored) = stored.and_then(|s| serde_json::from_str::<Value>(&s).ok()) else {
+            let why = format!("request {id} has no suspended run (it expired, or never suspended)");
+            self.answer(conn, &reply(invalid(why)), reply_to).await;
+            return Outcome::Done;
+        };
+        let claim = key(&self.opts.stream, "resumed", id);
+        let taken: redis::RedisResult<bool> = redis::cmd("SET")
+            .arg(&claim)
+            .arg(&entry.id)
+            .arg("NX")
+            .arg("EX")
+            .arg(self.suspended_ttl_s())
+            .query_async::<Option<String>>(conn)
+            .await
+            .map(|r| r.is_some());
+        match taken {
+            Ok(true) => {}
+            Ok(false) => {
+                let by: Option<String> = conn.get(&claim).await.ok().flatten();
+                if by.as_deref() != Some(entry.id.as_str()) {
+                    tracing::warn!(
+                        id,
+                        "a second resume of one suspension; dropped (the first one answers)"
+                    );
+                    return Outcome::Done;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(id, error = %e, "cannot claim the resume; leaving it pending");
+                return Outcome::Abandoned;
+            }
+        }
+        let base: Option<RunRequest> = serde_json::from_value(stored["request"].clone()).ok();
+        let continuation = stored["continuation"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let Some(base) = base else {
+            self.answer(
+                conn,
+                &reply(invalid("the stored run is unreadable".into())),
+                reply_to,
+            )
+            .await;
+            return Outcome::Done;
+        };
+        let (harness, mut exec) = match self.prepare(&base) {
+            Ok(p) => p,
+            Err(e) => {
+                let r = RunReply {
+                    error: Some(e),
+                    report: None,
+                    ..reply(invalid(String::new()))
+                };
+                self.answer(conn, &r, reply_to).await;
+                return Outcome::Done;
+            }
+        };
+        exec.cancel = token.clone();
+        let answers = harness
+            .pending(&continuation)
+            .map_err(|e| e.message)
+            .and_then(|p| request.resume.clone().unwrap_or_default().for_calls(&p));
+        let answers = match answers {
+            Ok(a) => a,
+            Err(why) => {
+                // Not final: a resume with the right answers may follow.
+                let _: redis::RedisResult<i64> = conn.del(&claim).await;
+                let r = RunReply {
+                    error: Some(RequestError {
+                        code: "InvalidRequest".into(),
+                        message: why,
+                    }),
+                    report: None,
+                    interim: true,
+                    ..reply(invalid(String::new()))
+                };
+                let _ = write_interim(conn, &self.opts.stream, self.opts.ttl_s, &r, reply_to).await;
+                return Outcome::Done;
+            }
+        };
+        let events = key(&self.opts.stream, "events", id);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+        exec.observer = Some(harness::Observer::new(Arc::new(Events(tx.clone()))));
+        let writer = tokio::spawn(write_events(conn.clone(), events, rx, self.opts.ttl_s));
+        let run = harness.resume_with(exec, &continuation, answers);
+        tokio::pin!(run);
+        let mut abandoned = false;
+        let report = tokio::select! {
+            r = &mut run => r,
+            _ = shutdown.cancelled() => {
+                abandoned = true;
+                token.cancel();
+                run.await
+            }
+        };
+        let _ = tx.send(json!({"kind": "end", "ok": report.ok}));
+        drop(tx);
+        let _ = writer.await;
+        if abandoned {
+            return Outcome::Abandoned;
+        }
+        if report.suspension.is_some() {
+            self.put_away(conn, &base, report, deliveries, reply_to)
+                .await;
+            return Outcome::Done;
+        }
+        self.answer(conn, &reply(report), reply_to).await;
+        let _: redis::RedisResult<i64> = conn
+            .del(&[key(&self.opts.stream, "suspended", id), claim])
+            .await;
         Outcome::Done
     }
 

@@ -609,9 +609,10 @@ impl CodeMode {
 }
 
 /// A run's report as `run_script` answers it: the report, a summary
-/// line, `isError` unless it succeeded.
+/// line, `isError` unless it succeeded (or suspended: not an error).
 fn report_result(report: &harness::ExecutionReport) -> CallToolResult {
     let summary = match (&report.value, &report.error) {
+        _ if report.suspension.is_some() => "suspended: waiting on answers from outside".into(),
         (_, Some(e)) => format!("error: {}: {}", e.code.as_str(), e.message),
         (Some(v), None) => {
             let mut s = v.to_string();
@@ -636,7 +637,7 @@ fn report_result(report: &harness::ExecutionReport) -> CallToolResult {
     let value = serde_json::to_value(report).unwrap_or(Value::Null);
     let mut result = CallToolResult::structured(value);
     result.content = vec![ContentBlock::text(summary)];
-    result.is_error = Some(!report.ok);
+    result.is_error = Some(!report.ok && report.suspension.is_none());
     result
 }
 
