@@ -430,7 +430,7 @@ async fn bad_requests_are_answered_with_a_clear_error() {
     let mut c = client(&redis).await;
     let raw = [
         json!({"version": 1, "id": "shape", "script": 1, "reply_to": "test:replies"}),
-        json!({"version": 3, "id": "future", "script": "return 1", "reply_to": "test:replies"}),
+        json!({"version": 4, "id": "future", "script": "return 1", "reply_to": "test:replies"}),
         json!({"version": 1, "id": "tools", "script": "return 1", "tools": ["exec"], "reply_to": "test:replies"}),
         json!({"version": 1, "id": "ceiling", "script": "return 1", "limits": {"timeout_ms": 100000}, "reply_to": "test:replies"}),
         json!({"version": 1, "id": "big", "script": "x".repeat(1_100_000), "reply_to": "test:replies"}),
