@@ -36,10 +36,40 @@ export interface Tool<Args = any, Result = unknown> {
   description?: string;
   /** JSON Schema of the arguments; checked before `execute` runs. */
   parameters?: object;
-  /** Runs one call; `signal` aborts when the script no longer needs it. */
-  execute(args: Args, context: { signal: AbortSignal }): Result | Promise<Result>;
+  /** Runs one call; `signal` aborts when the script no longer needs it (absent for a deferred tool). */
+  execute?(args: Args, context: { signal: AbortSignal }): Result | Promise<Result>;
   /** Whether a call needs approval (a function is asked per call). */
   needsApproval?: boolean | ((args: Args) => boolean | Promise<boolean>);
+  /**
+   * The tool's results arrive from outside (a person, a webhook): a call
+   * suspends a run of a harness with `suspend` (engine `wasi`), and its
+   * answer is given to `resume`. In any other run it fails with
+   * ToolExecutionError.
+   */
+  deferred?: boolean;
+}
+
+/** What an `approvals` callback returns to put the run away instead of answering now. */
+export declare const SUSPEND: 'suspend';
+
+/** A run put away while it waits on answers from outside. */
+export interface Suspension {
+  /** The sealed continuation `resume` takes. */
+  continuation: string;
+  id: string;
+  pending: { call_id: number; tool: string; args: Json; kind: 'approval' | 'deferred' }[];
+  /** RFC 3339. */
+  expires_at: string;
+}
+
+/** The answers `resume` gives the calls a suspended run waits on. */
+export interface ResumeAnswers {
+  /** Every approval it waits on: given or refused. */
+  approve?: boolean;
+  /** Deferred calls' results, by call id. */
+  answers?: Record<number, Json>;
+  /** Deferred calls' failures (ToolExecutionError), by call id. */
+  failures?: Record<number, string>;
 }
 
 /** What an approval callback is asked. */
@@ -78,7 +108,7 @@ export interface HarnessOptions {
   /** Names of the tools scripts may see (default: all). */
   allow?: string[];
   /** Answers approval requests; without it every request is denied. */
-  approvals?: (request: ApprovalRequest) => boolean | Promise<boolean>;
+  approvals?: (request: ApprovalRequest) => boolean | 'suspend' | Promise<boolean | 'suspend'>;
   mode?: 'enabled' | 'dry-run' | 'disabled';
   /** A harness.toml configuration file. */
   config?: string;
@@ -108,6 +138,14 @@ export interface HarnessOptions {
    * default; `false` turns it off, over a file's `[workers] anticipate`.
    */
   anticipate?: boolean;
+  /**
+   * Runs may suspend (engine `wasi`): an approval answered `SUSPEND`, or
+   * a call of a deferred tool, puts the run away; `resume` goes on with
+   * `report.suspension.continuation`. `keys`: 32-byte keys as base64 or
+   * hex, the first sealing; `true`: the `config` file's `[durable]` keys,
+   * or a key file of this user's.
+   */
+  suspend?: boolean | { keys: string[]; maxSuspendedMs?: number };
 }
 
 /** The context object scripts see (camelCase keys). */
@@ -168,6 +206,8 @@ export interface Report {
   metrics: { engine: string; duration_ms: number; tool_calls: number; memory_used_bytes?: number; fuel_consumed?: number };
   script_id: string;
   warnings?: { message: string; path: string }[];
+  /** Present only when the run suspended (then `ok` is false and `error` null). */
+  suspension?: Suspension;
   [key: string]: unknown;
 }
 
@@ -179,6 +219,8 @@ export declare class Harness {
   check(code: string): Promise<ScriptError | null>;
   /** Opens a session: its runs keep what their top level declared, for the session only. */
   openSession(): Session;
+  /** Resumes a suspended run; resolves to its next report (completed, failed, or suspended again). */
+  resume(continuation: string, answers?: ResumeAnswers): Promise<Report>;
   /** TypeScript declarations of `tools`, `context` and `console` for the model. */
   typescript(): string;
   /** Runs the `<tool-calls>` blocks of a model response; resolves to conversation items. */

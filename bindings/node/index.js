@@ -61,6 +61,16 @@ function limitsToSnake(limits) {
 
 let nextRunId = 1;
 
+/** What an `approvals` callback returns to put the run away (see `suspend`). */
+const SUSPEND = 'suspend';
+
+/** `suspend: true | {keys, maxSuspendedMs?}` as the native side takes it. */
+function suspendOption(s) {
+  if (s == null || typeof s === 'boolean') return s;
+  if (typeof s !== 'object') throw new TypeError('suspend must be true or {keys: [...]}');
+  return { keys: s.keys, max_suspended_ms: s.maxSuspendedMs ?? s.max_suspended_ms };
+}
+
 class Harness {
   /**
    * @param {object} [options] engine, isolation, limits, tools, allow,
@@ -72,8 +82,9 @@ class Harness {
     const specs = [];
     this._tools = new Map();
     for (const [name, tool] of Object.entries(tools)) {
-      if (tool == null || typeof tool.execute !== 'function') {
-        throw new TypeError(`tool ${name}: execute must be a function`);
+      const deferred = tool != null && tool.deferred === true;
+      if (tool == null || (!deferred && typeof tool.execute !== 'function')) {
+        throw new TypeError(`tool ${name}: execute must be a function (or deferred: true)`);
       }
       if (tool.needsApproval != null && typeof tool.needsApproval !== 'boolean' && typeof tool.needsApproval !== 'function') {
         throw new TypeError(`tool ${name}: needsApproval must be a boolean or a function`);
@@ -85,6 +96,7 @@ class Harness {
         parameters: tool.parameters ?? { type: 'object' },
         // A function is asked first, on this side (see approve below).
         needsApproval: tool.needsApproval === true || typeof tool.needsApproval === 'function',
+        deferred,
       });
     }
     if (options.approvals != null && typeof options.approvals !== 'function') {
@@ -104,6 +116,7 @@ class Harness {
       keep_warm_ms: options.keepWarmMs,
       keep_warm_awake: options.keepWarmAwake,
       anticipate: options.anticipate,
+      suspend: suspendOption(options.suspend),
     };
     // A call is answered through `complete`, when the tool settles; only
     // strings cross (a throwing conversion here would be an unhandled
@@ -153,14 +166,34 @@ class Harness {
       } catch {
         needed = true;
       }
-      if (!needed) return true;
+      if (!needed) return 'true';
     }
-    if (!this._approvals) return false;
+    if (!this._approvals) return 'false';
     try {
-      return (await this._approvals(request)) === true;
+      const answer = await this._approvals(request);
+      if (answer === SUSPEND) return 'suspend';
+      return answer === true ? 'true' : 'false';
     } catch {
-      return false;
+      return 'false';
     }
+  }
+
+  /**
+   * Resumes a suspended run (`report.suspension.continuation`) and
+   * resolves to its next report: completed, failed or suspended again.
+   * `approve` answers every approval it waits on; `answers` and
+   * `failures` give deferred calls their result or error, by call id.
+   */
+  async resume(continuation, { approve, answers, failures } = {}) {
+    if (typeof continuation !== 'string') {
+      throw new TypeError('resume takes the continuation string of a report');
+    }
+    const given = {};
+    if (approve != null) given.approve = approve === true;
+    if (answers != null) given.answers = answers;
+    if (failures != null) given.failures = failures;
+    const json = await this._live().resume(continuation, JSON.stringify(given));
+    return JSON.parse(json);
   }
 
   _live() {
@@ -263,4 +296,4 @@ class Session {
   }
 }
 
-module.exports = { Harness, Session, ErrorCode };
+module.exports = { Harness, Session, ErrorCode, SUSPEND };

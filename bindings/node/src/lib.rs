@@ -3,7 +3,7 @@
 //! user's tools, approval callback and AbortSignals, and talks to this
 //! side in JSON strings through three thread-safe functions:
 //! `dispatch(tool, argsJson, callKey)`, `abort(callKey)` and
-//! `approve(requestJson) -> Promise<boolean>`. A dispatched call is
+//! `approve(requestJson) -> Promise<'true' | 'false' | 'suspend'>`. A dispatched call is
 //! answered by `complete(callKey, resultJson, errorMessage)`, called by
 //! the JavaScript side when the tool settles: one hop from Node's thread
 //! back to the run, where awaiting the Promise `dispatch` could return
@@ -80,7 +80,7 @@ const HANDOFF_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 type Handoff = embed::Handoff<NextCall>;
 
 type Abort = ThreadsafeFunction<u32, (), u32, Status, false, true>;
-type Approve = ThreadsafeFunction<String, Promise<bool>, String, Status, false, true>;
+type Approve = ThreadsafeFunction<String, Promise<String>, String, Status, false, true>;
 
 fn invalid(message: impl std::fmt::Display) -> Error {
     Error::new(Status::InvalidArg, message.to_string())
@@ -116,9 +116,10 @@ impl ApprovalBridge for AskJs {
             Ok(p) => p.await,
             Err(e) => Err(e),
         };
-        match answer {
-            Ok(true) => ApprovalDecision::Approved,
-            Ok(false) => ApprovalDecision::Denied {
+        match answer.as_deref() {
+            Ok("true") => ApprovalDecision::Approved,
+            Ok("suspend") => ApprovalDecision::Suspend,
+            Ok(_) => ApprovalDecision::Denied {
                 reason: Some("denied by the approvals callback".into()),
             },
             Err(e) => ApprovalDecision::Denied {
@@ -141,14 +142,16 @@ fn build(
     let mut registry = ToolRegistry::new();
     if let Some(Value::Array(tools)) = options.get("tools") {
         for spec in tools {
-            registry
-                .register(js_tool(
+            match embed::deferred_from_spec(spec).map_err(invalid)? {
+                Some(deferred) => registry.register(deferred),
+                None => registry.register(js_tool(
                     spec,
                     dispatch.clone(),
                     abort.clone(),
                     (waiting.clone(), handoff.clone()),
-                )?)
-                .map_err(invalid)?;
+                )?),
+            }
+            .map_err(invalid)?;
         }
     }
     builder
@@ -320,6 +323,17 @@ impl NativeHarness {
             .and_then(|r| r.get(&run_id).cloned())
             .map(|t| t.cancel())
             .is_some()
+    }
+
+    /// Resumes a suspended run: `continuation` is its report's
+    /// `suspension.continuation`, `answers` JSON `{approve?, answers?,
+    /// failures?}`; resolves to the next report as JSON.
+    #[napi]
+    pub async fn resume(&self, continuation: String, answers: String) -> Result<String> {
+        let h = self.harness()?;
+        let answers: Value = serde_json::from_str(&answers).map_err(invalid)?;
+        let report = embed::resume(&h, &continuation, &answers).await;
+        serde_json::to_string(&report).map_err(invalid)
     }
 
     /// Opens a session and returns its id.

@@ -265,3 +265,39 @@ test('a session keeps its declarations for its own runs only', async () => {
   b.close();
   h.close();
 });
+
+test('a run suspends on an approval and a deferred tool, and resumes in another harness', async () => {
+  const { SUSPEND } = require('..');
+  const sent = [];
+  const make = () => new Harness({
+    engine: 'wasi',
+    tools: {
+      send: { needsApproval: true, execute: ({ to }) => { sent.push(to); return { sent: to }; } },
+      ask: { deferred: true, description: 'asks a person' },
+    },
+    approvals: () => SUSPEND,
+    suspend: { keys: ['5a'.repeat(32)] },
+  });
+  const a = make();
+  const b = make();
+  try {
+    const r = await a.run("const who = await tools.ask({q: 'to?'}); return await tools.send({to: who})");
+    assert.equal(r.ok, false);
+    assert.equal(r.error, null);
+    assert.equal(r.suspension.pending[0].kind, 'deferred');
+    const r2 = await b.resume(r.suspension.continuation, { answers: { 1: 'ada' } });
+    assert.equal(r2.suspension.pending[0].tool, 'send');
+    assert.deepEqual(sent, []);
+    const done = await a.resume(r2.suspension.continuation, { approve: true });
+    assert.deepEqual(done.value, { sent: 'ada' });
+    assert.deepEqual(sent, ['ada']);
+    const twice = await a.resume(r2.suspension.continuation, { approve: true });
+    assert.equal(twice.error.code, ErrorCode.ContinuationInvalidError);
+    const quick = new Harness({ suspend: { keys: ['5a'.repeat(32)] } });
+    assert.equal((await quick.run('return 1')).error.code, ErrorCode.UnsupportedError);
+    quick.close();
+  } finally {
+    a.close();
+    b.close();
+  }
+});

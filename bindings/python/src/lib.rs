@@ -277,6 +277,7 @@ impl ApprovalBridge for AskPython {
         let text = serde_json::to_string(req).unwrap_or_default();
         match ask_python(self.0.clone(), "approve", None, text, None).await {
             Ok(answer) if answer == "true" => ApprovalDecision::Approved,
+            Ok(answer) if answer == "suspend" => ApprovalDecision::Suspend,
             Ok(_) => ApprovalDecision::Denied {
                 reason: Some("denied by the approvals callback".into()),
             },
@@ -358,9 +359,11 @@ impl NativeHarness {
         let mut registry = ToolRegistry::new();
         if let Some(Value::Array(tools)) = options.get("tools") {
             for spec in tools {
-                registry
-                    .register(py_tool(spec, bridge.clone())?)
-                    .map_err(invalid)?;
+                match embed::deferred_from_spec(spec).map_err(invalid)? {
+                    Some(deferred) => registry.register(deferred),
+                    None => registry.register(py_tool(spec, bridge.clone())?),
+                }
+                .map_err(invalid)?;
             }
         }
         let harness = {
@@ -448,6 +451,17 @@ impl NativeHarness {
             .and_then(|r| r.get(&run_id).cloned())
             .map(|t| t.cancel())
             .is_some()
+    }
+
+    /// Resumes a suspended run: `continuation` is its report's
+    /// `suspension.continuation`, `answers` JSON `{approve?, answers?,
+    /// failures?}`; returns the next report as JSON, the interpreter
+    /// released meanwhile.
+    fn resume(&self, py: Python<'_>, continuation: &str, answers: &str) -> PyResult<String> {
+        let h = self.harness()?;
+        let answers: Value = serde_json::from_str(answers).map_err(invalid)?;
+        let report = py.detach(|| runtime().block_on(embed::resume(&h, continuation, &answers)));
+        Ok(report_json(&report))
     }
 
     /// Opens a session and returns its id.

@@ -531,3 +531,50 @@ def test_a_session_from_asyncio_keeps_state_too() -> None:
             return [first, second]
 
     assert asyncio.run(main()) == [41, 42]
+
+
+def test_a_run_suspends_on_an_approval_and_a_deferred_tool_and_resumes() -> None:
+    if "wasi" not in h.engines():
+        pytest.skip("the wasi engine is not compiled in")
+    sent: List[Any] = []
+
+    @tool(needs_approval=True)
+    def send(to: str) -> Dict[str, Any]:
+        """Sends."""
+        sent.append(to)
+        return {"sent": to}
+
+    key = "7f" * 32
+    def make() -> Harness:
+        return Harness(
+            engine="wasi",
+            tools=[send, h.DeferredTool("ask", "asks a person")],
+            approvals=lambda req: h.SUSPEND,
+            suspend={"keys": [key]},
+        )
+
+    a = make()
+    r = a.run("const who = await tools.ask({q: 'to?'}); return await tools.send({to: who})")
+    assert not r.ok and r.error is None and r.suspension is not None, r
+    assert r.suspension["pending"][0]["kind"] == "deferred"
+    # Another harness with the key (another process, another machine).
+    b = make()
+    r2 = b.resume(r.suspension["continuation"], answers={1: "ada"})
+    assert r2.suspension is not None and r2.suspension["pending"][0]["tool"] == "send"
+    assert sent == []
+    done = a.resume(r2.suspension["continuation"], approve=True)
+    assert done.ok and done.value == {"sent": "ada"}, done.error
+    assert sent == ["ada"]
+    twice = a.resume(r2.suspension["continuation"], approve=True)
+    assert twice.error is not None and twice.error.code == ErrorCode.ContinuationInvalidError
+    # A changed continuation, and answers that do not fit.
+    r = a.run("return await tools.send({to: 'x'})")
+    assert r.suspension is not None
+    c = r.suspension["continuation"]
+    bad = c[:40] + ("A" if c[40] != "A" else "B") + c[41:]
+    for refused in (a.resume(bad, approve=True), a.resume(c, answers={1: 2})):
+        assert refused.error is not None and refused.error.code == ErrorCode.ContinuationInvalidError
+    assert a.resume(c, approve=False).value is None
+    # Other engines refuse such a harness's runs.
+    q = Harness(suspend={"keys": [key]}).run("return 1")
+    assert q.error is not None and q.error.code == ErrorCode.UnsupportedError

@@ -214,24 +214,14 @@ fn read_requests(file: &str) -> Result<Vec<RunRequest>, ExitCode> {
 fn resume_request(id: &str, args: &SubmitArgs) -> Result<RunRequest, ExitCode> {
     let mut answers = ResumeAnswers::default();
     answers.approve = args.approve.map(|a| a == Approve::Yes);
-    let split = |flag: &str, s: &str| -> Result<(u64, String), ExitCode> {
-        let (id, rest) = s
-            .split_once('=')
-            .ok_or_else(|| usage_error(format!("{flag} takes CALL_ID=VALUE, not {s:?}")))?;
-        let id = id
-            .trim()
-            .parse()
-            .map_err(|_| usage_error(format!("{flag}: {id:?} is not a call id")))?;
-        Ok((id, rest.to_owned()))
-    };
     for a in &args.answers {
-        let (call, json) = split("--answer", a)?;
+        let (call, json) = crate::call_value("--answer", a).map_err(usage_error)?;
         let v = serde_json::from_str(&json)
             .map_err(|e| usage_error(format!("--answer {call}: the result is not JSON: {e}")))?;
         answers.answers.insert(call, v);
     }
     for f in &args.failures {
-        let (call, message) = split("--fail", f)?;
+        let (call, message) = crate::call_value("--fail", f).map_err(usage_error)?;
         answers.failures.insert(call, message);
     }
     Ok(RunRequest::resume(id, answers))

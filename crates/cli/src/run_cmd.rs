@@ -67,57 +67,33 @@ fn answers(
     pending: &[harness::PendingCall],
     args: &ResumeArgs,
 ) -> Result<BTreeMap<u64, harness::durable::Answer>, String> {
-    use harness::durable::Answer;
-    let mut given: BTreeMap<u64, Answer> = BTreeMap::new();
-    let split = |flag: &str, s: &str| -> Result<(u64, String), String> {
-        let (id, rest) = s
-            .split_once('=')
-            .ok_or_else(|| format!("{flag} takes CALL_ID=VALUE, not {s:?}"))?;
-        let id = id
-            .trim()
-            .parse()
-            .map_err(|_| format!("{flag}: {id:?} is not a call id"))?;
-        Ok((id, rest.to_owned()))
-    };
+    let mut given = harness::durable::Answers::default();
+    given.approve = args.engine.approve.map(|a| a == Approve::Yes);
     for a in &args.answers {
-        let (id, json) = split("--answer", a)?;
+        let (id, json) = call_value("--answer", a)?;
         let value = serde_json::from_str(&json)
             .map_err(|e| format!("--answer {id}: the result is not JSON: {e}"))?;
-        given.insert(id, Answer::Result { value });
+        given.answers.insert(id, value);
     }
     for f in &args.failures {
-        let (id, message) = split("--fail", f)?;
-        given.insert(id, Answer::Error { message });
+        let (id, message) = call_value("--fail", f)?;
+        given.failures.insert(id, message);
     }
-    let mut out = BTreeMap::new();
-    for call in pending {
-        let id = call.call_id;
-        let answer = match call.kind {
-            harness::PendingKind::Approval => match args.engine.approve {
-                Some(Approve::Yes) => Answer::Approve,
-                Some(Approve::No) => Answer::Deny {
-                    reason: Some("denied by --approve no".to_owned()),
-                },
-                None => {
-                    return Err(format!(
-                        "call {id} ({} {}) waits on an approval: pass --approve yes or --approve no",
-                        call.tool, call.args
-                    ))
-                }
-            },
-            _ => given.remove(&id).ok_or_else(|| {
-                format!(
-                    "call {id} ({} {}) waits on a deferred result: pass --answer {id}=JSON or --fail {id}=MESSAGE",
-                    call.tool, call.args
-                )
-            })?,
-        };
-        out.insert(id, answer);
-    }
-    if let Some(id) = given.keys().next() {
-        return Err(format!("call {id} is not waiting on an answer"));
-    }
-    Ok(out)
+    given.for_calls(pending).map_err(|e| {
+        format!("{e}: pass --approve yes|no for approvals, --answer CALL_ID=JSON or --fail CALL_ID=MESSAGE for deferred calls")
+    })
+}
+
+/// `CALL_ID=VALUE` of flag `flag`.
+pub(super) fn call_value(flag: &str, s: &str) -> Result<(u64, String), String> {
+    let (id, rest) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{flag} takes CALL_ID=VALUE, not {s:?}"))?;
+    let id = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("{flag}: {id:?} is not a call id"))?;
+    Ok((id, rest.to_owned()))
 }
 
 /// Prints the report and picks the exit status; a suspended run's

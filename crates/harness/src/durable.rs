@@ -131,7 +131,9 @@ fn key_id(key: &[u8; 32]) -> String {
     format!("k{hex}")
 }
 
-fn parse_key(text: &str, what: &str) -> Result<[u8; 32], DurableError> {
+/// A key as text: 32 bytes in base64 or 64 hex digits (`what` names it
+/// in the error).
+pub(crate) fn parse_key(text: &str, what: &str) -> Result<[u8; 32], DurableError> {
     use base64::Engine as _;
     let t = text.trim();
     let bytes = if t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -481,6 +483,73 @@ struct KeySealer(Arc<ContinuationKeys>);
 impl harness_core::durable::Sealer for KeySealer {
     fn seal(&self, id: &str, plain: &[u8]) -> Result<Vec<u8>, String> {
         self.0.seal(id, plain)
+    }
+}
+
+/// Answers given the way people and programs give them: one verdict
+/// for every approval, and results or failures of deferred calls by id
+/// (the CLI's `--approve`, `--answer`, `--fail`; the fleet's `resume`;
+/// the bindings' `resume`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Answers {
+    /// Every approval it waits on: given (`true`) or refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approve: Option<bool>,
+    /// Deferred calls' results, by call id.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub answers: std::collections::BTreeMap<u64, serde_json::Value>,
+    /// Deferred calls' failures (the script sees ToolExecutionError), by call id.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub failures: std::collections::BTreeMap<u64, String>,
+}
+
+impl Answers {
+    /// An [`Answer`] for each of `pending`, or which one has none; a
+    /// result or failure for a call that is not pending is refused too.
+    pub fn for_calls(
+        &self,
+        pending: &[crate::PendingCall],
+    ) -> Result<std::collections::BTreeMap<u64, Answer>, String> {
+        let mut out = std::collections::BTreeMap::new();
+        for call in pending {
+            let id = call.call_id;
+            let answer = match call.kind {
+                crate::PendingKind::Approval => match self.approve {
+                    Some(true) => Answer::Approve,
+                    Some(false) => Answer::Deny {
+                        reason: Some("denied at resume".to_owned()),
+                    },
+                    None => {
+                        return Err(format!(
+                            "call {id} ({} {}) waits on an approval, and no verdict was given",
+                            call.tool, call.args
+                        ))
+                    }
+                },
+                _ => match (self.answers.get(&id), self.failures.get(&id)) {
+                    (Some(v), _) => Answer::Result { value: v.clone() },
+                    (None, Some(m)) => Answer::Error { message: m.clone() },
+                    (None, None) => {
+                        return Err(format!(
+                            "call {id} ({} {}) waits on a deferred result, and none was given",
+                            call.tool, call.args
+                        ))
+                    }
+                },
+            };
+            out.insert(id, answer);
+        }
+        let extra = self
+            .answers
+            .keys()
+            .chain(self.failures.keys())
+            .find(|id| !out.contains_key(id));
+        if let Some(id) = extra {
+            return Err(format!("call {id} is not waiting on an answer"));
+        }
+        Ok(out)
     }
 }
 

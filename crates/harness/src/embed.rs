@@ -124,7 +124,121 @@ pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsEr
     if let Some(on) = boolean(options, "anticipate", "anticipate")? {
         builder = builder.anticipate(on);
     }
+    if let Some(runs) = durable_runs(options)? {
+        builder = builder.suspend(runs);
+    }
     Ok(builder)
+}
+
+/// `suspend`: `true` (the keys of `config`'s `[durable]`, or the user's
+/// key file in the state directory) or `{keys: [KEY, …],
+/// max_suspended_ms?}` (32-byte keys as base64 or hex; the first seals).
+fn durable_runs(options: &Value) -> Result<Option<crate::durable::DurableRuns>, OptionsError> {
+    use crate::durable::{ContinuationKeys, DurableRuns, DurableSettings};
+    let cfg = || -> Result<DurableSettings, OptionsError> {
+        match options.get("config").and_then(Value::as_str) {
+            Some(path) => Ok(Config::load(path).map_err(bad)?.settings().durable.clone()),
+            None => Ok(DurableSettings::default()),
+        }
+    };
+    match options.get("suspend") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
+        Some(Value::Bool(true)) => {
+            let settings = cfg()?;
+            let mut runs = DurableRuns::new(settings.keys().map_err(bad)?)
+                .with_max_suspended_ms(settings.max_suspended_ms);
+            if let Some(dir) = settings.state_dir() {
+                let ledger = crate::durable::DirLedger::new(dir.join("used"));
+                runs = runs.with_ledger(std::sync::Arc::new(ledger));
+            }
+            Ok(Some(runs))
+        }
+        Some(Value::Object(m)) => {
+            let keys = match m.get("keys") {
+                Some(Value::Array(k)) if !k.is_empty() => k,
+                _ => {
+                    return Err(bad(
+                        "`suspend.keys` must be a list of keys (32 bytes, base64 or hex)",
+                    ))
+                }
+            };
+            let mut parsed = Vec::with_capacity(keys.len());
+            for (i, k) in keys.iter().enumerate() {
+                let text = k
+                    .as_str()
+                    .ok_or_else(|| bad("`suspend.keys` must be strings"))?;
+                parsed.push(
+                    crate::durable::parse_key(text, &format!("suspend.keys[{i}]")).map_err(bad)?,
+                );
+            }
+            let mut all = ContinuationKeys::new(parsed[0]);
+            for k in &parsed[1..] {
+                all = all.also_opening(*k);
+            }
+            let mut runs = DurableRuns::new(all);
+            if let Some(ms) = m.get("max_suspended_ms").filter(|v| !v.is_null()) {
+                let ms = ms
+                    .as_u64()
+                    .ok_or_else(|| bad("`suspend.max_suspended_ms` must be a whole number"))?;
+                runs = runs.with_max_suspended_ms(ms);
+            }
+            Ok(Some(runs))
+        }
+        Some(_) => Err(bad("`suspend` must be true or {keys: [...]}")),
+    }
+}
+
+/// A deferred tool ([`crate::DeferredTool`]) from a tool spec with
+/// `deferred: true`: its results arrive at `resume`; `None` for any other
+/// spec.
+pub fn deferred_from_spec(spec: &Value) -> Result<Option<crate::DeferredTool>, OptionsError> {
+    if spec.get("deferred").and_then(Value::as_bool) != Some(true) {
+        return Ok(None);
+    }
+    let name = spec
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("a tool needs a name"))?;
+    let description = spec
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let schema = spec
+        .get("parameters")
+        .filter(|s| !s.is_null())
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}));
+    Ok(Some(crate::DeferredTool::new(name, description, schema)))
+}
+
+/// Resumes a suspended run: `continuation` is its report's
+/// `suspension.continuation`, `answers` a [`crate::durable::Answers`] as
+/// JSON (`{approve?, answers?: {ID: value}, failures?: {ID: message}}`).
+/// Answers that do not fit are a report with ContinuationInvalidError.
+pub async fn resume(h: &Harness, continuation: &str, answers: &Value) -> crate::ExecutionReport {
+    let invalid = |why: String| {
+        crate::ExecutionReport::failed(
+            &h.engine().name,
+            crate::ScriptError::new(
+                crate::ErrorCode::ContinuationInvalidError,
+                crate::Phase::Parsing,
+                why,
+            )
+            .with_name("ContinuationInvalidError"),
+        )
+    };
+    let given: crate::durable::Answers = match serde_json::from_value(answers.clone()) {
+        Ok(a) => a,
+        Err(e) => return invalid(format!("the answers: {e}")),
+    };
+    let pending = match h.pending(continuation) {
+        Ok(p) => p,
+        Err(e) => return crate::ExecutionReport::failed(&h.engine().name, e),
+    };
+    match given.for_calls(&pending) {
+        Ok(a) => h.resume(continuation, a).await,
+        Err(why) => invalid(why),
+    }
 }
 
 /// A boolean under `name` (or its camelCase `camel`); `None` when absent

@@ -7,7 +7,7 @@ print(h.Harness().run("return 1 + 1").value)  # 2
 ```
 """
 
-from ._harness import ApprovalRequest, Harness, Session
+from ._harness import SUSPEND, ApprovalRequest, Harness, Session
 from ._report import (
     ApprovalRecord,
     ConsoleEntry,
@@ -28,7 +28,7 @@ from ._sandbox import (
     SandboxLoggerProtocol,
     SandboxResult,
 )
-from ._tools import Tool, ToolContext, schema_for, tool
+from ._tools import DeferredTool, Tool, ToolContext, schema_for, tool
 from ._native import __version__, engines
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "BaseSandbox",
     "ConsoleEntry",
     "DEFAULT_WASM_BINARY",
+    "DeferredTool",
     "ErrorCode",
     "ExecutionPolicy",
     "Harness",
@@ -48,6 +49,7 @@ __all__ = [
     "SandboxLogger",
     "SandboxLoggerProtocol",
     "SandboxResult",
+    "SUSPEND",
     "Session",
     "ScriptError",
     "Tool",

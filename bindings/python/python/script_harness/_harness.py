@@ -30,7 +30,19 @@ from ._tools import Tool, ToolContext
 
 GUEST = Path(__file__).resolve().parent / "bin" / "quickjs.wasm"
 
-Approvals = Callable[["ApprovalRequest"], Union[bool, Awaitable[bool]]]
+Approvals = Callable[["ApprovalRequest"], Union[bool, str, Awaitable[Union[bool, str]]]]
+
+#: What an `approvals` callable returns to put the run away instead of
+#: answering now (a harness made with `suspend=...`, engine "wasi"): the
+#: report's `suspension` then holds the continuation `Harness.resume`
+#: takes.
+SUSPEND = "suspend"
+
+
+def _verdict(answer: Any) -> str:
+    if isinstance(answer, str) and answer == SUSPEND:
+        return SUSPEND
+    return "true" if answer else "false"
 
 
 @dataclass(frozen=True)
@@ -217,20 +229,20 @@ class _Bridge:
             needed = rule(req.args)
             if inspect.isawaitable(needed):
 
-                async def both(first: Awaitable[bool] = needed) -> bool:
+                async def both(first: Awaitable[bool] = needed) -> Any:
                     if not await first:
                         return True
                     answer = ask()
                     if inspect.isawaitable(answer):
                         answer = await answer
-                    return bool(answer)
+                    return answer
 
-                self._settle(call, both, lambda ok: "true" if ok else "false")
+                self._settle(call, both, _verdict)
                 return
             if not needed:
                 call.resolve("true")
                 return
-        self._settle(call, ask, lambda ok: "true" if ok else "false")
+        self._settle(call, ask, _verdict)
 
 
 _RUN_IDS = itertools.count(1)
@@ -265,7 +277,14 @@ class Harness:
     - `anticipate`: for runs at a steady pace (after 8 runs that each
       followed about the same pause) the engine wakes shortly before the
       next is due and waits for it awake; on by default, False turns it
-      off (over the file's `[workers] anticipate`).
+      off (over the file's `[workers] anticipate`);
+    - `suspend`: runs may suspend (engine "wasi"): an approval the
+      `approvals` callable answers `SUSPEND`, or a call of a
+      `DeferredTool`, puts the run away, and `resume` goes on with the
+      report's `suspension["continuation"]`. `{"keys": [key, ...]}` seals
+      with the first key (32 bytes, base64 or hex; the others only open),
+      optionally with `"max_suspended_ms"`; True uses the `config` file's
+      `[durable]` keys, or a key file of this user's.
     """
 
     def __init__(
@@ -282,6 +301,7 @@ class Harness:
         keep_warm_ms: Optional[int] = None,
         keep_warm_awake: Optional[bool] = None,
         anticipate: Optional[bool] = None,
+        suspend: Union[bool, Mapping[str, Any], None] = None,
     ) -> None:
         table: Dict[str, Tool] = {}
         for t in tools:
@@ -304,6 +324,7 @@ class Harness:
             "keep_warm_ms": keep_warm_ms,
             "keep_warm_awake": keep_warm_awake,
             "anticipate": anticipate,
+            "suspend": (dict(suspend) if isinstance(suspend, Mapping) else suspend),
         }
         options = {k: v for k, v in options.items() if v is not None}
         self._loops = _Loops()
@@ -330,6 +351,36 @@ class Harness:
              "language": language,
              "session": session}
         )
+
+    def resume(
+        self,
+        continuation: str,
+        *,
+        approve: Optional[bool] = None,
+        answers: Optional[Mapping[int, Any]] = None,
+        failures: Optional[Mapping[int, str]] = None,
+    ) -> Report:
+        """Resumes a suspended run (its report's
+        `suspension["continuation"]`) and returns its next report:
+        completed, failed, or suspended again. `approve` answers every
+        approval it waits on; `answers` and `failures` give deferred calls
+        their result or error, by call id. A continuation that was changed,
+        sealed with a key this harness lacks, expired or resumed before,
+        or answers that do not fit, give `ContinuationInvalidError`."""
+        native = self._live()
+        given: Dict[str, Any] = {}
+        if approve is not None:
+            given["approve"] = bool(approve)
+        if answers:
+            given["answers"] = {str(int(k)): v for k, v in answers.items()}
+        if failures:
+            given["failures"] = {str(int(k)): str(v) for k, v in failures.items()}
+        self._loops.block()
+        try:
+            text = native.resume(continuation, json.dumps(given))
+        finally:
+            self._loops.unblock()
+        return Report.from_json(text)
 
     def open_session(self) -> "Session":
         """Opens a session: its runs keep what their top level declared

@@ -177,6 +177,10 @@ class Report:
     warnings: Tuple[Mapping[str, Any], ...] = ()
     detached_tasks: Tuple[Mapping[str, Any], ...] = ()
     retried: bool = False
+    #: Present only when the run suspended: `continuation` (for
+    #: `Harness.resume`), `id`, `pending` (the calls it waits on) and
+    #: `expires_at`.
+    suspension: Optional[Mapping[str, Any]] = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -236,6 +240,7 @@ class Report:
             warnings=tuple(d.get("warnings") or ()),
             detached_tasks=tuple(d.get("detached_tasks") or ()),
             retried=bool(d.get("retried", False)),
+            suspension=d.get("suspension"),
             raw=dict(d),
         )
 

@@ -103,15 +103,21 @@ class Tool:
             return self.fn(args, ctx)
         return self.fn(args)
 
+    #: Results arrive from outside, at `Harness.resume` (see `DeferredTool`).
+    deferred = False
+
     def spec(self) -> Dict[str, Any]:
         """What the native side needs to know (no function)."""
         # The tool spec every binding sends (harness::embed::tool_from_spec).
-        return {
+        spec: Dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "parameters": self.schema,
             "needsApproval": self.needs_approval is not None and self.needs_approval is not False,
         }
+        if self.deferred:
+            spec["deferred"] = True
+        return spec
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The underlying function, for calling it from Python directly."""
@@ -119,6 +125,22 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool(name={self.name!r})"
+
+
+class DeferredTool(Tool):
+    """A tool whose results arrive from outside (a person, a webhook,
+    another agent): a call suspends a run of a harness made with
+    `suspend=...` (engine "wasi"), and its answer is given to
+    `Harness.resume(..., answers={call_id: result})`. In any other run the
+    call fails with ToolExecutionError."""
+
+    deferred = True
+
+    def __init__(self, name: str, description: str = "", schema: Optional[Mapping[str, Any]] = None) -> None:
+        def never(_args: Any) -> Any:
+            raise RuntimeError(f"{name} is deferred: its result arrives at resume")
+
+        super().__init__(name, description, schema, never)
 
 
 # --- schemas from type hints -------------------------------------------------

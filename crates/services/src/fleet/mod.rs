@@ -137,56 +137,10 @@ pub struct RunRequest {
     pub resume: Option<ResumeAnswers>,
 }
 
-/// The answers a resume gives the calls a suspended run waits on.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct ResumeAnswers {
-    /// Every approval it waits on: given (`true`) or refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approve: Option<bool>,
-    /// Deferred calls' results, by call id.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub answers: std::collections::BTreeMap<u64, Value>,
-    /// Deferred calls' failures (ToolExecutionError), by call id.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub failures: std::collections::BTreeMap<u64, String>,
-}
-
-impl ResumeAnswers {
-    /// An answer for each of `pending`, or which one is missing.
-    pub fn for_calls(
-        &self,
-        pending: &[harness::PendingCall],
-    ) -> Result<std::collections::BTreeMap<u64, harness::durable::Answer>, String> {
-        use harness::durable::Answer;
-        let mut out = std::collections::BTreeMap::new();
-        for call in pending {
-            let id = call.call_id;
-            let answer = match call.kind {
-                harness::PendingKind::Approval => match self.approve {
-                    Some(true) => Answer::Approve,
-                    Some(false) => Answer::Deny {
-                        reason: Some("denied at resume".to_owned()),
-                    },
-                    None => return Err(format!("call {id} ({}) waits on an approval: `approve` is missing", call.tool)),
-                },
-                _ => match (self.answers.get(&id), self.failures.get(&id)) {
-                    (Some(v), _) => Answer::Result { value: v.clone() },
-                    (None, Some(m)) => Answer::Error { message: m.clone() },
-                    (None, None) => {
-                        return Err(format!(
-                            "call {id} ({}) waits on a deferred result: `answers` or `failures` has none for it",
-                            call.tool
-                        ))
-                    }
-                },
-            };
-            out.insert(id, answer);
-        }
-        Ok(out)
-    }
-}
+/// The answers a resume gives the calls a suspended run waits on:
+/// `approve` (every approval), `answers` and `failures` (deferred calls,
+/// by id).
+pub type ResumeAnswers = harness::durable::Answers;
 
 impl RunRequest {
     /// A request with the required fields.
