@@ -246,3 +246,11 @@ fn the_official_conformance_suite_passes_every_scenario_that_applies() {
         );
     }
 }
+
+/// On the wasi engine a run that waits on the client's approval is put
+/// away while the client answers (a durable run), and the client sees
+/// the same as on any engine.
+#[test]
+fn a_python_client_on_the_wasi_engine_whose_approvals_suspend() {
+    client_run(&[], "--engine wasi");
+}

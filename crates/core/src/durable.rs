@@ -360,6 +360,7 @@ mod tests {
                 tool: "exec".into(),
                 args: serde_json::json!({}),
                 kind,
+                line: None,
             },
             request_id: String::new(),
             line: None,

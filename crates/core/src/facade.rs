@@ -425,6 +425,7 @@ impl ToolFacade {
             tool: name.to_owned(),
             args,
             kind: PendingKind::Deferred,
+            line: site.line,
         };
         let waiting = Waiting {
             call,
@@ -496,6 +497,7 @@ impl ToolFacade {
                         tool: name.to_owned(),
                         args: req.args,
                         kind: PendingKind::Approval,
+                        line: site.line,
                     },
                     request_id: req.request_id,
                     line: site.line,

@@ -95,6 +95,9 @@ pub struct PendingCall {
     pub args: Value,
     /// What it waits on.
     pub kind: PendingKind,
+    /// The line of the call in the script, where the engine can tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
 }
 
 /// What a pending call of a suspended run waits on.

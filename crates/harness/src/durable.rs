@@ -470,8 +470,9 @@ impl DurableRuns {
         self
     }
 
-    /// What core runs with: its keys seal.
-    pub(crate) fn core(&self) -> harness_core::durable::Durable {
+    /// What a request carries to be allowed to suspend
+    /// (`ExecutionRequest::durable`): these keys seal.
+    pub fn core(&self) -> harness_core::durable::Durable {
         harness_core::durable::Durable::new(Arc::new(KeySealer(self.keys.clone())))
             .with_max_suspended_ms(self.max_suspended_ms)
     }

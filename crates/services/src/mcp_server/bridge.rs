@@ -20,8 +20,10 @@ impl harness::ApprovalBridge for AskClient {
             "Allow the script to call `{}` with arguments {}?",
             req.tool, req.args
         );
-        if let (Some(l), Some(c)) = (req.line, req.column) {
-            message.push_str(&format!(" (line {l}, column {c})"));
+        match (req.line, req.column) {
+            (Some(l), Some(c)) => message.push_str(&format!(" (line {l}, column {c})")),
+            (Some(l), None) => message.push_str(&format!(" (line {l})")),
+            _ => {}
         }
         if let Some(snippet) = &req.snippet {
             message.push_str("\n\n");

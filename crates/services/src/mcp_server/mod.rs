@@ -95,6 +95,10 @@ pub struct CodeMode {
     /// The harness sessions this client connection opened: the only ids
     /// its runs may name.
     sessions: Arc<ClientSessions>,
+    /// On the wasi engine, a run waiting on the client's approval is put
+    /// away meanwhile, sealed with a key of this process's own (its
+    /// continuations never leave it).
+    durable: Option<Arc<harness::durable::DurableRuns>>,
 }
 
 /// The harness sessions one client connection opened; closed when the
@@ -351,6 +355,9 @@ impl CodeMode {
             log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
             subscriptions: Default::default(),
             sessions: Arc::default(),
+            durable: harness::durable::ContinuationKeys::generate()
+                .ok()
+                .map(|k| Arc::new(harness::durable::DurableRuns::new(k))),
         }
     }
 
@@ -488,7 +495,18 @@ impl CodeMode {
             .peer
             .peer_info()
             .is_some_and(|i| i.capabilities.elicitation.is_some());
-        if self.ask_client && can_elicit {
+        // On the wasi engine the run is put away while the client
+        // answers, and holds no engine thread meanwhile.
+        let suspends = self.ask_client
+            && can_elicit
+            && session.is_none()
+            && harness.engine().name == "wasi"
+            && !harness.suspends();
+        let durable = self.durable.as_ref().filter(|_| suspends);
+        if let Some(d) = durable {
+            request.tools.approvals = Arc::new(SuspendForClient);
+            request.durable = Some(Arc::new(d.core()));
+        } else if self.ask_client && can_elicit {
             request.tools.approvals = Arc::new(AskClient(ctx.peer.clone()));
         }
         // Progress (when the client gave a progress token) and console
@@ -500,10 +518,27 @@ impl CodeMode {
             self.log_level.clone(),
         );
         request.observer = Some(harness::Observer::new(forward.clone()));
-        let report = match &session {
+        let again = request.clone();
+        let mut report = match &session {
             Some(s) => s.execute(request).await,
             None => harness.execute(request).await,
         };
+        if let Some(d) = durable {
+            let ask = AskClient(ctx.peer.clone());
+            while let Some(s) = report.suspension.take() {
+                report = match answered(&ask, d, &s, &report.script_id).await {
+                    Ok(resume) => {
+                        let mut next = again.clone();
+                        next.resume = Some(Arc::new(resume));
+                        harness.execute(next).await
+                    }
+                    Err(why) => harness::ExecutionReport::failed(
+                        &harness.engine().name,
+                        harness::ScriptError::internal(why),
+                    ),
+                };
+            }
+        }
         forward.finish();
         let _ = task.await;
         Ok(report_result(&report))
@@ -606,6 +641,54 @@ impl CodeMode {
         result.structured_content = Some(json!({ "declarations": d }));
         Ok(result)
     }
+}
+
+/// Answers every approval a run waits on at once: the run is put away
+/// while the client is asked.
+struct SuspendForClient;
+
+#[async_trait::async_trait]
+impl harness::ApprovalBridge for SuspendForClient {
+    async fn request(&self, _: &harness::ApprovalRequest) -> harness::ApprovalDecision {
+        harness::ApprovalDecision::Suspend
+    }
+}
+
+/// Asks the client about each call a suspended run waits on, and opens
+/// its continuation with those answers.
+async fn answered(
+    ask: &AskClient,
+    durable: &harness::durable::DurableRuns,
+    s: &harness::Suspension,
+    script_id: &str,
+) -> Result<harness::core::durable::Resume, String> {
+    use harness::durable::Answer;
+    use harness::ApprovalBridge;
+    let mut answers = std::collections::BTreeMap::new();
+    for call in &s.pending {
+        let answer = match call.kind {
+            harness::PendingKind::Approval => {
+                let mut req = harness::ApprovalRequest::new(&call.tool, call.args.clone());
+                req.call_id = call.call_id;
+                req.script_id = script_id.to_owned();
+                req.line = call.line;
+                match ask.request(&req).await {
+                    harness::ApprovalDecision::Approved => Answer::Approve,
+                    harness::ApprovalDecision::Denied { reason } => Answer::Deny { reason },
+                    _ => Answer::Deny {
+                        reason: Some("denied by the MCP client".into()),
+                    },
+                }
+            }
+            _ => Answer::Error {
+                message: "a deferred call has nobody to answer it over MCP".into(),
+            },
+        };
+        answers.insert(call.call_id, answer);
+    }
+    let sealed = harness::durable::continuation_bytes(s.continuation.as_bytes());
+    let (_, plain) = durable.keys.open(&sealed)?;
+    harness::core::durable::Resume::new(&plain, answers)
 }
 
 /// A run's report as `run_script` answers it: the report, a summary
