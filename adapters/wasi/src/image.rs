@@ -11,16 +11,16 @@ const PAGE: usize = 4096;
 
 const MAGIC: &[u8; 4] = b"HWI1";
 
-/// What [`decode`] reads back.
+/// What [`decode`] reads back (its pages borrowed from the bytes).
 #[derive(Debug)]
-pub(crate) struct Image {
+pub(crate) struct Image<'a> {
     /// SHA-256 of the guest file that made it, hex.
     pub guest: String,
     /// The linear memory's size.
     pub memory_bytes: usize,
     pub fuel_used: u64,
     /// Page index and the page XOR the boot image's.
-    pages: Vec<(u32, Vec<u8>)>,
+    pages: Vec<(u32, &'a [u8])>,
 }
 
 /// The image of `memory` against `boot`.
@@ -83,7 +83,7 @@ impl<'a> Reader<'a> {
 
 /// Reads an image [`encode`] made; `max_memory` bounds the memory it may
 /// ask for.
-pub(crate) fn decode(bytes: &[u8], max_memory: usize) -> Result<Image, String> {
+pub(crate) fn decode(bytes: &[u8], max_memory: usize) -> Result<Image<'_>, String> {
     let mut r = Reader(bytes);
     if r.take(4)? != MAGIC {
         return Err("not an image of this engine".to_owned());
@@ -109,7 +109,7 @@ pub(crate) fn decode(bytes: &[u8], max_memory: usize) -> Result<Image, String> {
         if index as usize >= last {
             return Err("the image has a page outside its memory".to_owned());
         }
-        pages.push((index, r.take(PAGE)?.to_vec()));
+        pages.push((index, r.take(PAGE)?));
     }
     if !r.0.is_empty() {
         return Err("the engine image has bytes after its end".to_owned());
@@ -122,7 +122,7 @@ pub(crate) fn decode(bytes: &[u8], max_memory: usize) -> Result<Image, String> {
     })
 }
 
-impl Image {
+impl Image<'_> {
     /// Makes `memory`, the boot image grown to [`Image::memory_bytes`],
     /// the memory the image was made from.
     pub(crate) fn apply(&self, memory: &mut [u8]) {
@@ -131,7 +131,7 @@ impl Image {
             let Some(page) = memory.get_mut(start..(start + PAGE).min(self.memory_bytes)) else {
                 continue;
             };
-            for (x, d) in page.iter_mut().zip(delta) {
+            for (x, d) in page.iter_mut().zip(delta.iter()) {
                 *x ^= d;
             }
         }

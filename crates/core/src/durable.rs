@@ -159,7 +159,7 @@ impl Resume {
         }
         Ok(Resume {
             header,
-            image: image.into(),
+            image: Arc::from(image),
             answers,
         })
     }
@@ -275,7 +275,7 @@ pub(crate) fn encode(header: &Header, image: &[u8]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-fn decode(plain: &[u8]) -> Result<(Header, Vec<u8>), String> {
+fn decode(plain: &[u8]) -> Result<(Header, &[u8]), String> {
     let bad = || "the continuation is not one this harness makes".to_owned();
     let len = plain.get(..4).ok_or_else(bad)?;
     let len = u32::from_le_bytes(len.try_into().map_err(|_| bad())?) as usize;
@@ -287,7 +287,7 @@ fn decode(plain: &[u8]) -> Result<(Header, Vec<u8>), String> {
             header.format
         ));
     }
-    Ok((header, plain[4 + len..].to_vec()))
+    Ok((header, &plain[4 + len..]))
 }
 
 /// What a run was allowed, as text: its limits (but not the realm, which

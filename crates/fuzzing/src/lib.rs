@@ -64,6 +64,40 @@ pub fn check_detect(data: &[u8]) {
     assert_eq!(at, text.len(), "segments do not reach the end of the input");
 }
 
+/// A continuation from anywhere: opening arbitrary bytes never panics
+/// and never succeeds without the key; a sealed continuation with any
+/// byte changed (where `data` says) is refused; plain bytes that are not
+/// a continuation are refused by `Resume::new` without a panic.
+pub fn check_continuation(data: &[u8]) {
+    use harness::durable::ContinuationKeys;
+    let keys = ContinuationKeys::new([7; 32]);
+    assert!(keys.open(data).is_err(), "arbitrary bytes opened");
+    let _ = harness::core::durable::Resume::new(data, Default::default());
+    let _ = harness::core::durable::pending_calls(data);
+    let sealed = keys.seal("cnt_fuzz", b"plain continuation").expect("seals");
+    for pair in data.chunks(2) {
+        let (at, flip) = (
+            pair[0] as usize % sealed.len(),
+            pair.get(1).copied().unwrap_or(1),
+        );
+        if flip == 0 {
+            continue;
+        }
+        let mut t = sealed.clone();
+        t[at] ^= flip;
+        assert!(
+            keys.open(&t).is_err(),
+            "byte {at} changed by {flip:#x} still opened"
+        );
+    }
+    let mut longer = sealed.clone();
+    longer.extend_from_slice(data);
+    assert!(
+        data.is_empty() || keys.open(&longer).is_err(),
+        "bytes appended still opened"
+    );
+}
+
 /// `prepare` never panics on any bytes, as either language; accepting is
 /// deterministic; a prepared script hashes its source; stripped TypeScript
 /// is valid JavaScript with the same verdict.

@@ -46,6 +46,11 @@ harness::main! {
         // trial at a time keeps a 2-core machine from failing them by load.
         args.test_threads.get_or_insert(1);
         let mut trials = vec![
+            trial("continuation", || {
+                for input in inputs(2_000, 4) {
+                    check_continuation(&input);
+                }
+            }),
             trial("detect", || {
                 let mut rng = Rng(1);
                 for input in inputs(2_000, 1) {

@@ -13,7 +13,6 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -289,15 +288,15 @@ impl ContinuationKeys {
                 },
             )
             .map_err(|_| "the continuation was changed after it was sealed".to_owned())?;
-        let mut plain = Vec::new();
-        zstd::stream::read::Decoder::new(&compressed[..])
-            .map_err(|e| e.to_string())?
-            .take(MAX_PLAIN_BYTES + 1)
-            .read_to_end(&mut plain)
+        // The frame says how large it is (`seal` compresses in one go):
+        // one buffer of that size, bounded.
+        let size = match zstd::zstd_safe::get_frame_content_size(&compressed) {
+            Ok(Some(n)) if n <= MAX_PLAIN_BYTES => n as usize,
+            Ok(Some(_)) => return Err("the continuation is too large".to_owned()),
+            _ => return Err("the continuation does not say its size".to_owned()),
+        };
+        let plain = zstd::bulk::decompress(&compressed, size)
             .map_err(|e| format!("the continuation does not decompress: {e}"))?;
-        if plain.len() as u64 > MAX_PLAIN_BYTES {
-            return Err("the continuation is too large".to_owned());
-        }
         Ok((id, plain))
     }
 }
@@ -556,19 +555,27 @@ impl Answers {
 
 /// The sealed bytes of a continuation given as bytes or as the report's
 /// base64 text.
-pub fn continuation_bytes(given: &[u8]) -> Vec<u8> {
-    if given.starts_with(MAGIC) {
-        return given.to_vec();
-    }
+pub fn continuation_bytes(given: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     use base64::Engine as _;
-    let text: Vec<u8> = given
-        .iter()
-        .copied()
-        .filter(|b| !b.is_ascii_whitespace())
-        .collect();
-    base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .unwrap_or_else(|_| given.to_vec())
+    if given.starts_with(MAGIC) {
+        return std::borrow::Cow::Borrowed(given);
+    }
+    let engine = base64::engine::general_purpose::STANDARD;
+    let decoded = match engine.decode(given) {
+        Ok(d) => Ok(d),
+        Err(_) => {
+            let text: Vec<u8> = given
+                .iter()
+                .copied()
+                .filter(|b| !b.is_ascii_whitespace())
+                .collect();
+            engine.decode(text)
+        }
+    };
+    match decoded {
+        Ok(d) => std::borrow::Cow::Owned(d),
+        Err(_) => std::borrow::Cow::Borrowed(given),
+    }
 }
 
 #[cfg(test)]

@@ -231,14 +231,8 @@ pub async fn resume(h: &Harness, continuation: &str, answers: &Value) -> crate::
         Ok(a) => a,
         Err(e) => return invalid(format!("the answers: {e}")),
     };
-    let pending = match h.pending(continuation) {
-        Ok(p) => p,
-        Err(e) => return crate::ExecutionReport::failed(&h.engine().name, e),
-    };
-    match given.for_calls(&pending) {
-        Ok(a) => h.resume(continuation, a).await,
-        Err(why) => invalid(why),
-    }
+    h.resume_answering(h.request(""), continuation, |p| given.for_calls(p))
+        .await
 }
 
 /// A boolean under `name` (or its camelCase `camel`); `None` when absent

@@ -240,9 +240,25 @@ impl Harness {
     /// other tools or limits is refused); its source is not run.
     pub async fn resume_with(
         &self,
-        mut request: ExecutionRequest,
+        request: ExecutionRequest,
         continuation: impl AsRef<[u8]>,
         answers: std::collections::BTreeMap<u64, durable::Answer>,
+    ) -> ExecutionReport {
+        self.resume_answering(request, continuation, move |_| Ok(answers))
+            .await
+    }
+
+    /// [`Harness::resume_with`], the answers made by `answer` from the
+    /// calls the continuation waits on (it is opened once); its error is
+    /// the report's ContinuationInvalidError, and the continuation stays
+    /// unused.
+    pub async fn resume_answering(
+        &self,
+        mut request: ExecutionRequest,
+        continuation: impl AsRef<[u8]>,
+        answer: impl FnOnce(
+            &[PendingCall],
+        ) -> Result<std::collections::BTreeMap<u64, durable::Answer>, String>,
     ) -> ExecutionReport {
         let engine = self.adapter.info().name;
         let invalid = |why: String| {
@@ -261,6 +277,10 @@ impl Harness {
         let sealed = durable::continuation_bytes(continuation.as_ref());
         let (id, plain) = match runs.keys.open(&sealed) {
             Ok(opened) => opened,
+            Err(why) => return invalid(why),
+        };
+        let answers = match durable::pending_calls(&plain).and_then(|p| answer(&p)) {
+            Ok(a) => a,
             Err(why) => return invalid(why),
         };
         let resume = match harness_core::durable::Resume::new(&plain, answers) {
