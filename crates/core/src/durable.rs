@@ -291,16 +291,19 @@ fn decode(plain: &[u8]) -> Result<(Header, &[u8]), String> {
 }
 
 /// What a run was allowed, as text: its limits (but not the realm, which
-/// the harness infers from the source), mode, and the tools it could
-/// call with their schemas and flags.
+/// the harness infers from the source), mode (`mode`, as the caller
+/// names it), and the tools it could call (`visible`, from `registry`)
+/// with their schemas and flags.
 pub(crate) fn fingerprint(
-    request: &crate::adapter::ExecutionRequest,
+    limits: &crate::limits::Limits,
+    mode: &str,
+    registry: &crate::tool::ToolRegistry,
     visible: &[String],
 ) -> String {
-    let limits = request.limits.clone().with_realm(None);
+    let limits = limits.clone().with_realm(None);
     let tools: Vec<Value> = visible
         .iter()
-        .map(|name| match request.tools.registry.get(name) {
+        .map(|name| match registry.get(name) {
             Some(t) => serde_json::json!({
                 "name": name,
                 "schema": t.schema(),
@@ -309,12 +312,7 @@ pub(crate) fn fingerprint(
             None => serde_json::json!({"name": name}),
         })
         .collect();
-    serde_json::json!({
-        "limits": limits,
-        "mode": format!("{:?}", request.mode),
-        "tools": tools,
-    })
-    .to_string()
+    serde_json::json!({"limits": limits, "mode": mode, "tools": tools}).to_string()
 }
 
 /// A new continuation id: `cnt_` and 32 random hex digits.

@@ -314,7 +314,13 @@ fn resumable(
             crate::durable::rfc3339(h.expires_at_ms)
         ));
     }
-    if crate::durable::fingerprint(request, facade.visible_tools()) != h.fingerprint {
+    if crate::durable::fingerprint(
+        &request.limits,
+        &format!("{:?}", request.mode),
+        &request.tools.registry,
+        facade.visible_tools(),
+    ) != h.fingerprint
+    {
         return Err(
             "the continuation was made for other tools or limits than this harness has".to_owned(),
         );
@@ -373,7 +379,12 @@ fn suspend<E: Engine + ?Sized>(
             };
             let id = crate::durable::new_id();
             let expires_at_ms = crate::durable::now_ms().saturating_add(durable.max_suspended_ms);
-            let fingerprint = crate::durable::fingerprint(request, facade.visible_tools());
+            let fingerprint = crate::durable::fingerprint(
+                &request.limits,
+                &format!("{:?}", request.mode),
+                &request.tools.registry,
+                facade.visible_tools(),
+            );
             let header = Header::new(id.clone(), engine_name, expires_at_ms, fingerprint, snap);
             let plain = crate::durable::encode(&header, &image)?;
             let sealed = durable.sealer.seal(&id, &plain)?;
