@@ -409,6 +409,8 @@ impl Harness {
         if let Some(tp) = request.traceparent.as_deref() {
             request.trace = Some(tracing::info_span!("harness_run", traceparent = tp));
         }
+        // A session's runs do not suspend: its realm lives on its thread.
+        request.durable = None;
         let source = request.source.clone();
         let provider = request.context.provider.clone();
         let report = self.sessions.execute(id, request).await;

@@ -211,3 +211,18 @@ async fn engines_other_than_wasi_refuse_to_suspend() {
     assert_eq!(r.code(), Some(ErrorCode::UnsupportedError));
     assert!(r.error.unwrap().message.contains("wasi"));
 }
+
+/// A session's runs on a harness that suspends do not suspend: an
+/// approval answered Suspend is denied there, and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_runs_do_not_suspend() {
+    let keys = ContinuationKeys::generate().unwrap();
+    let h = harness(&keys, 1);
+    let s = h.open_session().unwrap();
+    let r = s
+        .run("let n = 1; try { await tools.send({to: 'x'}) } catch (e) { return e.name }")
+        .await;
+    assert_eq!(r.value, Some(json!("ApprovalDeniedError")), "{r:?}");
+    assert!(r.suspension.is_none());
+    assert_eq!(s.run("return n + 1").await.value, Some(json!(2)));
+}
