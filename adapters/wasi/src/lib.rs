@@ -557,9 +557,10 @@ impl Engine for WasiRun<'_> {
         self.session.is_some()
     }
 
-    /// Outside sessions, wherever the guest loaded.
+    /// Wherever the guest loaded; a session's run too (its image holds
+    /// the session's realm).
     fn can_suspend(&self) -> bool {
-        self.session.is_none() && self.loaded.is_ok()
+        self.loaded.is_ok()
     }
 
     /// The pages of linear memory that differ from a fresh instance's,
@@ -591,7 +592,18 @@ impl Engine for WasiRun<'_> {
     ) -> Result<(), EngineFault> {
         let loaded = self.loaded.clone()?;
         let limits = setup.limits;
-        let cap = linear_bytes(limits.memory_bytes);
+        // A session's run resumes as the first run of a new session, in
+        // the memory the session may hold.
+        if self.session.is_some() && self.spare.is_some() {
+            return Err(internal(
+                "a session that ran already cannot take a continuation",
+            ));
+        }
+        let memory_bytes = self
+            .session
+            .as_ref()
+            .map_or(limits.memory_bytes, |s| s.memory_bytes);
+        let cap = linear_bytes(memory_bytes);
         let image = image::decode(bytes, cap).map_err(internal)?;
         if image.guest != loaded.sha256 {
             return Err(internal(format!(
@@ -601,7 +613,7 @@ impl Engine for WasiRun<'_> {
             )));
         }
         self.fuel = limits.fuel;
-        let mut guest = Guest::new(&loaded, limits.memory_bytes, limits.fuel, stop_when(setup))?;
+        let mut guest = Guest::new(&loaded, memory_bytes, limits.fuel, stop_when(setup))?;
         let have = guest.memory.data_size(&guest.store);
         if image.memory_bytes < have {
             return Err(internal(
@@ -623,6 +635,9 @@ impl Engine for WasiRun<'_> {
         module::set_budget(&mut guest.store, Some(budget));
         self.guest = Some(guest);
         self.host = Some(host);
+        if let Some(spec) = self.session.clone() {
+            spec.set_baseline_bytes(self.heap_used()?);
+        }
         Ok(())
     }
 

@@ -763,6 +763,23 @@ async fn a_suspended_run_resumes_on_another_worker_exactly_once() {
         Some("ApprovalDeniedError"),
         "{plain:?}"
     );
+    // A session's run suspends with its session.
+    let opened = answer(
+        &mut c,
+        RunRequest::new("s0", "let n = 41; return n").with_session(NEW_SESSION),
+    )
+    .await;
+    let sid = opened.session.clone().expect("a session");
+    let in_session =
+        "n += 1; const r = await tools.exec({command: ['echo', 'x']}); return [n, r.stdout.trim()]";
+    let parked = answer(
+        &mut c,
+        RunRequest::new("s1", in_session)
+            .with_session(&sid)
+            .suspending(),
+    )
+    .await;
+    assert!(parked.interim, "{parked:?}");
     kill(&mut a);
 
     let _b = spawn("wb");
@@ -800,4 +817,40 @@ async fn a_suspended_run_resumes_on_another_worker_exactly_once() {
         String::from_utf8_lossy(&again.stdout)
     );
     assert!(again.stdout.is_empty());
+    // The session moved to worker B under a new id, with its state.
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args([
+            "submit",
+            "--redis",
+            &redis.url(),
+            "--resume",
+            "s1",
+            "--approve",
+            "yes",
+        ])
+        .args(["--wait", "--timeout-ms", "30000"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["report"]["value"], json!([42, "x"]), "{reply}");
+    assert_eq!(reply["worker"], json!("wb"));
+    let moved = reply["session"]
+        .as_str()
+        .expect("the new session")
+        .to_owned();
+    assert_ne!(moved, sid);
+    let r = answer(
+        &mut c,
+        RunRequest::new("s2", "return n").with_session(&moved),
+    )
+    .await;
+    assert_eq!(r.report.unwrap().value, Some(json!(42)));
+    assert_eq!(r.worker, "wb");
+    let r = answer(&mut c, RunRequest::new("s3", "return n").with_session(&sid)).await;
+    assert_eq!(code_of(&r).as_deref(), Some("SessionClosedError"), "{r:?}");
 }

@@ -183,6 +183,12 @@ impl Resume {
     pub fn expires_at_ms(&self) -> u64 {
         self.header.expires_at_ms
     }
+
+    /// Whether the suspended run was a session's: it resumes as the first
+    /// run of a new session, which then holds what the old one held.
+    pub fn in_session(&self) -> bool {
+        self.header.host.session
+    }
 }
 
 /// The pending calls of an opened continuation, for a caller that asks
@@ -229,6 +235,9 @@ pub(crate) struct HostSnapshot {
     pub calls_dropped: u32,
     pub warnings: Vec<Warning>,
     pub waiting: Vec<Waiting>,
+    /// The run was a session's: its image holds the session's realm.
+    #[serde(default)]
+    pub session: bool,
 }
 
 /// The plain continuation's header.

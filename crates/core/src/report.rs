@@ -66,6 +66,11 @@ pub struct ExecutionReport {
     /// [`Harness::resume`](crate::durable) takes to go on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspension: Option<Suspension>,
+    /// The session a resumed session run went on in: a new one, which
+    /// now holds what the suspended session held (the old one closed
+    /// when its run suspended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// A run put away while it waits on calls only someone outside can
@@ -146,6 +151,7 @@ impl ExecutionReport {
             retried: false,
             context_id: None,
             suspension: None,
+            session: None,
         }
     }
 

@@ -295,8 +295,21 @@ impl Harness {
         }
         request.source = String::new();
         request.durable = self.durable.as_ref().map(|(_, core)| core.clone());
+        let in_session = resume.in_session();
         request.resume = Some(Arc::new(resume));
-        let report = self.adapter.execute(request).await;
+        let report = if in_session {
+            // A session's run goes on as the first run of a new session.
+            match self.sessions.open() {
+                Ok(id) => {
+                    let mut r = self.sessions.execute(&id, request).await;
+                    r.session = Some(id);
+                    r
+                }
+                Err(e) => ExecutionReport::failed(&engine, e.to_script_error()),
+            }
+        } else {
+            self.adapter.execute(request).await
+        };
         if let Some(audit) = &self.audit {
             audit.record("", report_provider(&self.context), &report);
         }
@@ -409,8 +422,6 @@ impl Harness {
         if let Some(tp) = request.traceparent.as_deref() {
             request.trace = Some(tracing::info_span!("harness_run", traceparent = tp));
         }
-        // A session's runs do not suspend: its realm lives on its thread.
-        request.durable = None;
         let source = request.source.clone();
         let provider = request.context.provider.clone();
         let report = self.sessions.execute(id, request).await;

@@ -243,6 +243,10 @@ impl Sessions {
         }
         let report = adapter.execute(request).await;
         let mut table = self.lock();
+        if report.suspension.is_some() {
+            let why = "the session is closed: its run suspended, and the session with it; resuming the continuation goes on in a new session";
+            close_in(&mut table, id, why, self.idle());
+        }
         if let Some(code) = report.error.as_ref().map(|e| e.code) {
             if let Some(why) = ends_session(code) {
                 close_in(&mut table, id, why, self.idle());

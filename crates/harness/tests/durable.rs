@@ -212,17 +212,36 @@ async fn engines_other_than_wasi_refuse_to_suspend() {
     assert!(r.error.unwrap().message.contains("wasi"));
 }
 
-/// A session's runs on a harness that suspends do not suspend: an
-/// approval answered Suspend is denied there, and the session goes on.
+/// A session's run suspends with its session: the old session closes,
+/// and the resume goes on in a new session (here or in another harness
+/// with the key) that holds what the old one held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sessions_runs_do_not_suspend() {
+async fn a_session_suspends_with_its_run_and_moves() {
     let keys = ContinuationKeys::generate().unwrap();
-    let h = harness(&keys, 1);
-    let s = h.open_session().unwrap();
+    let a = harness(&keys, 1);
+    let s = a.open_session().unwrap();
+    let r = s.run("const seen = []; let n = 1; return n").await;
+    assert_eq!(r.value, Some(json!(1)), "{r:?}");
     let r = s
-        .run("let n = 1; try { await tools.send({to: 'x'}) } catch (e) { return e.name }")
+        .run("n += 1; const sent = await tools.send({to: 'x'}); seen.push(sent.sent); return n")
         .await;
-    assert_eq!(r.value, Some(json!("ApprovalDeniedError")), "{r:?}");
-    assert!(r.suspension.is_none());
-    assert_eq!(s.run("return n + 1").await.value, Some(json!(2)));
+    let c = r.suspension.clone().expect("suspends").continuation;
+    let closed = s.run("return n").await;
+    assert_eq!(closed.code(), Some(ErrorCode::SessionClosedError));
+    assert!(closed.error.unwrap().message.contains("suspended"));
+
+    let b = harness(&keys, 1);
+    let done = b.resume(&c, approve(1)).await;
+    assert_eq!(done.value, Some(json!(2)), "{done:?}");
+    let moved = b
+        .session(done.session.as_deref().expect("the new session"))
+        .unwrap();
+    assert_ne!(moved.id(), s.id());
+    let r = moved.run("n += 1; return [n, seen]").await;
+    assert_eq!(r.value, Some(json!([3, ["x"]])), "{r:?}");
+    // Nothing of it outside the session.
+    assert_eq!(
+        b.run("return typeof n").await.value,
+        Some(json!("undefined"))
+    );
 }

@@ -240,9 +240,10 @@ fn run<E: Engine + ?Sized>(
 
     // An engine that hit a fault, was stopped, or ran out of memory (even
     // if the script caught it) is not trusted with another run; nor is
-    // one a run that may suspend was in (it was fresh for that run).
+    // one a run that may suspend was in (it was fresh for that run),
+    // unless it is a session's, whose realm is its own.
     let engine_tainted = memory_exhausted
-        || durable.is_some()
+        || (durable.is_some() && !ctl.engine.in_session())
         || matches!(end, End::Fault(_) | End::Timeout | End::Cancelled);
     let (value, error) = ctl.conclude(end, &limits, memory_exhausted, &request.source);
     ctl.engine.finished();
@@ -353,6 +354,7 @@ fn suspend<E: Engine + ?Sized>(
         let e = ScriptError::internal(format!("the run could not be suspended: {why}"));
         (None, Some(e))
     };
+    let in_session = ctl.engine.in_session();
     let sealed = ctl
         .engine
         .suspend()
@@ -376,6 +378,7 @@ fn suspend<E: Engine + ?Sized>(
                 calls_dropped: h.calls_dropped,
                 warnings: h.warnings.clone(),
                 waiting: h.waiting.clone(),
+                session: in_session,
             };
             let id = crate::durable::new_id();
             let expires_at_ms = crate::durable::now_ms().saturating_add(durable.max_suspended_ms);
@@ -577,6 +580,7 @@ fn build_report(
         retried: false,
         context_id: None,
         suspension: None,
+        session: None,
         metrics: Metrics {
             engine: engine_name.to_owned(),
             duration_ms: ms(started.elapsed()),

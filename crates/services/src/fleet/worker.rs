@@ -512,12 +512,8 @@ impl Worker {
         exec.cancel = token.clone();
         if !request.suspend {
             exec.durable = None;
-        } else if exec.durable.is_none() || request.session.is_some() {
-            let why = if request.session.is_some() {
-                "a run in a session does not suspend in this fleet".to_owned()
-            } else {
-                "this worker does not suspend runs: start it with --suspend and keys in [durable] keys_env".to_owned()
-            };
+        } else if exec.durable.is_none() {
+            let why = "this worker does not suspend runs: start it with --suspend and keys in [durable] keys_env".to_owned();
             self.answer(
                 conn,
                 &answer(err("SuspendUnavailable", why), None),
@@ -840,12 +836,27 @@ impl Worker {
         if abandoned {
             return Outcome::Abandoned;
         }
+        // A session's run went on in a new session, on this worker now.
+        let moved = report.session.clone();
+        if let Some(sid) = &moved {
+            let _: redis::RedisResult<()> = conn
+                .set_ex(
+                    key(&self.opts.stream, "session", sid),
+                    &self.opts.consumer,
+                    self.opts.ttl_s,
+                )
+                .await;
+        }
         if report.suspension.is_some() {
             self.put_away(conn, &base, report, deliveries, reply_to)
                 .await;
             return Outcome::Done;
         }
-        self.answer(conn, &reply(report), reply_to).await;
+        let r = RunReply {
+            session: moved,
+            ..reply(report)
+        };
+        self.answer(conn, &r, reply_to).await;
         let _: redis::RedisResult<i64> = conn
             .del(&[key(&self.opts.stream, "suspended", id), claim])
             .await;
