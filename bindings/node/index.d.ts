@@ -208,6 +208,8 @@ export interface Report {
   warnings?: { message: string; path: string }[];
   /** Present only when the run suspended (then `ok` is false and `error` null). */
   suspension?: Suspension;
+  /** The session a resumed session run went on in (a new one). */
+  session?: string;
   [key: string]: unknown;
 }
 

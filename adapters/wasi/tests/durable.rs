@@ -201,3 +201,50 @@ async fn a_resume_under_other_limits_is_refused() {
     assert_eq!(report.code(), Some(ErrorCode::ContinuationInvalidError));
     assert!(report.tool_calls.is_empty());
 }
+
+/// Another guest build cannot resume: the image names the guest file's
+/// hash, and a continuation whose hash differs is refused before any of
+/// it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_of_another_guest_build_is_refused() {
+    let engine = Wasi::with_max_workers(1);
+    let first = engine.execute(request(SCRIPT)).await;
+    let mut plain = opened(&first);
+    let sha = engine.engine().preload().unwrap().sha256.clone();
+    let at = plain
+        .windows(sha.len())
+        .position(|w| w == sha.as_bytes())
+        .expect("the image names its guest");
+    plain[at] = if plain[at] == b'0' { b'1' } else { b'0' };
+    let report = resume(&engine, &plain, BTreeMap::from([(1, Answer::Approve)])).await;
+    assert_eq!(report.code(), Some(ErrorCode::ContinuationInvalidError));
+    assert!(
+        report
+            .error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("guest build"),
+        "{report:?}"
+    );
+    assert!(report.tool_calls.is_empty() && report.console.is_empty());
+}
+
+/// Time suspended does not count against `timeout_ms`: a run with a
+/// 400 ms limit that waits 700 ms suspended still completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_suspended_is_not_run_time() {
+    let engine = Wasi::with_max_workers(1);
+    let mut r = request("const a = await tools.guarded({n: 2}); return a");
+    r.limits.timeout_ms = 400;
+    let first = engine.execute(r).await;
+    let plain = opened(&first);
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let mut again = request("");
+    again.limits.timeout_ms = 400;
+    again.resume = Some(Arc::new(
+        Resume::new(&plain, BTreeMap::from([(1, Answer::Approve)])).unwrap(),
+    ));
+    let done = engine.execute(again).await;
+    assert_eq!(done.value, Some(json!(4)), "{done:?}");
+}

@@ -181,6 +181,8 @@ class Report:
     #: `Harness.resume`), `id`, `pending` (the calls it waits on) and
     #: `expires_at`.
     suspension: Optional[Mapping[str, Any]] = None
+    #: The session a resumed session run went on in (a new one).
+    session: Optional[str] = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -241,6 +243,7 @@ class Report:
             detached_tasks=tuple(d.get("detached_tasks") or ()),
             retried=bool(d.get("retried", False)),
             suspension=d.get("suspension"),
+            session=d.get("session"),
             raw=dict(d),
         )
 

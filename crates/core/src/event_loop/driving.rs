@@ -358,14 +358,8 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
             ),
             End::ParseFailed(f) => (None, Some(parse_error(&f, source))),
             End::Refused(e) => (None, Some(e)),
-            End::Unresumable(f) => (
-                None,
-                Some(ScriptError::new(
-                    ErrorCode::ContinuationInvalidError,
-                    Phase::Parsing,
-                    format!("the continuation cannot resume here: {}", f.message),
-                )),
-            ),
+            // `run` reports it before it concludes.
+            End::Unresumable(f) => (None, Some(ScriptError::internal(f.message))),
             End::Suspended => (
                 None,
                 Some(ScriptError::internal(

@@ -206,6 +206,19 @@ fn run<E: Engine + ?Sized>(
         loop_waiting,
     };
     let end = ctl.drive(&setup, &request.source, &rx, resume.as_deref());
+    if let End::Unresumable(f) = &end {
+        // Nothing of the continuation ran: a report of that alone.
+        let e = ScriptError::new(
+            ErrorCode::ContinuationInvalidError,
+            Phase::Parsing,
+            format!("the continuation cannot resume here: {}", f.message),
+        );
+        host.borrow_mut().observer = None;
+        return RunOutput {
+            report: ExecutionReport::failed(engine_name, e),
+            engine_tainted: true,
+        };
+    }
     let memory_used = ctl.engine.memory_used();
     let fuel_consumed = ctl.engine.fuel_consumed();
     let context_id = ctl.engine.context_id();
