@@ -608,7 +608,7 @@ impl Engine for WasiRun<'_> {
         if image.guest != loaded.sha256 {
             return Err(internal(format!(
                 "it was made by guest build {}, and this is {}",
-                &image.guest[..image.guest.len().min(16)],
+                image.guest.chars().take(16).collect::<String>(),
                 &loaded.sha256[..16]
             )));
         }

@@ -33,14 +33,27 @@ pub(crate) fn report_outcome(report: &ExecutionReport) -> &'static str {
     outcome(report.code())
 }
 
-/// One finished run: its duration, outcome and tool calls.
-pub(crate) fn record_run(report: &ExecutionReport, orphans: usize) {
+/// What a resumed run's report holds that the suspended run's report
+/// counted already: its run time, and the calls that had ended.
+#[derive(Debug, Default)]
+pub(crate) struct Counted {
+    pub(crate) ms: f64,
+    pub(crate) calls: Vec<u64>,
+}
+
+/// One finished run (or part of one, up to a suspension): its duration,
+/// outcome and tool calls, less what `before` counted.
+pub(crate) fn record_run(report: &ExecutionReport, orphans: usize, before: &Counted) {
     let engine = report.metrics.engine.clone();
     let out = report_outcome(report);
     metrics::histogram!("script_execution_duration_ms", "engine" => engine.clone(), "outcome" => out)
-        .record(report.metrics.duration_ms);
+        .record((report.metrics.duration_ms - before.ms).max(0.0));
     metrics::counter!("script_runs_total", "engine" => engine, "outcome" => out).increment(1);
     for c in &report.tool_calls {
+        // A call waiting on an answer is counted once it ends.
+        if c.status == CallStatus::Pending || before.calls.contains(&c.id) {
+            continue;
+        }
         let out = match c.status {
             CallStatus::Ok => "ok",
             CallStatus::Cancelled => "cancelled",

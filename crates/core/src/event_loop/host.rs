@@ -284,6 +284,7 @@ impl HostState {
                 let outcome = call.await;
                 let label = match &outcome {
                     Ok(_) => "ok",
+                    Err(f) if f.waiting.is_some() => "suspended",
                     Err(f) => f.code.as_str(),
                 };
                 tracing::Span::current().record("outcome", label);

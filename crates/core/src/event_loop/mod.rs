@@ -235,7 +235,7 @@ fn run<E: Engine + ?Sized>(
         ctl.engine.finished();
         host.borrow_mut().observer = None;
         if told == Told::Everyone {
-            crate::telemetry::record_run(&report, 0);
+            crate::telemetry::record_run(&report, 0, &counted(prior));
         }
         span.record("outcome", crate::telemetry::report_outcome(&report));
         return RunOutput {
@@ -298,7 +298,7 @@ fn run<E: Engine + ?Sized>(
     report.context_id = context_id;
     report.metrics.duration_ms += prior_ms;
     if told == Told::Everyone {
-        crate::telemetry::record_run(&report, orphans.len());
+        crate::telemetry::record_run(&report, orphans.len(), &counted(prior));
     }
     span.record("outcome", crate::telemetry::report_outcome(&report));
     RunOutput {
@@ -340,6 +340,22 @@ fn resumable(
         );
     }
     Ok(())
+}
+
+/// What the suspended part of a resumed run counted in the metrics.
+fn counted(prior: Option<&HostSnapshot>) -> crate::telemetry::Counted {
+    let Some(h) = prior else {
+        return crate::telemetry::Counted::default();
+    };
+    crate::telemetry::Counted {
+        ms: h.elapsed_ms,
+        calls: h
+            .calls
+            .iter()
+            .filter(|c| c.status != CallStatus::Pending)
+            .map(|c| c.id)
+            .collect(),
+    }
 }
 
 /// A resumed run's host state, as the suspended run left it.
