@@ -3,6 +3,7 @@
 // sandboxed engine (QuickJS, on the harness's own threads) with tools
 // written in JavaScript. See README.md.
 
+const { existsSync } = require('node:fs');
 const { join } = require('node:path');
 
 function loadNative() {
@@ -77,6 +78,11 @@ class Harness {
    *   approvals, mode, config, provider, keepWarmMs (see index.d.ts)
    */
   constructor(options = {}) {
+    // The wasi engine's guest, shipped in the package.
+    if (options.engine === 'wasi' && !process.env.HARNESS_QUICKJS_WASM) {
+      const guest = join(__dirname, 'native', 'quickjs.wasm');
+      if (existsSync(guest)) process.env.HARNESS_QUICKJS_WASM = guest;
+    }
     const tools = options.tools ?? {};
     if (typeof tools !== 'object') throw new TypeError('tools must be an object of {name: tool}');
     const specs = [];

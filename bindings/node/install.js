@@ -3,16 +3,30 @@
 // package's dependency, or through npx when npm has not installed it yet
 // (a folder install runs this script before the folder's dependencies).
 'use strict';
-const { existsSync } = require('node:fs');
+const { copyFileSync, existsSync, mkdirSync } = require('node:fs');
 const { join } = require('node:path');
 const { spawnSync } = require('node:child_process');
 
 const NAPI_CLI = '@napi-rs/cli@3.10.12';
 const native = join(__dirname, 'native', 'script-harness.node');
-if (existsSync(native) && !process.env.SCRIPT_HARNESS_REBUILD) process.exit(0);
+
+// The WASI guest (the wasi engine's), from the repository it is built in.
+function copyGuest() {
+  const guest = join(__dirname, 'native', 'quickjs.wasm');
+  const built = join(__dirname, '..', '..', 'bin', 'quickjs.wasm');
+  if (!existsSync(guest) && existsSync(built)) {
+    mkdirSync(join(__dirname, 'native'), { recursive: true });
+    copyFileSync(built, guest);
+  }
+}
+
+if (existsSync(native) && !process.env.SCRIPT_HARNESS_REBUILD) {
+  copyGuest();
+  process.exit(0);
+}
 
 const buildArgs = ['build', '--manifest-path', join(__dirname, 'Cargo.toml'), '--output-dir', join(__dirname, 'native')];
-if (process.env.SCRIPT_HARNESS_PROFILE !== 'dev') buildArgs.push('--release');
+if (process.env.SCRIPT_HARNESS_PROFILE !== 'dev') buildArgs.push('--release', '--strip');
 
 let command;
 let args;
@@ -30,3 +44,4 @@ if (r.status !== 0 || !existsSync(native)) {
   console.error('script-harness: building the native addon failed; it needs Rust (https://rustup.rs) and a C compiler.');
   process.exit(r.status || 1);
 }
+copyGuest();
