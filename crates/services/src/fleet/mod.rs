@@ -316,33 +316,25 @@ async fn write_answer(
     reply: &RunReply,
     reply_to: Option<&str>,
 ) -> redis::RedisResult<bool> {
-    let json = serde_json::to_string(reply).map_err(|e| {
-        redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "cannot encode a reply",
-            e.to_string(),
-        ))
-    })?;
-    let done = key(stream, "done", &reply.id);
-    let (target, mode) = match reply_to {
-        Some(s) => (s.to_owned(), "stream"),
-        None => (key(stream, "reply", &reply.id), "key"),
-    };
-    let answered: i64 = redis::Script::new(ANSWER)
-        .key(&done)
-        .key(&target)
-        .arg(ttl_s)
-        .arg(&json)
-        .arg(mode)
-        .arg(&reply.id)
-        .invoke_async(conn)
-        .await?;
-    Ok(answered == 1)
+    write_with(ANSWER, conn, stream, ttl_s, reply, reply_to).await
 }
 
-/// Writes an interim reply: not the done marker, and only while the
-/// request is not answered.
+/// Writes an interim reply with [`INTERIM`]: not the done marker, and
+/// only while the request is not answered.
 async fn write_interim(
+    conn: &mut ConnectionManager,
+    stream: &str,
+    ttl_s: u64,
+    reply: &RunReply,
+    reply_to: Option<&str>,
+) -> redis::RedisResult<bool> {
+    write_with(INTERIM, conn, stream, ttl_s, reply, reply_to).await
+}
+
+/// Runs `script` (one of [`ANSWER`], [`INTERIM`]) on the request's done
+/// marker and its reply target: true if it wrote.
+async fn write_with(
+    script: &str,
     conn: &mut ConnectionManager,
     stream: &str,
     ttl_s: u64,
@@ -361,7 +353,7 @@ async fn write_interim(
         Some(s) => (s.to_owned(), "stream"),
         None => (key(stream, "reply", &reply.id), "key"),
     };
-    let written: i64 = redis::Script::new(INTERIM)
+    let written: i64 = redis::Script::new(script)
         .key(&done)
         .key(&target)
         .arg(ttl_s)

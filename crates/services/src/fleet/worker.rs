@@ -563,37 +563,15 @@ impl Worker {
                 )
                 .await;
         }
-        let events = key(&self.opts.stream, "events", &id);
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-        exec.observer = Some(harness::Observer::new(Arc::new(Events(tx.clone()))));
-        let writer = tokio::spawn(write_events(
-            conn.clone(),
-            events.clone(),
-            rx,
-            self.opts.ttl_s,
-        ));
-        let run = async {
+        let observed = self.observed(conn, &id, exec, &token, &shutdown, |exec| async {
             match &session {
                 Some(s) => s.execute(exec).await,
                 None => harness.execute(exec).await,
             }
-        };
-        tokio::pin!(run);
-        let mut abandoned = false;
-        let report = tokio::select! {
-            r = &mut run => r,
-            _ = shutdown.cancelled() => {
-                abandoned = true;
-                token.cancel();
-                run.await
-            }
-        };
-        let _ = tx.send(json!({"kind": "end", "ok": report.ok}));
-        drop(tx);
-        let _ = writer.await;
-        if abandoned {
+        });
+        let Some(report) = observed.await else {
             return Outcome::Abandoned;
-        }
+        };
         if report.suspension.is_some() {
             self.put_away(
                 conn,
@@ -611,6 +589,43 @@ impl Worker {
         };
         self.answer(conn, &reply, request.reply_to.as_deref()).await;
         Outcome::Done
+    }
+
+    /// Runs `run(exec)` with its console lines and progress written to
+    /// `S:events:ID` (then `end`); on shutdown the run is cancelled and
+    /// `None` says it was abandoned (left for another worker).
+    async fn observed<F, Fut>(
+        &self,
+        conn: &ConnectionManager,
+        id: &str,
+        mut exec: harness::ExecutionRequest,
+        token: &CancellationToken,
+        shutdown: &CancellationToken,
+        run: F,
+    ) -> Option<ExecutionReport>
+    where
+        F: FnOnce(harness::ExecutionRequest) -> Fut,
+        Fut: std::future::Future<Output = ExecutionReport>,
+    {
+        let events = key(&self.opts.stream, "events", id);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+        exec.observer = Some(harness::Observer::new(Arc::new(Events(tx.clone()))));
+        let writer = tokio::spawn(write_events(conn.clone(), events, rx, self.opts.ttl_s));
+        let run = run(exec);
+        tokio::pin!(run);
+        let mut abandoned = false;
+        let report = tokio::select! {
+            r = &mut run => r,
+            _ = shutdown.cancelled() => {
+                abandoned = true;
+                token.cancel();
+                run.await
+            }
+        };
+        let _ = tx.send(json!({"kind": "end", "ok": report.ok}));
+        drop(tx);
+        let _ = writer.await;
+        (!abandoned).then_some(report)
     }
 
     /// A run that suspended: its continuation (and what it ran under) to
@@ -815,27 +830,12 @@ impl Worker {
                 return Outcome::Done;
             }
         };
-        let events = key(&self.opts.stream, "events", id);
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-        exec.observer = Some(harness::Observer::new(Arc::new(Events(tx.clone()))));
-        let writer = tokio::spawn(write_events(conn.clone(), events, rx, self.opts.ttl_s));
-        let run = harness.resume_with(exec, &continuation, answers);
-        tokio::pin!(run);
-        let mut abandoned = false;
-        let report = tokio::select! {
-            r = &mut run => r,
-            _ = shutdown.cancelled() => {
-                abandoned = true;
-                token.cancel();
-                run.await
-            }
-        };
-        let _ = tx.send(json!({"kind": "end", "ok": report.ok}));
-        drop(tx);
-        let _ = writer.await;
-        if abandoned {
+        let observed = self.observed(conn, id, exec, &token, &shutdown, |exec| {
+            harness.resume_with(exec, &continuation, answers)
+        });
+        let Some(report) = observed.await else {
             return Outcome::Abandoned;
-        }
+        };
         // A session's run went on in a new session, on this worker now.
         let moved = report.session.clone();
         if let Some(sid) = &moved {
