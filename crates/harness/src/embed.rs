@@ -134,24 +134,15 @@ pub fn builder_from_options(options: &Value) -> Result<HarnessBuilder, OptionsEr
 /// key file in the state directory) or `{keys: [KEY, …],
 /// max_suspended_ms?}` (32-byte keys as base64 or hex; the first seals).
 fn durable_runs(options: &Value) -> Result<Option<crate::durable::DurableRuns>, OptionsError> {
-    use crate::durable::{ContinuationKeys, DurableRuns, DurableSettings};
-    let cfg = || -> Result<DurableSettings, OptionsError> {
-        match options.get("config").and_then(Value::as_str) {
-            Some(path) => Ok(Config::load(path).map_err(bad)?.settings().durable.clone()),
-            None => Ok(DurableSettings::default()),
-        }
-    };
+    use crate::durable::{ContinuationKeys, DurableRuns};
     match options.get("suspend") {
         None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
         Some(Value::Bool(true)) => {
-            let settings = cfg()?;
-            let mut runs = DurableRuns::new(settings.keys().map_err(bad)?)
-                .with_max_suspended_ms(settings.max_suspended_ms);
-            if let Some(dir) = settings.state_dir() {
-                let ledger = crate::durable::DirLedger::new(dir.join("used"));
-                runs = runs.with_ledger(std::sync::Arc::new(ledger));
-            }
-            Ok(Some(runs))
+            let cfg = match options.get("config").and_then(Value::as_str) {
+                Some(path) => Config::load(path).map_err(bad)?,
+                None => Config::defaults(),
+            };
+            cfg.durable_runs().map(Some).map_err(bad)
         }
         Some(Value::Object(m)) => {
             let keys = match m.get("keys") {
@@ -195,6 +186,13 @@ pub fn deferred_from_spec(spec: &Value) -> Result<Option<crate::DeferredTool>, O
     if spec.get("deferred").and_then(Value::as_bool) != Some(true) {
         return Ok(None);
     }
+    let (name, description, schema) = spec_parts(spec)?;
+    Ok(Some(crate::DeferredTool::new(name, description, schema)))
+}
+
+/// A tool spec's `name`, `description` (default empty) and `parameters`
+/// (a missing or null one is any object).
+fn spec_parts(spec: &Value) -> Result<(&str, &str, Value), OptionsError> {
     let name = spec
         .get("name")
         .and_then(Value::as_str)
@@ -208,7 +206,7 @@ pub fn deferred_from_spec(spec: &Value) -> Result<Option<crate::DeferredTool>, O
         .filter(|s| !s.is_null())
         .cloned()
         .unwrap_or_else(|| json!({"type": "object"}));
-    Ok(Some(crate::DeferredTool::new(name, description, schema)))
+    Ok((name, description, schema))
 }
 
 /// Resumes a suspended run: `continuation` is its report's
@@ -284,20 +282,8 @@ where
     F: Fn(String, Value, ToolContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
 {
-    let name = spec
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| bad("a tool needs a name"))?
-        .to_owned();
-    let description = spec
-        .get("description")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let schema = spec
-        .get("parameters")
-        .filter(|s| !s.is_null())
-        .cloned()
-        .unwrap_or_else(|| json!({"type": "object"}));
+    let (name, description, schema) = spec_parts(spec)?;
+    let name = name.to_owned();
     let approval = spec
         .get("needsApproval")
         .and_then(Value::as_bool)
