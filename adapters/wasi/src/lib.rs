@@ -358,13 +358,21 @@ impl WasiRun<'_> {
         if limits.private_realm() && self.guest.as_ref().is_some_and(|g| g.private.is_some()) {
             self.primitive(None, |g| g.private.as_ref().expect("checked above"), ())?;
         }
-        let stack = limits
+        self.install(setup, limits.memory_bytes)
+    }
+
+    /// `harness_load`: the run's configuration into the prelude, with
+    /// the heap limit `memory` and the run's stack limit (inside the
+    /// shadow stack).
+    fn install(&mut self, setup: &EngineSetup<'_>, memory: u64) -> Result<(), EngineFault> {
+        let stack = setup
+            .limits
             .stack_bytes
             .min(SHADOW_STACK_BYTES - SHADOW_STACK_MARGIN);
         self.primitive(
             Some(setup.config_json.as_bytes()),
             |g| &g.load,
-            (limits.memory_bytes, stack),
+            (memory, stack),
         )
     }
 }
@@ -418,15 +426,7 @@ impl WasiRun<'_> {
         if first {
             spec.set_baseline_bytes(used);
         }
-        let stack = limits
-            .stack_bytes
-            .min(SHADOW_STACK_BYTES - SHADOW_STACK_MARGIN);
-        let memory = spec.run_limit(used, limits.memory_bytes);
-        self.primitive(
-            Some(setup.config_json.as_bytes()),
-            |g| &g.load,
-            (memory, stack),
-        )
+        self.install(setup, spec.run_limit(used, limits.memory_bytes))
     }
 
     /// The QuickJS heap the instance holds now.
@@ -497,15 +497,7 @@ impl Engine for WasiRun<'_> {
             // is in its private realm already (this only checks it).
             self.primitive(None, |g| g.private.as_ref().expect("checked above"), ())?;
         }
-        let stack = limits
-            .stack_bytes
-            .min(SHADOW_STACK_BYTES - SHADOW_STACK_MARGIN);
-        let memory = limits.memory_bytes;
-        self.primitive(
-            Some(setup.config_json.as_bytes()),
-            |g| &g.load,
-            (memory, stack),
-        )
+        self.install(setup, limits.memory_bytes)
     }
 
     fn start(&mut self, body: &Body) -> Result<(), EngineFault> {
