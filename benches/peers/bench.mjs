@@ -5,6 +5,7 @@
 //
 //   node bench.mjs [--json] [--iters N] [--warmup-ms N] [--gap-ms N] [--only NAME]
 //   node bench.mjs --in-process [--script-harness PATH] [...]   (ours beside the peer, one process)
+//   node bench.mjs --in-process --split   (where a trivial run of ours spends its time)
 //
 // Every run is what a harness does per script: a fresh runtime with a
 // memory limit, a stack limit and an interrupt deadline, a fresh context
@@ -282,6 +283,35 @@ if (args.includes("--in-process")) {
     const samples = await sample(once);
     return samples[Math.floor((samples.length - 1) * 0.5)];
   };
+  // --split: where a trivial run's time goes, beside `split` (the same
+  // run from Rust): the whole `harness.run`; the native call alone, from
+  // `runNow` to the report's JSON in hand; parsing that JSON; and the
+  // time inside the engine's event loop (the report's duration_ms).
+  if (args.includes("--split")) {
+    const code = "return 1+1";
+    const inside = [];
+    const full = await time(async () => {
+      const r = await harness.run(code);
+      inside.push(r.metrics.duration_ms * 1e3);
+    });
+    let id = 1 << 30;
+    let text = "";
+    // What `harness.run` does for a run still going: keep Node alive.
+    const hold = setInterval(() => {}, 1 << 30);
+    const native = await time(async () => {
+      const runId = id++;
+      const done = new Promise((resolve) => harness._runs.set(runId, resolve));
+      harness._step(harness._native.runNow(code, runId, "{}"));
+      text = await done;
+    });
+    clearInterval(hold);
+    const parse = await time(async () => JSON.parse(text));
+    inside.sort((a, b) => a - b);
+    const row = { full_us: full, native_us: native, parse_us: parse, inside_us: inside[Math.floor(inside.length / 2)] };
+    console.log(JSON_OUT ? JSON.stringify({ split: row }) : `trivial run, medians (µs): harness.run ${full.toFixed(1)}; native runNow to report JSON ${native.toFixed(1)}; JSON.parse of the report ${parse.toFixed(1)}; inside the event loop ${row.inside_us.toFixed(1)} (compare: target/release/examples/split 0 for Rust's wall)`);
+    harness.close();
+    process.exit(0);
+  }
   const table = [];
   for (const w of rows) {
     if (ONLY && w.name !== ONLY) continue;

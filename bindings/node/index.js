@@ -126,25 +126,49 @@ class Harness {
     };
     // A call is answered through `complete`, when the tool settles; only
     // strings cross (a throwing conversion here would be an unhandled
-    // rejection, which ends a Node process).
-    // With no other call in flight, `complete` waits a few microseconds
-    // for the script's next call and returns it: run it at once.
+    // rejection, which ends a Node process). `runNow` and `complete` may
+    // hand back a step at once (the script's next call, a run's report)
+    // while nothing else is in flight: take it as if it had come through
+    // `dispatch` or `finished`.
     const complete = (key, json, message) => {
-      const next = this._native.complete(key, json, message);
-      if (next != null) dispatch(next.tool, next.args, next.key);
+      this._step(this._native.complete(key, json, message));
     };
     const dispatch = (name, argsJson, key) => {
       this._dispatch(name, argsJson, key).then(
         (json) => complete(key, typeof json === 'string' ? json : null, null),
         (e) => complete(key, null, String(e instanceof Error ? e.message : e)));
     };
+    this._callStep = dispatch;
     const abort = (key) => {
       const c = this._calls.get(key);
       if (c) c.abort(new Error('the script no longer needs this call'));
     };
     const approve = (requestJson) => this._approve(requestJson);
-    this._native = new native.NativeHarness(JSON.stringify(opts), dispatch, abort, approve);
+    const finished = (runId, reportJson) => this._finish(runId, reportJson);
+    /** Runs in flight: their id to the function that takes the report. */
+    this._runs = new Map();
+    this._keepAlive = null;
+    this._native = new native.NativeHarness(JSON.stringify(opts), dispatch, abort, approve, finished);
     this._closed = false;
+  }
+
+  /** Takes a step `runNow` or `complete` handed back. */
+  _step(step) {
+    if (step == null) return;
+    if (step.call != null) this._callStep(step.call.tool, step.call.args, step.call.key);
+    if (step.done != null) this._finish(step.done.runId, step.done.report);
+  }
+
+  _finish(runId, reportJson) {
+    const take = this._runs.get(runId);
+    if (take) {
+      this._runs.delete(runId);
+      take(reportJson);
+    }
+    if (this._runs.size === 0 && this._keepAlive != null) {
+      clearInterval(this._keepAlive);
+      this._keepAlive = null;
+    }
   }
 
   async _dispatch(name, argsJson, key) {
@@ -222,18 +246,25 @@ class Harness {
       if (signal.aborted) queueMicrotask(onAbort);
       else signal.addEventListener('abort', onAbort, { once: true });
     }
+    const report = new Promise((resolve) => this._runs.set(runId, resolve));
     try {
-      const json = await n.run(
-        code,
-        runId,
-        JSON.stringify({
+      try {
+        this._step(n.runNow(code, runId, JSON.stringify({
           context: options.context,
           timeoutMs: options.timeoutMs,
           language: options.language,
           session: options.session,
-        }),
-      );
-      return JSON.parse(json);
+        })));
+      } catch (e) {
+        this._finish(runId, null);
+        throw e;
+      }
+      // Still running: its report comes through `finished`, a thread-safe
+      // function that does not keep Node's event loop alive; this does.
+      if (this._runs.has(runId) && this._keepAlive == null) {
+        this._keepAlive = setInterval(() => {}, 1 << 30);
+      }
+      return JSON.parse(await report);
     } finally {
       if (signal) signal.removeEventListener('abort', onAbort);
     }

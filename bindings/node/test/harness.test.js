@@ -97,6 +97,40 @@ test('a runaway script stops at its deadline while Node keeps serving timers', a
   h.close();
 });
 
+test('a run that outlasts runNow keeps Node alive until its report, and then lets it exit', () => {
+  // A child whose only work is the run: its report comes through a
+  // thread-safe function after runNow returned.
+  const { execFileSync } = require('node:child_process');
+  const child = `const { Harness } = require(${JSON.stringify(require.resolve('..'))});
+    const h = new Harness();
+    h.run('const t = Date.now(); while (Date.now() - t < 200) {} return 5').then((r) => console.log('value', r.value));`;
+  const started = Date.now();
+  const out = execFileSync(process.execPath, ['-e', child], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(out.trim(), 'value 5');
+  assert.ok(Date.now() - started < 20_000, 'the child exited once the run had answered');
+});
+
+test('runs answered on Node\'s thread and later ones mix: long scripts, awaits, errors, in order', async () => {
+  const wait = { execute: () => new Promise((resolve) => setTimeout(() => resolve(2), 20)) };
+  const h = new Harness({ tools: { add, wait }, limits: { maxSourceBytes: 256 * 1024 } });
+  // Over 64 KiB: never polled on Node's thread.
+  const long = `/*${' '.repeat(70 * 1024)}*/ return (await tools.add({a: 1, b: 2})).sum`;
+  const scripts = [
+    ['return 1', 1],
+    [long, 3],
+    ['return await tools.wait({})', 2],
+    ['return (await tools.add({a: 2, b: 2})).sum', 4],
+    ['const t = Date.now(); while (Date.now() - t < 5) {} return 6', 6],
+  ];
+  for (let round = 0; round < 20; round++) {
+    for (const [code, want] of scripts) assert.equal((await h.run(code)).value, want);
+    const all = await Promise.all(scripts.map(([code]) => h.run(code)));
+    assert.deepEqual(all.map((r) => r.value), scripts.map(([, want]) => want));
+  }
+  assert.equal((await h.run('null.x')).error.code, 'ScriptRuntimeError');
+  h.close();
+});
+
 test('200 concurrent runs', async () => {
   const h = new Harness({ tools: { add } });
   const runs = Array.from({ length: 200 }, (_, i) => h.run(`return (await tools.add({a: ${i}, b: 1})).sum`));

@@ -8,6 +8,9 @@ checked-out session's `feed_run`), each in its fastest configuration.
     python bindings/python/benches/bench.py          # the Python side
     cargo run --release -p script-harness-python --example baseline
 
+The trivial run is also split, in rounds alternating with the same run
+made from Rust in this process (`NativeHarness.bench_rust`).
+
 Build the package the same way as the baseline (`pip install
 ./bindings/python` is a release build) before comparing.
 """
@@ -66,8 +69,10 @@ def main() -> None:
 
     run_async = asyncio.run(many())
     ten = median_us(lambda: h.run(SEQUENTIAL_10), n=max(200, N // 4))
+    rust = split(h)
     print(f"python trivial run            {trivial:8.1f} us (median of {N})")
-    print(f"python trivial run_async      {run_async:8.1f} us")
+    print(f"python trivial run_async      {run_async:8.1f} us ({run_async - trivial:+.1f} over run)")
+    print(f"python run over rust          {trivial - rust:+8.1f} us (rust in this process: {rust:.1f} us)")
     print(f"python run + 1 tool call      {one:8.1f} us")
     print(f"python per sync tool call     {(hundred - trivial) / 100:8.1f} us (of 100 sequential)")
     print(f"python per async tool call    {(ahundred - trivial) / 100:8.1f} us (of 100 sequential, private loop)")
@@ -76,6 +81,36 @@ def main() -> None:
 
 # Ten sequential calls of a plain Python tool that returns its argument.
 SEQUENTIAL_10 = "let last; for (let i = 0; i < 10; i++) last = await tools.echo({i}); return last.i"
+
+
+def split(h: sh.Harness, rounds: int = 5) -> float:
+    """Where a trivial run's time goes, in rounds that alternate with the
+    same run made from Rust (`bench_rust`: this process, these engine
+    threads); prints the medians of the rounds' medians, in µs, and
+    returns Rust's."""
+    native = h._live()
+    code = "return 1"
+    options = h._options(None, None, None)
+    text = native.run(code, options, 1)
+    n = max(200, N // 4)
+    rows: Dict[str, List[float]] = {
+        "rust Harness::run (wall)": [],
+        "python Harness.run": [],
+        "native run (to the report's JSON)": [],
+        "Report.from_json": [],
+        "inside the event loop (duration_ms)": [],
+    }
+    for _ in range(rounds):
+        rows["rust Harness::run (wall)"].append(native.bench_rust(code, n))
+        rows["python Harness.run"].append(median_us(lambda: h.run(code), n))
+        rows["native run (to the report's JSON)"].append(median_us(lambda: native.run(code, options, 1), n))
+        rows["Report.from_json"].append(median_us(lambda: sh.Report.from_json(text), n))
+        inside = [h.run(code).metrics.duration_ms * 1e3 for _ in range(n)]
+        rows["inside the event loop (duration_ms)"].append(statistics.median(inside))
+    print(f"trivial run, {rounds} alternating rounds of {n}, medians in us:")
+    for name, xs in rows.items():
+        print(f"  {name:38} {statistics.median(xs):8.1f}")
+    return statistics.median(rows["rust Harness::run (wall)"])
 
 
 def zapcode_rows() -> Optional[Dict[str, float]]:

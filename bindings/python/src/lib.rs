@@ -12,8 +12,12 @@
 //!   needs the answer; a pooled thread whose call was answered at once
 //!   (a synchronous tool) waits a few microseconds for the script's next
 //!   call and makes it itself (`RELAY`);
-//! - scripts run on this module's tokio runtime, never on a Python
-//!   thread: `run` waits with the interpreter released, `start` calls
+//! - scripts run on the harness's engine threads, never on a Python
+//!   thread: `run` drives the run's host side on the calling thread with
+//!   the interpreter released, and while that run is the only one in
+//!   flight it waits awake there for a moment at a time and makes the
+//!   run's calls into Python itself (`CALLER`: no thread to wake);
+//!   `start` runs on this module's tokio runtime and calls
 //!   `done(report_json)` when the run ends.
 
 use harness::wasi::{Sandbox, SandboxError, SandboxPolicy};
@@ -158,10 +162,33 @@ fn may_relay() -> bool {
     *MAY.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2))
 }
 
-/// Runs `job` on the blocking pool: on the thread waiting in [`RELAY`]
-/// if there is one, else on a pooled thread, which then runs the jobs
-/// relayed to it for as long as each was answered at once.
+/// Hands a call into Python to the thread blocked in `run` while it waits
+/// awake for its run (only while that run is the only one in flight): it
+/// is a Python thread with nothing else to do, and awake.
+static CALLER: embed::Handoff<PyJob> = embed::Handoff::new();
+
+/// How long the thread blocked in `run` waits awake, at a time, for a call
+/// into Python or its run's end before it sleeps until woken.
+const CALLER_SPIN: Duration = Duration::from_micros(50);
+
+/// Runs of this process in flight (the rule for [`CALLER`]).
+static IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    /// A `KeyboardInterrupt` that a call into Python raised on this thread
+    /// (the main thread, running a tool for its own run): the run is then
+    /// cancelled and `run` raises it once the run has ended.
+    static INTERRUPTED: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `job`: on the thread blocked in `run` if it waits for one
+/// ([`CALLER`]), on the pooled thread waiting in [`RELAY`] if there is
+/// one, else on a pooled thread, which then runs the jobs relayed to it
+/// for as long as each was answered at once.
 fn run_python(job: PyJob) {
+    let Some(job) = CALLER.offer(job) else {
+        return;
+    };
     let Some(job) = RELAY.offer(job) else {
         return;
     };
@@ -210,11 +237,19 @@ async fn ask_python(
                     pending: shared.clone(),
                 },
             )?;
-            match name {
-                Some(n) => bridge.call_method1(py, method, (n, text, call))?,
-                None => bridge.call_method1(py, method, (text, call))?,
+            let made = match name {
+                Some(n) => bridge.call_method1(py, method, (n, text, call)),
+                None => bridge.call_method1(py, method, (text, call)),
             };
-            Ok(())
+            match made {
+                // Ctrl-C while the main thread ran the tool: the call is
+                // settled already (rejected); the run is for `run` to end.
+                Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) => {
+                    INTERRUPTED.with(|i| *i.borrow_mut() = Some(e));
+                    Ok(())
+                }
+                made => made.map(drop),
+            }
         });
         let answered = shared.tx.lock().map(|t| t.is_none()).unwrap_or(false);
         let _ = started_tx.send(made.map_err(|e| e.to_string()));
@@ -327,14 +362,130 @@ impl NativeHarness {
     }
 }
 
+/// Wakes the thread blocked in `run` ([`drive`]) for its run's future.
+struct Nudge {
+    woken: AtomicBool,
+    thread: std::thread::Thread,
+}
+
+impl std::task::Wake for Nudge {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+/// How often a thread blocked in `run` looks for a signal (Ctrl-C).
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+/// Drives `run` to its end on this thread (the interpreter released): the
+/// thread polls the run's future itself and, while the run is the only
+/// one in flight, waits awake for a while for its end or a call into
+/// Python, which it makes here ([`CALLER`]); otherwise it sleeps until
+/// woken, looking for Ctrl-C every [`SIGNAL_CHECK`] (which cancels the
+/// run; the `KeyboardInterrupt` is returned once the run has ended).
+fn drive(
+    run: impl std::future::Future<Output = harness::ExecutionReport>,
+    token: &CancellationToken,
+) -> (harness::ExecutionReport, Option<PyErr>) {
+    use std::task::{Context, Poll, Waker};
+    let _runtime = runtime().enter();
+    let nudge = Arc::new(Nudge {
+        woken: AtomicBool::new(true),
+        thread: std::thread::current(),
+    });
+    let waker = Waker::from(nudge.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut run = std::pin::pin!(run);
+    let mut interrupted: Option<PyErr> = None;
+    let mut checked = std::time::Instant::now();
+    loop {
+        if nudge.woken.swap(false, Ordering::AcqRel) {
+            if let Poll::Ready(report) = run.as_mut().poll(&mut cx) {
+                return (report, interrupted);
+            }
+        }
+        if IN_FLIGHT.load(Ordering::Acquire) == 1 && may_relay() {
+            if let Some(job) =
+                CALLER.wait_until(CALLER_SPIN, || nudge.woken.load(Ordering::Acquire))
+            {
+                job();
+                if let Some(e) = INTERRUPTED.with(|i| i.borrow_mut().take()) {
+                    token.cancel();
+                    interrupted.get_or_insert(e);
+                }
+                continue;
+            }
+            if nudge.woken.load(Ordering::Acquire) {
+                continue;
+            }
+        }
+        if interrupted.is_none() && checked.elapsed() >= SIGNAL_CHECK {
+            checked = std::time::Instant::now();
+            if let Err(e) = Python::attach(|py| py.check_signals()) {
+                token.cancel();
+                interrupted = Some(e);
+            }
+        }
+        std::thread::park_timeout(SIGNAL_CHECK);
+    }
+}
+
+/// A run's host side, as `start` hands it to tokio.
+type RunFuture = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
+
+/// How long `start` (an event loop's thread) waits awake for its run.
+const START_SPIN: Duration = Duration::from_micros(50);
+
+/// Polls `run` on this thread and waits awake up to [`START_SPIN`] for
+/// it to end (only where a CPU is free for it): its output if it did.
+fn soon(run: &mut RunFuture) -> Option<String> {
+    use std::task::{Context, Poll, Waker};
+    let _runtime = runtime().enter();
+    let nudge = Arc::new(Nudge {
+        woken: AtomicBool::new(true),
+        thread: std::thread::current(),
+    });
+    let waker = Waker::from(nudge.clone());
+    let mut cx = Context::from_waker(&waker);
+    let until = std::time::Instant::now() + START_SPIN;
+    loop {
+        if nudge.woken.swap(false, Ordering::AcqRel) {
+            if let Poll::Ready(text) = run.as_mut().poll(&mut cx) {
+                return Some(text);
+            }
+        }
+        if !may_relay() || std::time::Instant::now() >= until {
+            return None;
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// Removes a run from the table when it ends, however it ends.
 struct Registered {
     runs: Arc<Mutex<HashMap<u64, CancellationToken>>>,
     run_id: u64,
 }
 
+impl Registered {
+    /// Counted in [`IN_FLIGHT`] until dropped.
+    fn new(runs: &Arc<Mutex<HashMap<u64, CancellationToken>>>, run_id: u64) -> Self {
+        IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
+        Registered {
+            runs: runs.clone(),
+            run_id,
+        }
+    }
+}
+
 impl Drop for Registered {
     fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
         if let Ok(mut runs) = self.runs.lock() {
             runs.remove(&self.run_id);
         }
@@ -386,49 +537,75 @@ impl NativeHarness {
     /// released meanwhile. A signal (Ctrl-C) cancels the run; the
     /// exception is raised once the run has ended.
     fn run(&self, py: Python<'_>, code: &str, options: &str, run_id: u64) -> PyResult<String> {
-        let (h, request, options) = self.prepare(code, options, run_id)?;
-        let _registered = Registered {
-            runs: self.runs.clone(),
-            run_id,
-        };
+        let (h, mut request, options) = self.prepare(code, options, run_id)?;
+        let _registered = Registered::new(&self.runs, run_id);
+        // This thread waits for the answer on its own terms, and makes
+        // the run's calls into Python meanwhile: the engine must not wait
+        // awake for it here.
+        request.caller_polls = true;
         let token = request.cancel.clone();
-        let (report, interrupted) = py.detach(|| {
-            runtime().block_on(async {
-                let run = embed::execute(&h, &options, request);
-                tokio::pin!(run);
-                let mut interrupted: Option<PyErr> = None;
-                let mut tick = tokio::time::interval(Duration::from_millis(50));
-                loop {
-                    tokio::select! {
-                        report = &mut run => return (report, interrupted),
-                        _ = tick.tick(), if interrupted.is_none() => {
-                            if let Err(e) = Python::attach(|py| py.check_signals()) {
-                                token.cancel();
-                                interrupted = Some(e);
-                            }
-                        }
-                    }
-                }
-            })
-        });
+        let (report, interrupted) =
+            py.detach(|| drive(embed::execute(&h, &options, request), &token));
         match interrupted {
             Some(e) => Err(e),
             None => Ok(report_json(&report)),
         }
     }
 
-    /// Starts `code` and returns at once; `done(report_json)` is called
-    /// on another thread when the run ends.
-    fn start(&self, code: &str, options: &str, run_id: u64, done: Py<PyAny>) -> PyResult<()> {
-        let (h, request, options) = self.prepare(code, options, run_id)?;
-        let registered = Registered {
-            runs: self.runs.clone(),
-            run_id,
-        };
-        runtime().spawn(async move {
+    /// The median wall time in µs of `n` runs of `code` made from Rust
+    /// on this harness (`Harness::run`, the interpreter released), after
+    /// `n / 10` untimed: the figure `benches/bench.py` sets the Python
+    /// rows beside, measured in the same process, on the same engine
+    /// threads.
+    fn bench_rust(&self, py: Python<'_>, code: &str, n: usize) -> PyResult<f64> {
+        let h = self.harness()?;
+        let n = n.max(1);
+        Ok(py.detach(|| {
+            let rt = runtime();
+            for _ in 0..n / 10 {
+                rt.block_on(h.run(code));
+            }
+            let mut wall: Vec<f64> = (0..n)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    rt.block_on(h.run(code));
+                    t.elapsed().as_secs_f64() * 1e6
+                })
+                .collect();
+            wall.sort_by(f64::total_cmp);
+            wall[wall.len() / 2]
+        }))
+    }
+
+    /// Starts `code`. A run that ends within a brief wait here
+    /// ([`START_SPIN`], the interpreter released) returns its report as
+    /// JSON, and `done` is never called; otherwise this returns `None`
+    /// and `done(report_json)` is called on another thread when the run
+    /// ends.
+    fn start(
+        &self,
+        py: Python<'_>,
+        code: &str,
+        options: &str,
+        run_id: u64,
+        done: Py<PyAny>,
+    ) -> PyResult<Option<String>> {
+        let (h, mut request, options) = self.prepare(code, options, run_id)?;
+        let registered = Registered::new(&self.runs, run_id);
+        // This thread (an event loop's) waits only briefly, on its own
+        // terms: the engine must not wait awake for the answer here.
+        request.caller_polls = true;
+        let mut run: RunFuture = Box::pin(async move {
             let report = embed::execute(&h, &options, request).await;
             drop(registered);
-            let text = report_json(&report);
+            report_json(&report)
+        });
+        // A short run answers here: no wake-up of the event loop for it.
+        if let Some(text) = py.detach(|| soon(&mut run)) {
+            return Ok(Some(text));
+        }
+        runtime().spawn(async move {
+            let text = run.await;
             // On this worker (its other tasks move elsewhere meanwhile):
             // the callback only hands the result to an event loop.
             tokio::task::block_in_place(|| {
@@ -439,7 +616,7 @@ impl NativeHarness {
                 })
             });
         });
-        Ok(())
+        Ok(None)
     }
 
     /// Cancels run `run_id` (ScriptCancelledError, partial results kept);

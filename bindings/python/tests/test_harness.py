@@ -4,8 +4,12 @@ cancellation, concurrency, errors and memory."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import json
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from dataclasses import dataclass
@@ -304,6 +308,88 @@ def test_sync_tool_sees_cancellation_flag() -> None:
             break
         time.sleep(0.01)
     assert flags == [True]
+
+
+def test_ctrl_c_cancels_a_run_and_raises_keyboard_interrupt() -> None:
+    # In a child interpreter: the signal goes to the whole process.
+    child = textwrap.dedent(
+        """
+        import os, signal, threading, time
+        from script_harness import Harness, Tool
+        h = Harness()
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        started = time.monotonic()
+        try:
+            h.run("while (true) {}", timeout_ms=20_000)
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted after", round(time.monotonic() - started, 1))
+        print("next run", h.run("return 7").value)
+        # Ctrl-C while this thread makes the run's tool call itself.
+        def nap(args):
+            time.sleep(5)
+            return 1
+        t = Harness(tools=[Tool("nap", "", None, nap)])
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        started = time.monotonic()
+        try:
+            r = t.run("return await tools.nap({})", timeout_ms=20_000)
+            print("not interrupted", r.value, r.error)
+        except KeyboardInterrupt:
+            print("tool interrupted after", round(time.monotonic() - started, 1))
+        print("next tool run", t.run("return 8").value)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0].startswith("interrupted after"), out.stdout
+    assert float(lines[0].split()[-1]) < 5, out.stdout
+    assert lines[1] == "next run 7", out.stdout
+    assert lines[2].startswith("tool interrupted after"), out.stdout
+    assert float(lines[2].split()[-1]) < 5, out.stdout
+    assert lines[3] == "next tool run 8", out.stdout
+
+
+def test_a_runaway_script_holds_neither_the_gil_nor_other_threads() -> None:
+    harness = Harness()
+    ticks = 0
+    stop = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    t = threading.Thread(target=count)
+    t.start()
+    try:
+        started = time.perf_counter()
+        r = harness.run("while (true) {}", timeout_ms=300)
+        elapsed = time.perf_counter() - started
+    finally:
+        stop.set()
+        t.join()
+    assert r.error is not None and r.error.code == ErrorCode.ScriptTimeoutError
+    assert 0.25 < elapsed < 5, elapsed
+    # About one tick a millisecond: the thread ran while the script did.
+    assert ticks > 50, ticks
+
+
+def test_two_hundred_concurrent_runs_from_threads() -> None:
+    def add(args: Dict[str, Any]) -> int:
+        time.sleep(0.005)  # so that the runs overlap
+        return int(args["a"]) + int(args["b"])
+
+    harness = Harness(tools=[Tool("add", "", None, add)])
+    with concurrent.futures.ThreadPoolExecutor(max_workers=200) as pool:
+        reports = list(
+            pool.map(lambda i: harness.run(f"return await tools.add({{a: {i}, b: 1}})"), range(200))
+        )
+    assert [r.value for r in reports] == [i + 1 for i in range(200)]
 
 
 def test_hundred_concurrent_run_async_calls() -> None:

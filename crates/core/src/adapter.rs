@@ -381,6 +381,12 @@ pub struct ExecutionRequest {
     /// so that it may suspend again); `source` is not run.
     #[serde(skip)]
     pub resume: Option<Arc<crate::durable::Resume>>,
+    /// Set, the caller polls for the answer on its own terms (Node's
+    /// thread, which also makes the run's JavaScript tool calls, waits
+    /// awake for either): the engine never waits awake for the answer on
+    /// the caller's thread.
+    #[serde(skip)]
+    pub caller_polls: bool,
 }
 
 /// Live events of one run, called on the run's host thread as they happen

@@ -443,6 +443,18 @@ impl<T> Handoff<T> {
     /// takes it; `None` at once if another thread is waiting already, and
     /// when [`Handoff::stop`] ends the wait.
     pub fn wait(&self, spin: std::time::Duration) -> Option<T> {
+        self.wait_until(spin, || false)
+    }
+
+    /// [`Handoff::wait`], ending the wait early (without a value, unless
+    /// one is being stored) as soon as `stop` says true: something else
+    /// the waiting thread should see to came first. `stop` is asked
+    /// between looks.
+    pub fn wait_until(
+        &self,
+        spin: std::time::Duration,
+        mut stop: impl FnMut() -> bool,
+    ) -> Option<T> {
         use std::sync::atomic::Ordering;
         if self
             .state
@@ -463,7 +475,7 @@ impl<T> Handoff<T> {
                 IDLE => return None,
                 // Given up; unless a value is being stored, then take it.
                 WAITING
-                    if std::time::Instant::now() >= until
+                    if (stop() || std::time::Instant::now() >= until)
                         && self
                             .state
                             .compare_exchange(WAITING, IDLE, Ordering::AcqRel, Ordering::Acquire)

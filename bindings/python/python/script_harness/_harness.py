@@ -179,6 +179,10 @@ class _Bridge:
             out = produce()
         except BaseException as e:  # noqa: BLE001 - every failure goes to the script
             call.reject(_message(e))
+            if isinstance(e, KeyboardInterrupt):
+                # Ctrl-C while a `run` on the main thread made this call:
+                # the run is cancelled, and `run` raises it.
+                raise
             return
         if not inspect.isawaitable(out):
             try:
@@ -345,6 +349,8 @@ class Harness:
         language: Optional[str],
         session: Optional[str] = None,
     ) -> str:
+        if context is None and timeout_ms is None and language is None and session is None:
+            return "{}"
         return json.dumps(
             {"context": dict(context) if context is not None else None,
              "timeout_ms": timeout_ms,
@@ -442,17 +448,21 @@ class Harness:
         run_id = next(_RUN_IDS)
         self._loops.enter(loop)
         try:
-            native.start(code, self._options(context, timeout_ms, language, session), run_id, done)
-            try:
-                text = await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                native.cancel(run_id)
-                while not fut.done():
-                    try:
-                        await asyncio.shield(fut)
-                    except asyncio.CancelledError:
-                        continue
-                raise
+            now = native.start(code, self._options(context, timeout_ms, language, session), run_id, done)
+            if now is not None:
+                # Ended within start's brief wait: no wake-up of this loop.
+                text = now
+            else:
+                try:
+                    text = await asyncio.shield(fut)
+                except asyncio.CancelledError:
+                    native.cancel(run_id)
+                    while not fut.done():
+                        try:
+                            await asyncio.shield(fut)
+                        except asyncio.CancelledError:
+                            continue
+                    raise
         finally:
             self._loops.leave(loop)
         return Report.from_json(text)

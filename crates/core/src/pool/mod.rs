@@ -478,6 +478,7 @@ impl<S: 'static> ThreadPool<S> {
         // nothing more; a watchdog timer, so that no tokio timer is needed.
         let grace = request.limits.orphan_grace().saturating_add(STUCK_SLACK);
         let timeout_ms = request.limits.timeout_ms;
+        let caller_polls = request.caller_polls;
         let (stuck_tx, mut stuck_rx) = tokio::sync::oneshot::channel::<()>();
         let shared = self.shared.clone();
         let submitted = self.place(Box::new(move |s| {
@@ -515,7 +516,7 @@ impl<S: 'static> ThreadPool<S> {
         let report = match submitted {
             Err(e) => ExecutionReport::failed(engine, ScriptError::internal(e)),
             Ok(behind) => {
-                let awake = hot || behind;
+                let awake = (hot || behind) && !caller_polls;
                 let soon = if awake {
                     answer_soon(&mut rx, answer_budget(&self.shared.answer_us))
                 } else {
