@@ -384,12 +384,6 @@ impl Drop for Registered {
     }
 }
 
-fn report_json(report: &harness::ExecutionReport) -> String {
-    serde_json::to_string(report).unwrap_or_else(|e| {
-        serde_json::json!({"ok": false, "error": {"code": "HarnessInternalError", "message": format!("the report could not be serialised: {e}"), "phase": "finalizing"}}).to_string()
-    })
-}
-
 impl NativeHarness {
     fn harness(&self) -> Result<Harness> {
         self.harness
@@ -523,7 +517,7 @@ impl NativeHarness {
         };
         let run: RunFuture = Box::pin(async move {
             let _registered = registered;
-            report_json(&embed::execute(&h, &options, request).await)
+            embed::report_json(&embed::execute(&h, &options, request).await)
         });
         let task = Arc::new(Task {
             run_id,

@@ -27,7 +27,7 @@ use harness::{
 };
 use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -368,6 +368,32 @@ struct Nudge {
     thread: std::thread::Thread,
 }
 
+impl Nudge {
+    /// A nudge for this thread, woken to start with (the first look polls).
+    fn here() -> Arc<Self> {
+        Arc::new(Nudge {
+            woken: AtomicBool::new(true),
+            thread: std::thread::current(),
+        })
+    }
+
+    /// Polls `run` if it was woken since the last look: its output once
+    /// it is ready.
+    fn poll<F: std::future::Future + ?Sized>(
+        self: &Arc<Self>,
+        run: std::pin::Pin<&mut F>,
+    ) -> Option<F::Output> {
+        if !self.woken.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        let waker = std::task::Waker::from(self.clone());
+        match run.poll(&mut std::task::Context::from_waker(&waker)) {
+            std::task::Poll::Ready(out) => Some(out),
+            std::task::Poll::Pending => None,
+        }
+    }
+}
+
 impl std::task::Wake for Nudge {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
@@ -392,22 +418,14 @@ fn drive(
     run: impl std::future::Future<Output = harness::ExecutionReport>,
     token: &CancellationToken,
 ) -> (harness::ExecutionReport, Option<PyErr>) {
-    use std::task::{Context, Poll, Waker};
     let _runtime = runtime().enter();
-    let nudge = Arc::new(Nudge {
-        woken: AtomicBool::new(true),
-        thread: std::thread::current(),
-    });
-    let waker = Waker::from(nudge.clone());
-    let mut cx = Context::from_waker(&waker);
+    let nudge = Nudge::here();
     let mut run = std::pin::pin!(run);
     let mut interrupted: Option<PyErr> = None;
     let mut checked = std::time::Instant::now();
     loop {
-        if nudge.woken.swap(false, Ordering::AcqRel) {
-            if let Poll::Ready(report) = run.as_mut().poll(&mut cx) {
-                return (report, interrupted);
-            }
+        if let Some(report) = nudge.poll(run.as_mut()) {
+            return (report, interrupted);
         }
         if IN_FLIGHT.load(Ordering::Acquire) == 1 && may_relay() {
             if let Some(job) =
@@ -444,20 +462,12 @@ const START_SPIN: Duration = Duration::from_micros(50);
 /// Polls `run` on this thread and waits awake up to [`START_SPIN`] for
 /// it to end (only where a CPU is free for it): its output if it did.
 fn soon(run: &mut RunFuture) -> Option<String> {
-    use std::task::{Context, Poll, Waker};
     let _runtime = runtime().enter();
-    let nudge = Arc::new(Nudge {
-        woken: AtomicBool::new(true),
-        thread: std::thread::current(),
-    });
-    let waker = Waker::from(nudge.clone());
-    let mut cx = Context::from_waker(&waker);
+    let nudge = Nudge::here();
     let until = std::time::Instant::now() + START_SPIN;
     loop {
-        if nudge.woken.swap(false, Ordering::AcqRel) {
-            if let Poll::Ready(text) = run.as_mut().poll(&mut cx) {
-                return Some(text);
-            }
+        if let Some(text) = nudge.poll(run.as_mut()) {
+            return Some(text);
         }
         if !may_relay() || std::time::Instant::now() >= until {
             return None;
@@ -490,12 +500,6 @@ impl Drop for Registered {
             runs.remove(&self.run_id);
         }
     }
-}
-
-fn report_json(report: &harness::ExecutionReport) -> String {
-    serde_json::to_string(report).unwrap_or_else(|e| {
-        json!({"ok": false, "error": {"code": "HarnessInternalError", "message": format!("the report could not be serialised: {e}"), "phase": "finalizing"}}).to_string()
-    })
 }
 
 #[pymethods]
@@ -548,7 +552,7 @@ impl NativeHarness {
             py.detach(|| drive(embed::execute(&h, &options, request), &token));
         match interrupted {
             Some(e) => Err(e),
-            None => Ok(report_json(&report)),
+            None => Ok(embed::report_json(&report)),
         }
     }
 
@@ -598,7 +602,7 @@ impl NativeHarness {
         let mut run: RunFuture = Box::pin(async move {
             let report = embed::execute(&h, &options, request).await;
             drop(registered);
-            report_json(&report)
+            embed::report_json(&report)
         });
         // A short run answers here: no wake-up of the event loop for it.
         if let Some(text) = py.detach(|| soon(&mut run)) {
@@ -638,7 +642,7 @@ impl NativeHarness {
         let h = self.harness()?;
         let answers: Value = serde_json::from_str(answers).map_err(invalid)?;
         let report = py.detach(|| runtime().block_on(embed::resume(&h, continuation, &answers)));
-        Ok(report_json(&report))
+        Ok(embed::report_json(&report))
     }
 
     /// Opens a session and returns its id.

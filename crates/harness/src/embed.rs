@@ -327,6 +327,14 @@ pub fn request_from_options(
     Ok(request)
 }
 
+/// A report as the bindings hand it over: its JSON, or, where it cannot
+/// be serialised, a `HarnessInternalError` report saying why.
+pub fn report_json(report: &crate::ExecutionReport) -> String {
+    serde_json::to_string(report).unwrap_or_else(|e| {
+        serde_json::json!({"ok": false, "error": {"code": "HarnessInternalError", "message": format!("the report could not be serialised: {e}"), "phase": "finalizing"}}).to_string()
+    })
+}
+
 /// Runs `request` where `options` says: in the session its `session`
 /// names (a string `open_session` gave; a closed or unknown one is a
 /// report with `SessionClosedError`), or on its own.
