@@ -91,20 +91,17 @@ def split(h: sh.Harness, rounds: int = 5) -> float:
     native = h._live()
     code = "return 1"
     options = h._options(None, None, None)
-    text = native.run(code, options, 1)
     n = max(200, N // 4)
     rows: Dict[str, List[float]] = {
         "rust Harness::run (wall)": [],
         "python Harness.run": [],
-        "native run (to the report's JSON)": [],
-        "Report.from_json": [],
+        "native run (to the Report)": [],
         "inside the event loop (duration_ms)": [],
     }
     for _ in range(rounds):
         rows["rust Harness::run (wall)"].append(native.bench_rust(code, n))
         rows["python Harness.run"].append(median_us(lambda: h.run(code), n))
-        rows["native run (to the report's JSON)"].append(median_us(lambda: native.run(code, options, 1), n))
-        rows["Report.from_json"].append(median_us(lambda: sh.Report.from_json(text), n))
+        rows["native run (to the Report)"].append(median_us(lambda: native.run(code, options, 1), n))
         inside = [h.run(code).metrics.duration_ms * 1e3 for _ in range(n)]
         rows["inside the event loop (duration_ms)"].append(statistics.median(inside))
     print(f"trivial run, {rounds} alternating rounds of {n}, medians in us:")
@@ -115,7 +112,7 @@ def split(h: sh.Harness, rounds: int = 5) -> float:
 
 def zapcode_rows() -> Optional[Dict[str, float]]:
     try:
-        import zapcode  # type: ignore[import-not-found]
+        import zapcode  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         return None
 
@@ -137,7 +134,7 @@ def zapcode_rows() -> Optional[Dict[str, float]]:
 
 def monty_rows() -> Optional[Dict[str, float]]:
     try:
-        import pydantic_monty  # type: ignore[import-not-found]
+        import pydantic_monty  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         return None
     with pydantic_monty.Monty() as monty, monty.checkout() as session:

@@ -1,7 +1,7 @@
 //! The native half of the PyPI package `script-harness`: the extension
 //! module `script_harness._native`. The Python half
 //! (`python/script_harness`) keeps the user's tools, approval callback and
-//! event loops, and talks to this side in JSON strings:
+//! event loops, and talks to this side in JSON strings, but for reports:
 //!
 //! - a tool call becomes `bridge.call_tool(name, args_json, call)` and an
 //!   approval request `bridge.approve(request_json, call)`, each made on a
@@ -18,7 +18,9 @@
 //!   flight it waits awake there for a moment at a time and makes the
 //!   run's calls into Python itself (`CALLER`: no thread to wake);
 //!   `start` runs on this module's tokio runtime and calls
-//!   `done(report_json)` when the run ends.
+//!   `done(report)` when the run ends;
+//! - a report crosses as a `script_harness.Report`, built here
+//!   (`report`), not as JSON.
 
 use harness::wasi::{Sandbox, SandboxError, SandboxPolicy};
 use harness::{
@@ -34,6 +36,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
+
+mod report;
 
 fn invalid(message: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(message.to_string())
@@ -454,20 +458,21 @@ fn drive(
 }
 
 /// A run's host side, as `start` hands it to tokio.
-type RunFuture = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
+type RunFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = harness::ExecutionReport> + Send>>;
 
 /// How long `start` (an event loop's thread) waits awake for its run.
 const START_SPIN: Duration = Duration::from_micros(50);
 
 /// Polls `run` on this thread and waits awake up to [`START_SPIN`] for
 /// it to end (only where a CPU is free for it): its output if it did.
-fn soon(run: &mut RunFuture) -> Option<String> {
+fn soon(run: &mut RunFuture) -> Option<harness::ExecutionReport> {
     let _runtime = runtime().enter();
     let nudge = Nudge::here();
     let until = std::time::Instant::now() + START_SPIN;
     loop {
-        if let Some(text) = nudge.poll(run.as_mut()) {
-            return Some(text);
+        if let Some(report) = nudge.poll(run.as_mut()) {
+            return Some(report);
         }
         if !may_relay() || std::time::Instant::now() >= until {
             return None;
@@ -537,10 +542,10 @@ impl NativeHarness {
         })
     }
 
-    /// Runs `code` and returns the report as JSON, the interpreter
-    /// released meanwhile. A signal (Ctrl-C) cancels the run; the
-    /// exception is raised once the run has ended.
-    fn run(&self, py: Python<'_>, code: &str, options: &str, run_id: u64) -> PyResult<String> {
+    /// Runs `code` and returns its `Report`, the interpreter released
+    /// meanwhile. A signal (Ctrl-C) cancels the run; the exception is
+    /// raised once the run has ended.
+    fn run(&self, py: Python<'_>, code: &str, options: &str, run_id: u64) -> PyResult<Py<PyAny>> {
         let (h, mut request, options) = self.prepare(code, options, run_id)?;
         let _registered = Registered::new(&self.runs, run_id);
         // This thread waits for the answer on its own terms, and makes
@@ -552,7 +557,7 @@ impl NativeHarness {
             py.detach(|| drive(embed::execute(&h, &options, request), &token));
         match interrupted {
             Some(e) => Err(e),
-            None => Ok(embed::report_json(&report)),
+            None => report::report_object(py, report),
         }
     }
 
@@ -582,10 +587,9 @@ impl NativeHarness {
     }
 
     /// Starts `code`. A run that ends within a brief wait here
-    /// ([`START_SPIN`], the interpreter released) returns its report as
-    /// JSON, and `done` is never called; otherwise this returns `None`
-    /// and `done(report_json)` is called on another thread when the run
-    /// ends.
+    /// ([`START_SPIN`], the interpreter released) returns its `Report`,
+    /// and `done` is never called; otherwise this returns `None` and
+    /// `done(report)` is called on another thread when the run ends.
     fn start(
         &self,
         py: Python<'_>,
@@ -593,7 +597,7 @@ impl NativeHarness {
         options: &str,
         run_id: u64,
         done: Py<PyAny>,
-    ) -> PyResult<Option<String>> {
+    ) -> PyResult<Option<Py<PyAny>>> {
         let (h, mut request, options) = self.prepare(code, options, run_id)?;
         let registered = Registered::new(&self.runs, run_id);
         // This thread (an event loop's) waits only briefly, on its own
@@ -602,19 +606,21 @@ impl NativeHarness {
         let mut run: RunFuture = Box::pin(async move {
             let report = embed::execute(&h, &options, request).await;
             drop(registered);
-            embed::report_json(&report)
+            report
         });
         // A short run answers here: no wake-up of the event loop for it.
-        if let Some(text) = py.detach(|| soon(&mut run)) {
-            return Ok(Some(text));
+        if let Some(report) = py.detach(|| soon(&mut run)) {
+            return report::report_object(py, report).map(Some);
         }
         runtime().spawn(async move {
-            let text = run.await;
+            let report = run.await;
             // On this worker (its other tasks move elsewhere meanwhile):
             // the callback only hands the result to an event loop.
             tokio::task::block_in_place(|| {
                 Python::attach(|py| {
-                    if let Err(e) = done.call1(py, (text,)) {
+                    let called = report::report_object(py, report)
+                        .and_then(|report| done.call1(py, (report,)));
+                    if let Err(e) = called {
                         e.write_unraisable(py, None);
                     }
                 })
@@ -636,13 +642,13 @@ impl NativeHarness {
 
     /// Resumes a suspended run: `continuation` is its report's
     /// `suspension.continuation`, `answers` JSON `{approve?, answers?,
-    /// failures?}`; returns the next report as JSON, the interpreter
-    /// released meanwhile.
-    fn resume(&self, py: Python<'_>, continuation: &str, answers: &str) -> PyResult<String> {
+    /// failures?}`; returns the next `Report`, the interpreter released
+    /// meanwhile.
+    fn resume(&self, py: Python<'_>, continuation: &str, answers: &str) -> PyResult<Py<PyAny>> {
         let h = self.harness()?;
         let answers: Value = serde_json::from_str(answers).map_err(invalid)?;
         let report = py.detach(|| runtime().block_on(embed::resume(&h, continuation, &answers)));
-        Ok(embed::report_json(&report))
+        report::report_object(py, report)
     }
 
     /// Opens a session and returns its id.
@@ -795,6 +801,7 @@ fn engines() -> Vec<String> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeHarness>()?;
     m.add_class::<Call>()?;
+    m.add_class::<report::NativeReport>()?;
     m.add_function(wrap_pyfunction!(sandbox_execute, m)?)?;
     m.add_function(wrap_pyfunction!(sandbox_validate, m)?)?;
     m.add_function(wrap_pyfunction!(sandbox_default_policy, m)?)?;

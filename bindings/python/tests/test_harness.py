@@ -35,6 +35,46 @@ def test_return_value_and_report_fields() -> None:
         report.ok = False  # type: ignore[misc]
 
 
+def test_a_report_built_natively_equals_the_same_report_read_from_json() -> None:
+    import copy
+    import dataclasses
+    import pickle
+
+    scripts = [
+        "return 1",
+        "return undefined",
+        "console.log('x'); console.warn('y'); return {a: [1, 2.5, 's', null, true], b: {}}",
+        "return await tools.echo({x: 1})",
+        "try { await tools.nope({}) } catch (e) {} return 2",
+        "return 1e20",
+        "return [9007199254740993, -0, 0.1, 'é\\u0000']",
+        "throw new Error('boom')",
+        "return () => 1",
+        "console.progress('half', {n: 1}); return 3",
+    ]
+    with Harness(tools=[Tool("echo", "", None, lambda a: a)]) as harness:
+        for script in scripts:
+            report = harness.run(script)
+            # Either `raw` is there, or it is made from the native report
+            # when first read; either way it is what the JSON report has.
+            assert ("raw" in report.__dict__) != ("_native" in report.__dict__), script
+            raw = report.raw
+            assert json.loads(json.dumps(raw)) == raw
+            again = Report.from_json(json.dumps(raw))
+            assert again == report, script
+            assert again.raw == report.raw == report.to_dict(), script
+            assert type(again.value) is type(report.value), script
+            for copied in (pickle.loads(pickle.dumps(report)), copy.deepcopy(report)):
+                assert copied == report and copied.raw == raw, script
+                assert "_native" not in copied.__dict__
+            assert dataclasses.asdict(report)["raw"] == raw
+        fresh = harness.run("return 4")
+        # Pickled before `raw` was ever read: it is made for the pickle.
+        assert pickle.loads(pickle.dumps(fresh)).raw["value"] == 4
+        with pytest.raises(AttributeError):
+            fresh.nope  # type: ignore[attr-defined]
+
+
 def test_script_errors_are_in_the_report_with_codes() -> None:
     harness = Harness(limits={"timeout_ms": 300})
     r = harness.run("throw new TypeError('boom')")

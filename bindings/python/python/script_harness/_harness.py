@@ -116,19 +116,20 @@ class _Loops:
                 if entry[1] <= 0:
                     del self._active[loop]
 
+    # `block` and `unblock` take no lock: a thread changes only its own
+    # entry, each dict operation is atomic, and `pick` only asks whether
+    # a thread has one.
     def block(self) -> None:
-        with self._lock:
-            t = threading.get_ident()
-            self._blocked[t] = self._blocked.get(t, 0) + 1
+        t = threading.get_ident()
+        self._blocked[t] = self._blocked.get(t, 0) + 1
 
     def unblock(self) -> None:
-        with self._lock:
-            t = threading.get_ident()
-            n = self._blocked.get(t, 0) - 1
-            if n <= 0:
-                self._blocked.pop(t, None)
-            else:
-                self._blocked[t] = n
+        t = threading.get_ident()
+        n = self._blocked.get(t, 0) - 1
+        if n <= 0:
+            self._blocked.pop(t, None)
+        else:
+            self._blocked[t] = n
 
     def pick(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -383,10 +384,9 @@ class Harness:
             given["failures"] = {str(int(k)): str(v) for k, v in failures.items()}
         self._loops.block()
         try:
-            text = native.resume(continuation, json.dumps(given))
+            return native.resume(continuation, json.dumps(given))
         finally:
             self._loops.unblock()
-        return Report.from_json(text)
 
     def open_session(self) -> "Session":
         """Opens a session: its runs keep what their top level declared
@@ -414,10 +414,9 @@ class Harness:
         self._loops.block()
         try:
             options = self._options(context, timeout_ms, language, session)
-            text = native.run(code, options, next(_RUN_IDS))
+            return native.run(code, options, next(_RUN_IDS))
         finally:
             self._loops.unblock()
-        return Report.from_json(text)
 
     async def run_async(
         self,
@@ -433,15 +432,15 @@ class Harness:
         inside; the task's `CancelledError` is raised once it has ended)."""
         native = self._live()
         loop = asyncio.get_running_loop()
-        fut: "asyncio.Future[str]" = loop.create_future()
+        fut: "asyncio.Future[Report]" = loop.create_future()
 
-        def settle(text: str) -> None:
+        def settle(report: Report) -> None:
             if not fut.done():
-                fut.set_result(text)
+                fut.set_result(report)
 
-        def done(text: str) -> None:
+        def done(report: Report) -> None:
             try:
-                loop.call_soon_threadsafe(settle, text)
+                loop.call_soon_threadsafe(settle, report)
             except RuntimeError:
                 pass  # the loop is closed: nobody waits
 
@@ -451,10 +450,10 @@ class Harness:
             now = native.start(code, self._options(context, timeout_ms, language, session), run_id, done)
             if now is not None:
                 # Ended within start's brief wait: no wake-up of this loop.
-                text = now
+                report = now
             else:
                 try:
-                    text = await asyncio.shield(fut)
+                    report = await asyncio.shield(fut)
                 except asyncio.CancelledError:
                     native.cancel(run_id)
                     while not fut.done():
@@ -465,7 +464,7 @@ class Harness:
                     raise
         finally:
             self._loops.leave(loop)
-        return Report.from_json(text)
+        return report
 
     def check(self, code: str) -> Optional[ScriptError]:
         """Syntax and banned identifiers, without running: None, or the

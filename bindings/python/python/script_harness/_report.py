@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 _T = TypeVar("_T")
 
@@ -280,6 +280,25 @@ class Report:
     @classmethod
     def from_json(cls, text: str) -> "Report":
         return cls.from_dict(json.loads(text))
+
+    if not TYPE_CHECKING:  # not a catch-all for type checkers
+
+        def __getattr__(self, name: str) -> Any:
+            # A report the native side built keeps its `raw` there until
+            # it is first read.
+            native = self.__dict__.get("_native") if name == "raw" else None
+            if native is None:
+                raise AttributeError(f"'Report' object has no attribute {name!r}")
+            raw = native.plain()
+            self.__dict__["raw"] = raw
+            return raw
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """Pickled with `raw` as plain values (never the native report)."""
+        state = dict(self.__dict__)
+        state["raw"] = self.raw
+        state.pop("_native", None)
+        return state
 
     def to_dict(self) -> Dict[str, Any]:
         """The report as `harness run --json` prints it."""
