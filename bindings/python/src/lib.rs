@@ -3,7 +3,8 @@
 //! (`python/script_harness`) keeps the user's tools, approval callback and
 //! event loops, and talks to this side in JSON strings, but for reports:
 //!
-//! - a tool call becomes `bridge.call_tool(name, args_json, call)` and an
+//! - a tool call becomes `bridge.call_tool(name, args, call)` (the
+//!   arguments as Python values) and an
 //!   approval request `bridge.approve(request_json, call)`, each made on a
 //!   thread of the blocking pool holding the interpreter; the Python side
 //!   settles `call` (a `Call`) now or later, from any thread, with
@@ -28,6 +29,7 @@ use harness::{
     ToolError, ToolRegistry,
 };
 use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -217,15 +219,18 @@ fn run_python(job: PyJob) {
     });
 }
 
-/// Calls `bridge.<method>(text, call)` on the blocking pool and waits for
-/// the answer; `cancel` firing first cancels the call.
-async fn ask_python(
-    bridge: Arc<Py<PyAny>>,
-    method: &'static str,
-    name: Option<String>,
-    text: String,
-    cancel: Option<CancellationToken>,
-) -> Answer {
+/// What a call into Python asks.
+enum Ask {
+    /// `bridge.call_tool(name, args, call)`, the arguments as Python
+    /// values.
+    Tool(String, Value),
+    /// `bridge.approve(request_json, call)`.
+    Approval(String),
+}
+
+/// Calls the bridge for `ask` where a thread is at hand ([`run_python`])
+/// and waits for the answer; `cancel` firing first cancels the call.
+async fn ask_python(bridge: Arc<Py<PyAny>>, ask: Ask, cancel: Option<CancellationToken>) -> Answer {
     let (tx, rx) = oneshot::channel();
     let pending = Arc::new(Pending {
         tx: Mutex::new(Some(tx)),
@@ -241,9 +246,16 @@ async fn ask_python(
                     pending: shared.clone(),
                 },
             )?;
-            let made = match name {
-                Some(n) => bridge.call_method1(py, method, (n, text, call)),
-                None => bridge.call_method1(py, method, (text, call)),
+            let made = match ask {
+                Ask::Tool(name, args) => match pythonize::pythonize(py, &args) {
+                    Ok(args) => {
+                        bridge.call_method1(py, intern!(py, "call_tool"), (name, args, call))
+                    }
+                    Err(e) => Err(PyValueError::new_err(e.to_string())),
+                },
+                Ask::Approval(text) => {
+                    bridge.call_method1(py, intern!(py, "approve"), (text, call))
+                }
             };
             match made {
                 // Ctrl-C while the main thread ran the tool: the call is
@@ -288,14 +300,7 @@ fn py_tool(spec: &Value, bridge: Arc<Py<PyAny>>) -> PyResult<FnTool> {
         let bridge = bridge.clone();
         async move {
             let cancel = ctx.cancel.clone();
-            let answer = ask_python(
-                bridge,
-                "call_tool",
-                Some(name),
-                args.to_string(),
-                Some(cancel.clone()),
-            )
-            .await;
+            let answer = ask_python(bridge, Ask::Tool(name, args), Some(cancel.clone())).await;
             match answer {
                 _ if cancel.is_cancelled() => Err(ToolError::cancelled()),
                 Ok(json) => serde_json::from_str::<Value>(&json)
@@ -314,7 +319,7 @@ struct AskPython(Arc<Py<PyAny>>);
 impl ApprovalBridge for AskPython {
     async fn request(&self, req: &ApprovalRequest) -> ApprovalDecision {
         let text = serde_json::to_string(req).unwrap_or_default();
-        match ask_python(self.0.clone(), "approve", None, text, None).await {
+        match ask_python(self.0.clone(), Ask::Approval(text), None).await {
             Ok(answer) if answer == "true" => ApprovalDecision::Approved,
             Ok(answer) if answer == "suspend" => ApprovalDecision::Suspend,
             Ok(_) => ApprovalDecision::Denied {

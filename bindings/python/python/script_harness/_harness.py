@@ -74,17 +74,21 @@ class ApprovalRequest:
         )
 
 
-def _to_json(value: Any) -> str:
-    def default(o: Any) -> Any:
-        if hasattr(o, "model_dump") and callable(o.model_dump):
-            return o.model_dump(mode="json")
-        if is_dataclass(o) and not isinstance(o, type):
-            return asdict(o)
-        if isinstance(o, (set, frozenset, tuple)):
-            return list(o)
-        raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "model_dump") and callable(o.model_dump):
+        return o.model_dump(mode="json")
+    if is_dataclass(o) and not isinstance(o, type):
+        return asdict(o)
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
-    return json.dumps(value, default=default, allow_nan=False)
+
+# One encoder for every result (`json.dumps` with options makes one a call).
+_to_json = json.JSONEncoder(default=_json_default, allow_nan=False).encode
+
+# Results that are surely not awaitable (skips `inspect.isawaitable`).
+_PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
 
 
 def _message(e: BaseException) -> str:
@@ -185,7 +189,7 @@ class _Bridge:
                 # the run is cancelled, and `run` raises it.
                 raise
             return
-        if not inspect.isawaitable(out):
+        if type(out) in _PLAIN or not inspect.isawaitable(out):
             try:
                 call.resolve(encode(out))
             except (TypeError, ValueError) as e:
@@ -213,9 +217,8 @@ class _Bridge:
         fut.add_done_callback(done)
         call.on_cancel(fut.cancel)
 
-    def call_tool(self, name: str, args_json: str, call: _native.Call) -> None:
+    def call_tool(self, name: str, args: Any, call: _native.Call) -> None:
         tool = self.tools[name]
-        args = json.loads(args_json)
         ctx = ToolContext(name, call)
         self._settle(call, lambda: tool.invoke(args, ctx), _to_json)
 
