@@ -72,6 +72,16 @@ function suspendOption(s) {
   return { keys: s.keys, max_suspended_ms: s.maxSuspendedMs ?? s.max_suspended_ms };
 }
 
+/**
+ * Aborts a dispatched call (`{controller, reason}`, see `_dispatch`): its
+ * signal now if the tool has read it, else the moment it does.
+ */
+function abortCall(call, why) {
+  if (call == null || call.reason != null) return;
+  call.reason = new Error(why);
+  if (call.controller != null) call.controller.abort(call.reason);
+}
+
 class Harness {
   /**
    * @param {object} [options] engine, isolation, limits, tools, allow,
@@ -139,10 +149,7 @@ class Harness {
         (e) => complete(key, null, String(e instanceof Error ? e.message : e)));
     };
     this._callStep = dispatch;
-    const abort = (key) => {
-      const c = this._calls.get(key);
-      if (c) c.abort(new Error('the script no longer needs this call'));
-    };
+    const abort = (key) => abortCall(this._calls.get(key), 'the script no longer needs this call');
     const approve = (requestJson) => this._approve(requestJson);
     const finished = (runId, reportJson) => this._finish(runId, reportJson);
     /** Runs in flight: their id to the function that takes the report. */
@@ -173,10 +180,22 @@ class Harness {
 
   async _dispatch(name, argsJson, key) {
     const tool = this._tools.get(name);
-    const controller = new AbortController();
-    this._calls.set(key, controller);
+    // The call's AbortController is made when the tool first reads
+    // `signal` (already aborted if the call was): most tools never do,
+    // and making one costs more than the rest of a call's dispatch.
+    const call = { controller: null, reason: null };
+    const context = {
+      get signal() {
+        if (call.controller == null) {
+          call.controller = new AbortController();
+          if (call.reason != null) call.controller.abort(call.reason);
+        }
+        return call.controller.signal;
+      },
+    };
+    this._calls.set(key, call);
     try {
-      const result = await tool.execute(JSON.parse(argsJson), { signal: controller.signal });
+      const result = await tool.execute(JSON.parse(argsJson), context);
       return JSON.stringify(result === undefined ? null : result);
     } catch (e) {
       // The harness reports it as ToolExecutionError with this message.
@@ -301,7 +320,7 @@ class Harness {
     if (this._closed) return;
     this._closed = true;
     this._native.close();
-    for (const c of this._calls.values()) c.abort(new Error('the harness was closed'));
+    for (const c of this._calls.values()) abortCall(c, 'the harness was closed');
     this._calls.clear();
   }
 

@@ -150,8 +150,14 @@ impl Task {
         }
     }
 
-    /// Polls the run on a tokio worker; a report goes to `finished`.
+    /// Polls the run on a tokio worker; a report goes to `finished`. A
+    /// run that has ended needs none: it was woken while its last poll
+    /// dropped what it waited on, and waking a worker for it took a CPU
+    /// from the next run.
     fn poll_on_tokio(self: Arc<Self>) {
+        if self.ended.load(Ordering::Acquire) {
+            return;
+        }
         napi::bindgen_prelude::spawn(async move {
             if let Some(report) = self.poll() {
                 self.finished.call(

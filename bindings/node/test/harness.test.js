@@ -83,6 +83,29 @@ test('an AbortSignal cancels the run, and the tool call is aborted', async () =>
   h.close();
 });
 
+test('a tool that reads its signal only after the call was aborted finds it aborted', async () => {
+  let seen = null;
+  let settle;
+  const read = new Promise((res) => { settle = res; });
+  const h = new Harness({
+    tools: {
+      late: {
+        execute: async (_args, context) => {
+          await new Promise((res) => setTimeout(res, 300));
+          seen = { aborted: context.signal.aborted, reason: String(context.signal.reason) };
+          settle();
+          return 1;
+        },
+      },
+    },
+  });
+  const r = await h.run('return await tools.late({})', { timeoutMs: 100 });
+  assert.equal(r.error.code, 'ScriptTimeoutError');
+  await read;
+  assert.deepEqual(seen, { aborted: true, reason: 'Error: the script no longer needs this call' });
+  h.close();
+});
+
 test('a runaway script stops at its deadline while Node keeps serving timers', async () => {
   const h = new Harness();
   let ticks = 0;
