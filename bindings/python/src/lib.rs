@@ -1,7 +1,8 @@
 //! The native half of the PyPI package `script-harness`: the extension
 //! module `script_harness._native`. The Python half
 //! (`python/script_harness`) keeps the user's tools, approval callback and
-//! event loops, and talks to this side in JSON strings, but for reports:
+//! event loops, and talks to this side in Python values (a tool's
+//! arguments, reports) and JSON strings (results, approval requests):
 //!
 //! - a tool call becomes `bridge.call_tool(name, args, call)` (the
 //!   arguments as Python values) and an
