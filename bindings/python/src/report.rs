@@ -39,7 +39,8 @@ fn classes(py: Python<'_>) -> PyResult<&'static Classes> {
     })
 }
 
-/// A report kept native until its `raw` is read.
+/// A report kept native until its `raw` is read. Its value is only a
+/// placeholder: the `Report` holds the value, and hands it to `plain`.
 #[pyclass(frozen, module = "script_harness._native")]
 pub(crate) struct NativeReport {
     report: ExecutionReport,
@@ -47,10 +48,17 @@ pub(crate) struct NativeReport {
 
 #[pymethods]
 impl NativeReport {
-    /// The report as plain Python values: what `json.loads` makes of
-    /// `harness run --json`.
-    fn plain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        plain(py, &self.report)
+    /// The report as plain Python values, what `json.loads` makes of
+    /// `harness run --json`, with `value` (the `Report`'s) as its value.
+    fn plain<'py>(&self, py: Python<'py>, value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let d = plain(py, &self.report)?;
+        if let Ok(dict) = d.cast::<PyDict>() {
+            let key = intern!(py, "value");
+            if dict.contains(key)? {
+                dict.set_item(key, value)?;
+            }
+        }
+        Ok(d)
     }
 }
 
@@ -103,7 +111,7 @@ fn plain_enough(r: &ExecutionReport) -> bool {
 }
 
 /// `report` as a `script_harness.Report`.
-pub(crate) fn report_object(py: Python<'_>, report: ExecutionReport) -> PyResult<Py<PyAny>> {
+pub(crate) fn report_object(py: Python<'_>, mut report: ExecutionReport) -> PyResult<Py<PyAny>> {
     let c = classes(py)?;
     if !plain_enough(&report) {
         let d = plain(py, &report)?;
@@ -162,6 +170,11 @@ pub(crate) fn report_object(py: Python<'_>, report: ExecutionReport) -> PyResult
         report.progress_dropped,
     );
     let script_id = pyo3::types::PyString::new(py, &report.script_id);
+    // The value is held once, by the `Report`; the native report keeps
+    // only where it goes in `raw`.
+    if report.value.is_some() {
+        report.value = Some(serde_json::Value::Null);
+    }
     let native = Py::new(py, NativeReport { report })?;
     let obj = frozen(py, c, &c.report, |d| {
         d.set_item(intern!(py, "ok"), ok)?;

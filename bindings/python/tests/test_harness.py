@@ -64,6 +64,9 @@ def test_a_report_built_natively_equals_the_same_report_read_from_json() -> None
             assert again == report, script
             assert again.raw == report.raw == report.to_dict(), script
             assert type(again.value) is type(report.value), script
+            # `raw` shares the report's value, as `from_dict`'s does.
+            if "value" in raw:
+                assert raw["value"] is report.value and again.raw["value"] is again.value, script
             for copied in (pickle.loads(pickle.dumps(report)), copy.deepcopy(report)):
                 assert copied == report and copied.raw == raw, script
                 assert "_native" not in copied.__dict__

@@ -285,11 +285,11 @@ class Report:
 
         def __getattr__(self, name: str) -> Any:
             # A report the native side built keeps its `raw` there until
-            # it is first read.
+            # it is first read (with this report's value, as `from_dict`).
             native = self.__dict__.get("_native") if name == "raw" else None
             if native is None:
                 raise AttributeError(f"'Report' object has no attribute {name!r}")
-            raw = native.plain()
+            raw = native.plain(self.value)
             self.__dict__["raw"] = raw
             return raw
 
