@@ -70,7 +70,6 @@
   const MapCtor = Map;
   const mapGet = Map.prototype.get;
   const mapSet = Map.prototype.set;
-  const mapHas = Map.prototype.has;
   const mapDelete = Map.prototype.delete;
   const weakMapGet = WeakMap.prototype.get;
   const weakMapSet = WeakMap.prototype.set;
@@ -92,7 +91,6 @@
   const imul = Math.imul;
   const nativeRandom = Math.random;
   const parseIntFn = parseInt;
-  const mapSize = getOwnPropertyDescriptor(Map.prototype, 'size').get;
   const getOwnPropertyDescriptors = O.getOwnPropertyDescriptors;
   const fnBind = Function.prototype.bind;
   const stringToWellFormed = String.prototype.toWellFormed;
@@ -189,7 +187,7 @@
       const it = items[i];
       if (it === null || typeof it !== 'object') continue;
       const id = apply(weakMapGet, toolPromises, [it]);
-      if (id !== undefined && apply(mapHas, run.pending, [id])) hostCall('cancel', StringCtor(id));
+      if (id !== undefined && run.pending[id] !== undefined) hostCall('cancel', StringCtor(id));
     }
   }
   // A method, so that, like the original, it is no constructor and has no
@@ -437,6 +435,19 @@
   function hostCall(op, a, b) {
     if (active === null) throw new TypeErrorCtor('no run is installed');
     return host(op, a === undefined ? '' : wellFormed(a), b === undefined ? '' : wellFormed(b));
+  }
+  // `hostCall` with `json` made by JSON.stringify, which escapes every
+  // lone surrogate (ES2019), so it needs no scan.
+  function hostCallJson(op, a, json) {
+    if (active === null) throw new TypeErrorCtor('no run is installed');
+    return host(op, wellFormed(a), json);
+  }
+  // A run's calls and tasks waiting for the host, by the id they settle
+  // under: a null-prototype object of the prelude's, which no script
+  // reaches, so reading and writing it runs nothing of the script's.
+  function addPending(run, id, entry) {
+    if (run.pending[id] === undefined) run.waiting += 1;
+    run.pending[id] = entry;
   }
   function describeMessage(e) {
     try {
@@ -778,7 +789,7 @@
       if (withSite) {
         try { site = '\0' + StringCtor(new ErrorCtor().stack); } catch (_) { /* no stack */ }
       }
-      const id = NumberCtor(hostCall('call', name + site, argsJson));
+      const id = +hostCallJson('call', name + site, argsJson);
       if (id === 0) {
         // The host stopped recording calls: this run attempted too many.
         return promiseReject(hostError('ToolBudgetExceededError',
@@ -787,7 +798,7 @@
       }
       let resolve, reject;
       const p = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
-      apply(mapSet, active.pending, [id, { resolve: resolve, reject: reject, name: name }]);
+      addPending(active, id, { resolve: resolve, reject: reject, name: name });
       apply(weakMapSet, toolPromises, [p, id]);
       return p;
     }
@@ -839,11 +850,11 @@
       }
       name = StringCtor(name);
       const argsJson = argsToJson(name, args);
-      const answer = jsonParse(hostCall('spawn', name + callSite(), argsJson));
+      const answer = jsonParse(hostCallJson('spawn', name + callSite(), argsJson));
       if (answer.error !== undefined) throw hostError(answer.error.code, answer.error.message, name);
       let resolve, reject;
       const done = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
-      apply(mapSet, active.pending, [answer.settle, { resolve: resolve, reject: reject, name: name, task: true }]);
+      addPending(active, answer.settle, { resolve: resolve, reject: reject, name: name, task: true });
       const id = answer.id;
       const cancel = () => cancelTask(id);
       defineProperty(cancel, 'name', { value: 'cancel' });
@@ -859,7 +870,8 @@
       return new ProxyCtor(freeze(target), {
         get: function (t, key) {
           if (typeof key !== 'string') return undefined;
-          if (apply(hasOwn, t, [key])) return t[key];
+          const own = t[key];
+          if (own !== undefined) return own;
           if (key === 'then' || key === 'toJSON') return undefined;
           return unknownTool(prefix + key);
         },
@@ -876,7 +888,10 @@
     const tools = new ProxyCtor(toolFns, {
       get: function (t, key) {
         if (typeof key !== 'string') return undefined;
-        if (apply(hasOwn, t, [key])) return t[key];
+        // `t` has no prototype and holds functions only: a defined
+        // property is an own one.
+        const own = t[key];
+        if (own !== undefined) return own;
         if (key === 'then' || key === 'toJSON') return undefined;
         // The harness's own names: `if (tools.spawn)` must be false when off.
         if (key === 'spawn') return config.spawn ? spawnObj : undefined;
@@ -962,9 +977,10 @@
   function settle(id, ok, payload) {
     const r = active;
     if (r === null) return;
-    const entry = apply(mapGet, r.pending, [id]);
+    const entry = r.pending[id];
     if (entry === undefined) return;
-    apply(mapDelete, r.pending, [id]);
+    delete r.pending[id];
+    r.waiting -= 1;
     if (ok) {
       entry.resolve(deepFreeze(jsonParse(payload)));
     } else {
@@ -982,7 +998,7 @@
     const r = active;
     if (r === null) return false;
     active = null;
-    if (apply(mapSize, r.pending, []) !== 0) return false;
+    if (r.waiting !== 0) return false;
     return list === undefined || unchanged(list);
   }
   // `list` holds, for each name, `() => typeof NAME`, `() => NAME`,
@@ -1102,7 +1118,7 @@
     pendingSeed = typeof seed === 'string' || isArray(seed) ? seed : null;
     // Installed from here on (making `context` reads its getters); an
     // install that throws leaves the context to be dropped, never reused.
-    active = { scriptId: scriptId, pending: new MapCtor(), tools: undefined, context: undefined, console: sharedConsole };
+    active = { scriptId: scriptId, pending: create(null), waiting: 0, tools: undefined, context: undefined, console: sharedConsole };
     if (shared === null || shared.json !== staticJson) shared = makeShared(staticJson);
     active.tools = shared.tools;
     active.context = shared.context;
