@@ -119,6 +119,24 @@
     return e;
   }
 
+  // Freezes what JSON.parse made: a tree, each object met once.
+  function freezeTree(v) {
+    if (v === null || typeof v !== 'object') return v;
+    freeze(v);
+    if (isArray(v)) {
+      for (let i = 0; i < v.length; i++) {
+        const x = v[i];
+        if (x !== null && typeof x === 'object') freezeTree(x);
+      }
+      return v;
+    }
+    const ks = keys(v);
+    for (let i = 0; i < ks.length; i++) {
+      const x = v[ks[i]];
+      if (x !== null && typeof x === 'object') freezeTree(x);
+    }
+    return v;
+  }
   function deepFreeze(v) {
     if (v !== null && typeof v === 'object' && !isFrozen(v)) {
       freeze(v);
@@ -436,11 +454,12 @@
     if (active === null) throw new TypeErrorCtor('no run is installed');
     return host(op, a === undefined ? '' : wellFormed(a), b === undefined ? '' : wellFormed(b));
   }
-  // `hostCall` with `json` made by JSON.stringify, which escapes every
-  // lone surrogate (ES2019), so it needs no scan.
-  function hostCallJson(op, a, json) {
+  // `hostCall` for text that is well-formed already: the tool names the
+  // host sent, and JSON that JSON.stringify made (it escapes every lone
+  // surrogate, ES2019).
+  function hostCallWellFormed(op, a, b) {
     if (active === null) throw new TypeErrorCtor('no run is installed');
-    return host(op, wellFormed(a), json);
+    return host(op, a, b);
   }
   // A run's calls and tasks waiting for the host, by the id they settle
   // under: a null-prototype object of the prelude's, which no script
@@ -789,7 +808,7 @@
       if (withSite) {
         try { site = '\0' + StringCtor(new ErrorCtor().stack); } catch (_) { /* no stack */ }
       }
-      const id = +hostCallJson('call', name + site, argsJson);
+      const id = +hostCallWellFormed('call', site === '' ? name : wellFormed(name + site), argsJson);
       if (id === 0) {
         // The host stopped recording calls: this run attempted too many.
         return promiseReject(hostError('ToolBudgetExceededError',
@@ -850,7 +869,7 @@
       }
       name = StringCtor(name);
       const argsJson = argsToJson(name, args);
-      const answer = jsonParse(hostCallJson('spawn', name + callSite(), argsJson));
+      const answer = jsonParse(hostCallWellFormed('spawn', wellFormed(name + callSite()), argsJson));
       if (answer.error !== undefined) throw hostError(answer.error.code, answer.error.message, name);
       let resolve, reject;
       const done = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
@@ -982,7 +1001,7 @@
     delete r.pending[id];
     r.waiting -= 1;
     if (ok) {
-      entry.resolve(deepFreeze(jsonParse(payload)));
+      entry.resolve(freezeTree(jsonParse(payload)));
     } else {
       const info = jsonParse(payload);
       entry.reject(hostError(info.code, info.message, entry.name,

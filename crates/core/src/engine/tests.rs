@@ -12,9 +12,12 @@ fn fault_kinds_cross_boundaries_by_their_names() {
 
 #[test]
 fn the_host_op_table_matches_the_prelude() {
-    // The shared helpers reach the host through `hostCall`, a run's
-    // own functions through `call`: the same ops.
-    let prelude = PRELUDE.replace("hostCall(", "call(");
+    // The shared helpers reach the host through `hostCall` (or
+    // `hostCallWellFormed`), a run's own functions through `call`: the
+    // same ops.
+    let prelude = PRELUDE
+        .replace("hostCallWellFormed(", "call(")
+        .replace("hostCall(", "call(");
     let prelude = prelude.as_str();
     for name in HostOp::NAMES {
         assert!(
