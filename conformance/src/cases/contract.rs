@@ -231,6 +231,11 @@ pub const CASES: &[Case] = &[
             let paths: Vec<&str> = o.report.warnings.iter().map(|w| w.path.as_str()).collect();
             ensure(o, paths == ["$.f", "$.u", "$.c", "$.a[0]"], "four warnings with their paths")
          }),
+         Spec::new("return {'d e': [undefined], x: {y: {z: undefined}}, o: new Map([[{}, undefined]])}", |o| {
+            expect_value(o, json!({"d e": [null], "x": {"y": {}}, "o": [[{}, null]]}))?;
+            let paths: Vec<&str> = o.report.warnings.iter().map(|w| w.path.as_str()).collect();
+            ensure(o, paths == ["$[\"d e\"][0]", "$.x.y.z"], "a quoted key's path and a nested one")
+         }),
          Spec::new("return new Map([['a', 1]])", |o| expect_value(o, json!({"a": 1})))]),
     case!("contract::return_pending_promise", "a pending or rejected promise in the return value is a SerializationError naming its path", Semantics, Nothing,
         [Spec::new("return {p: new Promise(() => {})}", |o| {

@@ -96,6 +96,28 @@
   const stringToWellFormed = String.prototype.toWellFormed;
   const stringReplace = String.prototype.replace;
   const loneSurrogates = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+  const fnCall = Function.prototype.call;
+  // `f` as a function of its receiver and then its arguments, bound now to
+  // the originals: a call reads nothing a script can change, and costs what
+  // a method call costs (`apply` with an argument array costs over twice as
+  // much on QuickJS). For what each run does; hardening uses `apply`.
+  function uncurry(f) { return apply(fnBind, fnCall, [f]); }
+  const thenOf = uncurry(promiseThen);
+  const push = uncurry(arrayPush);
+  const join = uncurry(arrayJoin);
+  const mapGetIn = uncurry(mapGet);
+  const mapSetIn = uncurry(mapSet);
+  const mapEach = uncurry(mapForEach);
+  const setEach = uncurry(setForEach);
+  const setHasIn = uncurry(setHas);
+  const setAddTo = uncurry(setAdd);
+  const setDeleteFrom = uncurry(setDelete);
+  const weakMapGetIn = uncurry(weakMapGet);
+  const weakMapSetIn = uncurry(weakMapSet);
+  const mapDeleteIn = uncurry(mapDelete);
+  const owns = uncurry(hasOwn);
+  const exec = uncurry(reExec);
+  const toWellFormed = stringToWellFormed === undefined ? undefined : uncurry(stringToWellFormed);
 
   // What the harness knows of each error it made (code, tool, call id):
   // the error's own properties are the script's to change, this is not.
@@ -447,7 +469,7 @@
   // becomes U+FFFD, as on every engine (QuickJS's conversion would throw).
   function wellFormed(s) {
     if (typeof s !== 'string') return s;
-    if (stringToWellFormed !== undefined) return apply(stringToWellFormed, s, []);
+    if (toWellFormed !== undefined) return toWellFormed(s);
     return apply(stringReplace, s, [loneSurrogates, '\uFFFD']);
   }
   function hostCall(op, a, b) {
@@ -501,8 +523,8 @@
     // Arrows here and below: no `prototype` object to freeze or to leak.
     const f = (...args) => {
       const parts = [];
-      for (let i = 0; i < args.length; i++) apply(arrayPush, parts, [inspect(args[i])]);
-      hostCall('console', level, apply(arrayJoin, parts, [' ']));
+      for (let i = 0; i < args.length; i++) push(parts, inspect(args[i]));
+      hostCall('console', level, join(parts, ' '));
     };
     defineProperty(f, 'name', { value: level });
     return freeze(f);
@@ -520,7 +542,7 @@
     const d = { host: false, name: 'Error', message: '', stack: '', code: undefined,
       tool: undefined, call_id: undefined, stderr: undefined, non_error: undefined };
     if (e !== null && (typeof e === 'object' || typeof e === 'function')) {
-      const known = apply(weakMapGet, hostErrors, [e]);
+      const known = weakMapGetIn(hostErrors, e);
       d.host = known !== undefined;
       try { d.stack = StringCtor(e.stack); } catch (_) { /* keep default */ }
       if (d.host) {
@@ -549,86 +571,98 @@
   // keys) or an array of [key, value] pairs; a Set and a typed array
   // arrays. Anything else JSON would silently lose is listed as a warning.
   const identRe = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
-  function childPath(path, key) {
-    return apply(reExec, identRe, [key]) !== null ? path + '.' + key : path + '[' + jsonStringify(key) + ']';
+  // Where a value sits, as `$.a[0]["b c"]`: the place of its parent (an
+  // object `{ up, key, index }`, `up` null for the value returned) and its
+  // key there, an array's or a pair's position where `index`. Written out
+  // only for a warning or an error: a path for every key cost more than
+  // the rest of the walk.
+  function pathAt(up, key, index) {
+    if (up === null) return '$';
+    const path = pathAt(up.up, up.key, up.index);
+    if (index) return path + '[' + key + ']';
+    return exec(identRe, key) !== null ? path + '.' + key : path + '[' + jsonStringify(key) + ']';
   }
   function isPromise(v) {
     try { return v instanceof PromiseCtor; } catch (_) { return false; }
   }
-  function convert(v, path, st, key) {
+  function dropped(x) {
+    return x === undefined || typeof x === 'function' || typeof x === 'symbol';
+  }
+  // `v` converted, where `v` is `key` of the value at place `up`
+  // (`pathAt`); `key` is a string, or an array's position as a number.
+  function convert(v, st, up, key, index) {
     if (v !== null && typeof v === 'object' && typeof v.toJSON === 'function') {
-      v = v.toJSON(key);
+      v = v.toJSON(StringCtor(key));
     }
     const t = typeof v;
     if (v === null || t === 'string' || t === 'number' || t === 'boolean' || t === 'bigint') return v;
     if (t !== 'object') return v; // undefined, function, symbol: the parent decides
     if (isPromise(v)) {
-      const known = apply(mapGet, st.settled, [v]);
+      const known = mapGetIn(st.settled, v);
       if (known === undefined) {
-        apply(arrayPush, st.promises, [[v, path]]);
+        push(st.promises, [v, pathAt(up, key, index)]);
         return null;
       }
       if (!known.ok) {
-        st.bad = { path: path, state: known.state, reason: known.value };
+        st.bad = { path: pathAt(up, key, index), state: known.state, reason: known.value };
         return null;
       }
-      return convert(known.value, path, st, key);
+      return convert(known.value, st, up, key, index);
     }
-    if (apply(setHas, st.ancestors, [v])) throw new TypeErrorCtor('cyclic object value at ' + path);
-    apply(setAdd, st.ancestors, [v]);
+    if (setHasIn(st.ancestors, v)) throw new TypeErrorCtor('cyclic object value at ' + pathAt(up, key, index));
+    setAddTo(st.ancestors, v);
+    const here = { up: up, key: key, index: index };
     let out;
     if (isArray(v)) {
       out = [];
       for (let i = 0; i < v.length; i++) {
-        const p = path + '[' + i + ']';
-        const x = convert(v[i], p, st, StringCtor(i));
-        if (x === undefined || typeof x === 'function' || typeof x === 'symbol') {
-          warn(st, p, lost(x) + ' became null');
-          apply(arrayPush, out, [null]);
+        const x = convert(v[i], st, here, i, true);
+        if (dropped(x)) {
+          warn(st, here, i, true, lost(x) + ' became null');
+          push(out, null);
         } else {
-          apply(arrayPush, out, [x]);
+          push(out, x);
         }
       }
     } else if (v instanceof MapCtor) {
       let plain = true;
-      apply(mapForEach, v, [function (_v, k) { if (typeof k !== 'string' && typeof k !== 'number') plain = false; }]);
+      mapEach(v, function (_v, k) { if (typeof k !== 'string' && typeof k !== 'number') plain = false; });
       if (plain) {
         out = {};
-        apply(mapForEach, v, [function (val, k) {
-          const p = childPath(path, StringCtor(k));
-          const x = convert(val, p, st, StringCtor(k));
-          if (x === undefined || typeof x === 'function' || typeof x === 'symbol') {
-            warn(st, p, lost(x) + ' was dropped');
+        mapEach(v, function (val, k) {
+          const name = StringCtor(k);
+          const x = convert(val, st, here, name, false);
+          if (dropped(x)) {
+            warn(st, here, name, false, lost(x) + ' was dropped');
           } else {
-            defineProperty(out, StringCtor(k), { value: x, writable: true, enumerable: true, configurable: true });
+            defineProperty(out, name, { value: x, writable: true, enumerable: true, configurable: true });
           }
-        }]);
+        });
       } else {
         out = [];
         let i = 0;
-        apply(mapForEach, v, [function (val, k) {
-          const p = path + '[' + i + ']';
-          apply(arrayPush, out, [[convert(k, p + '[0]', st, '0'), convert(val, p + '[1]', st, '1')]]);
+        mapEach(v, function (val, k) {
+          const pair = { up: here, key: i, index: true };
+          push(out, [convert(k, st, pair, 0, true), convert(val, st, pair, 1, true)]);
           i++;
-        }]);
+        });
       }
     } else if (v instanceof SetCtor) {
       out = [];
       let i = 0;
-      apply(setForEach, v, [function (val) {
-        apply(arrayPush, out, [convert(val, path + '[' + i + ']', st, StringCtor(i))]);
+      setEach(v, function (val) {
+        push(out, convert(val, st, here, i, true));
         i++;
-      }]);
+      });
     } else if (isView(v) && !(v instanceof DataViewCtor)) {
       out = arrayFrom(v);
     } else {
       out = {};
       const ks = keys(v);
       for (let i = 0; i < ks.length; i++) {
-        const p = childPath(path, ks[i]);
-        const x = convert(v[ks[i]], p, st, ks[i]);
-        if (x === undefined || typeof x === 'function' || typeof x === 'symbol') {
-          warn(st, p, lost(x) + ' was dropped');
+        const x = convert(v[ks[i]], st, here, ks[i], false);
+        if (dropped(x)) {
+          warn(st, here, ks[i], false, lost(x) + ' was dropped');
         } else {
           out[ks[i]] = x;
         }
@@ -638,18 +672,18 @@
         if (proto !== null && proto !== ObjectProto) {
           let name = 'object';
           try { name = StringCtor(v.constructor.name) || name; } catch (_) { /* keep */ }
-          warn(st, path, 'an instance of ' + name + ' with no own enumerable properties became {}');
+          warn(st, up, key, index, 'an instance of ' + name + ' with no own enumerable properties became {}');
         }
       }
     }
-    apply(setDelete, st.ancestors, [v]);
+    setDeleteFrom(st.ancestors, v);
     return out;
   }
   function lost(x) {
     return x === undefined ? 'an undefined value' : 'a ' + typeof x;
   }
-  function warn(st, path, message) {
-    if (st.warnings.length < 20) apply(arrayPush, st.warnings, [{ path: path, message: message }]);
+  function warn(st, up, key, index, message) {
+    if (st.warnings.length < 20) push(st.warnings, { path: pathAt(up, key, index), message: message });
   }
   function serialisationFail(message, e) {
     hostCall('fail', jsonStringify({ serialization: true, name: 'SerializationError', message: message,
@@ -661,13 +695,18 @@
   // rounds, for values of promises that hold promises.
   function finish(value) {
     if (value === undefined) {
-      hostCall('done', '0');
+      hostCallWellFormed('done', '0', '');
       return;
     }
     // A primitive JSON can hold is its own converted form (`convert`
-    // returns it as it is): no walk, no state for one.
+    // returns it as it is): no walk, no state for one. A number's JSON is
+    // its string where it is finite, `null` where not.
     const t = typeof value;
-    if (value === null || t === 'number' || t === 'string' || t === 'boolean') {
+    if (t === 'number') {
+      hostCallWellFormed('done', '1', value - value === 0 ? '' + value : 'null');
+      return;
+    }
+    if (value === null || t === 'string' || t === 'boolean') {
       finishJson(value, value, noWarnings);
       return;
     }
@@ -679,7 +718,7 @@
       st.bad = undefined;
       let converted;
       try {
-        converted = convert(value, '$', st, '');
+        converted = convert(value, st, null, '', false);
       } catch (e) {
         serialisationFail('the return value could not be serialised as JSON: ' + describeMessage(e), e);
         return;
@@ -700,18 +739,17 @@
           // A fake (`Object.create(Promise.prototype)`) or one whose species
           // constructor throws cannot be waited on: say where it is.
           try {
-            apply(promiseThen, pr, [
-              function (x) { apply(mapSet, st.settled, [pr, { ok: true, value: x }]); },
-              function (r) { apply(mapSet, st.settled, [pr, { ok: false, state: 'rejected', value: r }]); },
-            ]);
+            thenOf(pr,
+              function (x) { mapSetIn(st.settled, pr, { ok: true, value: x }); },
+              function (r) { mapSetIn(st.settled, pr, { ok: false, state: 'rejected', value: r }); });
           } catch (e) {
             serialisationFail('the return value holds a Promise at ' + st.promises[i][1] +
               ' that cannot be awaited: ' + describeMessage(e), e);
             return;
           }
         }
-        const tick = function (n) { return n === 0 ? attempt : function () { apply(promiseThen, promiseResolve(), [tick(n - 1)]); }; };
-        apply(promiseThen, promiseResolve(), [tick(2)]);
+        const tick = function (n) { return n === 0 ? attempt : function () { thenOf(promiseResolve(), tick(n - 1)); }; };
+        thenOf(promiseResolve(), tick(2));
         return;
       }
       finishJson(value, converted, st.warnings);
@@ -732,8 +770,8 @@
         message: 'the return value (a ' + typeof value + ') cannot be serialised as JSON' }));
       return;
     }
-    if (warnings.length > 0) hostCall('warnings', jsonStringify(warnings));
-    hostCall('done', '1', json);
+    if (warnings.length > 0) hostCallWellFormed('warnings', jsonStringify(warnings), '');
+    hostCallWellFormed('done', '1', json);
   }
   function start(fn) {
     let p;
@@ -743,7 +781,7 @@
       fail(e);
       return;
     }
-    apply(promiseThen, promiseResolve(p), [finish, fail]);
+    thenOf(promiseResolve(p), finish, fail);
   }
 
   // The globals a run sees are read through the installed run, so that a
@@ -818,7 +856,7 @@
       let resolve, reject;
       const p = new PromiseCtor(function (res, rej) { resolve = res; reject = rej; });
       addPending(active, id, { resolve: resolve, reject: reject, name: name });
-      apply(weakMapSet, toolPromises, [p, id]);
+      weakMapSetIn(toolPromises, p, id);
       return p;
     }
 
@@ -920,7 +958,7 @@
       },
       has: function (t, key) {
         return (key === 'spawn' && config.spawn === true) || (key === 'mcp' && hasMcp) ||
-          apply(hasOwn, t, [key]);
+          owns(t, key);
       },
       set: function () { return false; },
       defineProperty: function () { return false; },
@@ -1057,7 +1095,7 @@
   let deadZone = new MapCtor();
   function bind(kind, name, value) {
     defineProperty(G, name, { value: value, writable: kind !== 2, enumerable: true, configurable: true });
-    apply(mapDelete, deadZone, [name]);
+    mapDeleteIn(deadZone, name);
   }
   const sessionScope = inSession ? freeze({
     enter: freeze(function enter(list) {
@@ -1066,14 +1104,14 @@
         const kind = list[i];
         const name = list[i + 1];
         if (kind === 0) {
-          if (!apply(hasOwn, G, [name])) bind(0, name, undefined);
+          if (!owns(G, name)) bind(0, name, undefined);
           continue;
         }
         const unready = freeze(() => {
           throw new ReferenceErrorCtor("Cannot access '" + name + "' before initialization");
         });
         defineProperty(G, name, { get: unready, set: unready, enumerable: true, configurable: true });
-        apply(mapSet, deadZone, [name, unready]);
+        mapSetIn(deadZone, name, unready);
       }
     }),
     // A declarator `name = value`; without a value, a `let` is undefined.
@@ -1088,10 +1126,10 @@
     leave: freeze(function leave() {
       const left = deadZone;
       deadZone = new MapCtor();
-      apply(mapForEach, left, [(unready, name) => {
+      mapEach(left, (unready, name) => {
         const d = getOwnPropertyDescriptor(G, name);
         if (d !== undefined && d.get === unready) delete G[name];
-      }]);
+      });
     }),
   }) : undefined;
 
