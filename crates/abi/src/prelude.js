@@ -226,7 +226,7 @@
     for (let i = 0; i < items.length; i++) {
       const it = items[i];
       if (it === null || typeof it !== 'object') continue;
-      const id = apply(weakMapGet, toolPromises, [it]);
+      const id = weakMapGetIn(toolPromises, it);
       if (id !== undefined && run.pending[id] !== undefined) hostCall('cancel', StringCtor(id));
     }
   }
