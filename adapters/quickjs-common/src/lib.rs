@@ -85,6 +85,26 @@ pub fn eval_global<'js>(
     }
 }
 
+/// Runs global code [`eval_global`] compiled with [`COMPILE_ONLY`]: its
+/// completion value. The compiled code is left as it was, to run again.
+#[allow(unsafe_code)]
+pub fn eval_compiled<'js>(ctx: &Ctx<'js>, compiled: &Value<'js>) -> rquickjs::Result<Value<'js>> {
+    use rquickjs::qjs;
+    // SAFETY: `JS_EvalFunction` takes one reference to the compiled code,
+    // the one duplicated here; the value returned is owned, and `Value`
+    // frees it once.
+    let value = unsafe {
+        let ctx_ptr = ctx.as_raw().as_ptr();
+        let v = qjs::JS_EvalFunction(ctx_ptr, qjs::JS_DupValue(ctx_ptr, compiled.as_raw()));
+        Value::from_raw(ctx.clone(), v)
+    };
+    if value.is_exception() {
+        Err(rquickjs::Error::Exception)
+    } else {
+        Ok(value)
+    }
+}
+
 /// Evaluates the host's end-of-run probe (harness-core's `end_check`) as
 /// sloppy global code: the list the prelude's `end(list)` judges.
 pub fn eval_probe<'js>(ctx: &Ctx<'js>, text: &str) -> rquickjs::Result<Value<'js>> {

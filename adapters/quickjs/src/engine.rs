@@ -303,8 +303,11 @@ impl Engine for QjsRun<'_> {
             .start_fn
             .clone()
             .ok_or_else(|| internal("not loaded"))?;
-        self.with(|ctx| {
-            let script = compile(ctx, body, false).and_then(|v| v.get::<Function>());
+        // A private realm is dropped after its run: nothing to keep.
+        let keep = !self.private;
+        let mut cache = self.ctx.as_mut().and_then(|w| w.script.take());
+        let started = self.with(|ctx| {
+            let script = script_function(ctx, &mut cache, body, keep);
             let script: Function = match script {
                 Ok(f) => f,
                 Err(e) => {
@@ -320,11 +323,14 @@ impl Engine for QjsRun<'_> {
                 .call::<_, ()>((script,))
                 .err()
                 .map(|e| self.fault(ctx, e)))
-        })
+        });
+        if let Some(w) = self.ctx.as_mut() {
+            w.script = cache;
+        }
         // The script's own first steps failed (a stack overflow in its
         // synchronous part that the prelude could not catch): a fault of
         // the run, reported by `run_jobs`, never taken for one of compiling.
-        .map(|deferred| self.deferred = deferred)
+        started.map(|deferred| self.deferred = deferred)
     }
 
     fn run_jobs(&mut self) -> Result<(), EngineFault> {

@@ -41,8 +41,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use harness_quickjs_common::{
-    cached_probe, end_run, eval_global, read_exception, AllocState, CountingAllocator, Intrinsics,
-    ProbeCache, COMPILE_ONLY, STRICT_SCRIPT,
+    cached_probe, end_run, eval_compiled, eval_global, read_exception, AllocState,
+    CountingAllocator, Intrinsics, ProbeCache, COMPILE_ONLY, STRICT_SCRIPT,
 };
 
 mod engine;
@@ -109,6 +109,34 @@ fn compile<'js>(ctx: &Ctx<'js>, body: &Body, compile_only: bool) -> rquickjs::Re
     eval_global(ctx, body.wrapped(), c"script.js", flags)
 }
 
+/// The longest wrapped script a context keeps compiled ([`Warm::script`]).
+const KEPT_SCRIPT_BYTES: usize = 32 * 1024;
+
+/// The script's function, from the context's last script compiled if it
+/// is the same text (`cache`), else compiled now and, where `keep`, kept
+/// in `cache` for the next run. A script with a template literal is never
+/// kept: a tagged template's strings array is made when the script is
+/// compiled, and would be one object in two runs.
+fn script_function<'js>(
+    ctx: &Ctx<'js>,
+    cache: &mut ProbeCache,
+    body: &Body,
+    keep: bool,
+) -> rquickjs::Result<Function<'js>> {
+    let text = body.wrapped();
+    if let Some((kept, compiled)) = cache {
+        if kept == text {
+            return eval_compiled(ctx, &compiled.clone().restore(ctx)?)?.get();
+        }
+    }
+    if !keep || text.len() > KEPT_SCRIPT_BYTES || text.contains('`') {
+        return compile(ctx, body, false)?.get();
+    }
+    let compiled = compile(ctx, body, true)?;
+    *cache = Some((text.to_owned(), Persistent::save(ctx, compiled.clone())));
+    eval_compiled(ctx, &compiled)?.get()
+}
+
 /// Where a context's native host function finds the current run.
 type HostSlot = Rc<RefCell<Option<HostHandle>>>;
 
@@ -119,6 +147,8 @@ struct Warm {
     host: HostSlot,
     /// The last run's end-of-run probe, compiled in this context.
     probe: ProbeCache,
+    /// The last script compiled in this context ([`script_function`]).
+    script: ProbeCache,
     ctx: Context,
     /// The context's [`Engine::context_id`].
     id: u64,
@@ -199,6 +229,7 @@ fn harden_realm(rt: &Runtime, realm: Realm) -> Result<Warm, EngineFault> {
         install,
         host,
         probe: None,
+        script: None,
         ctx,
         id: harness_core::engine::new_context_id(),
     })

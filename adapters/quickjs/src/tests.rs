@@ -69,3 +69,55 @@ fn a_private_realm_hardens_all_but_the_intrinsics_and_serves_one_run() {
     }
     assert_eq!(slot.free(), 0, "nothing leaked");
 }
+
+/// A context keeps its last script compiled: the same text run again is
+/// not compiled again, yet each run's function is a new closure with its
+/// own objects. Another text takes the place; a private realm's run
+/// (`keep` false), a script with a template literal and one too long are
+/// never kept.
+#[test]
+fn a_context_keeps_its_last_script_compiled_and_each_run_gets_a_fresh_function() {
+    let slot = RuntimeSlot::new().unwrap();
+    let warm = harden(&slot.rt).unwrap();
+    warm.ctx.with(|ctx| {
+        let mut cache: ProbeCache = None;
+        let body = Body::parse("return 1 + 1").unwrap();
+        let first = script_function(&ctx, &mut cache, &body, true).unwrap();
+        assert_eq!(
+            cache.as_ref().map(|(t, _)| t.as_str()),
+            Some(body.wrapped())
+        );
+        let again = script_function(&ctx, &mut cache, &body, true).unwrap();
+        assert!(
+            first.as_value() != again.as_value(),
+            "one closure for two runs"
+        );
+        first.set("planted", 1).unwrap();
+        let seen: rquickjs::Value = again.get("planted").unwrap();
+        assert!(
+            seen.is_undefined(),
+            "one run's function holds what another planted"
+        );
+
+        let other = Body::parse("return 2").unwrap();
+        script_function(&ctx, &mut cache, &other, true).unwrap();
+        assert_eq!(
+            cache.as_ref().map(|(t, _)| t.as_str()),
+            Some(other.wrapped())
+        );
+
+        for never in [
+            Body::parse("return String.raw`a`").unwrap(),
+            Body::parse(&format!("return '{}'", "x".repeat(KEPT_SCRIPT_BYTES))).unwrap(),
+        ] {
+            let mut cache: ProbeCache = None;
+            script_function(&ctx, &mut cache, &never, true).unwrap();
+            assert!(cache.is_none());
+        }
+        let mut cache: ProbeCache = None;
+        script_function(&ctx, &mut cache, &body, false).unwrap();
+        assert!(cache.is_none(), "kept for a run that keeps nothing");
+    });
+    drop(warm);
+    assert_eq!(slot.free(), 0, "nothing leaked");
+}

@@ -11,6 +11,13 @@ use crate::{ensure, expect_code, expect_value, Case, Observed, Spec};
 use harness_core::ErrorCode;
 use serde_json::{json, Value};
 
+/// Run twice: each run finds what its evaluation made untouched, then
+/// changes all of it.
+const SAME_SCRIPT: &str = "const f = function () {}; const g = () => 1; const re = /a/g; const o = { n: 0 }; \
+    const fresh = [f.prototype.planted === undefined, f.planted === undefined, g.planted === undefined, re.lastIndex === 0, o.n === 0, Object.isExtensible(f)]; \
+    f.prototype.planted = 1; f.planted = 1; g.planted = 1; re.test('aaa'); o.n = 1; Object.preventExtensions(f); \
+    return fresh";
+
 /// A planting run: whatever it did is fine as long as it ended (most
 /// plants are refused by hardening and catch the refusal).
 fn planted(_: &Observed) -> Result<Option<String>, String> {
@@ -439,6 +446,9 @@ pub const CASES: &[Case] = &[
     case!("cross_run::script_id", "every run has its own script id", Security, Nothing,
         [Spec::new("return 1", planted),
          Spec::new("return 1", fresh_script_id)]),
+    case!("cross_run::same_script_again", "a script run again gets its own functions, prototypes, regular expressions and literals, not those of its last run", Security, Nothing,
+        [Spec::new(SAME_SCRIPT, all_true),
+         Spec::new(SAME_SCRIPT, all_true)]),
     case!("cross_run::heap_growth", "what one run allocated is not held against the next", Security, Nothing,
         [Spec::new("const keep = []; for (let i = 0; i < 200; i++) keep.push('x'.repeat(10000) + i); tools.sleep({ ms: 200 }).then(() => keep.length); return 1", planted),
          Spec::new("const mine = []; for (let i = 0; i < 200; i++) mine.push('y'.repeat(10000) + i); return mine.length === 200 ? 2 : 0", two).limits(small_heap)]),
