@@ -213,12 +213,26 @@ impl QjsRun<'_> {
         // Kept even if the install fails, so that it is dropped in order.
         self.ctx = Some(warm);
         let warm = self.ctx.as_ref().ok_or_else(|| internal("no context"))?;
-        let (start, settle, end) = warm
+        // The context keeps the tools and context its last install made
+        // from the same static part: then only the run's part crosses.
+        let split = harness_abi::run_config::split_static(setup.config_json);
+        let kept = match split {
+            Some((head, static_json))
+                if !warm.installed_static.is_empty() && warm.installed_static == static_json =>
+            {
+                Some(head)
+            }
+            _ => None,
+        };
+        let installed = warm
             .ctx
             .with(|ctx| {
                 let run = || -> rquickjs::Result<Controller<'_>> {
                     let install = warm.install.clone().restore(&ctx)?;
-                    let controller: Object = install.call((setup.config_json,))?;
+                    let controller: Object = match kept {
+                        Some(head) => install.call((head, true))?,
+                        None => install.call((setup.config_json,))?,
+                    };
                     Ok((
                         controller.get("start")?,
                         controller.get("settle")?,
@@ -234,7 +248,18 @@ impl QjsRun<'_> {
                     Err(e) => Err(self.fault(&ctx, e)),
                 }
             })
-            .map_err(|f| self.finish_fault(f))?;
+            .map_err(|f| self.finish_fault(f));
+        if let Some(warm) = self.ctx.as_mut() {
+            match (&installed, kept, split) {
+                (Ok(_), Some(_), _) => {}
+                (Ok(_), None, Some((_, static_json))) => {
+                    warm.installed_static.clear();
+                    warm.installed_static.push_str(static_json);
+                }
+                _ => warm.installed_static.clear(),
+            }
+        }
+        let (start, settle, end) = installed?;
         self.start_fn = Some(start);
         self.settle_fn = Some(settle);
         self.end_fn = Some(end);

@@ -149,6 +149,9 @@ struct Warm {
     probe: ProbeCache,
     /// The last script compiled in this context ([`script_function`]).
     script: ProbeCache,
+    /// The static part of the config this context was last installed
+    /// with (`harness_abi::run_config::split_static`); empty when unknown.
+    installed_static: String,
     ctx: Context,
     /// The context's [`Engine::context_id`].
     id: u64,
@@ -230,6 +233,7 @@ fn harden_realm(rt: &Runtime, realm: Realm) -> Result<Warm, EngineFault> {
         host,
         probe: None,
         script: None,
+        installed_static: String::new(),
         ctx,
         id: harness_core::engine::new_context_id(),
     })

@@ -325,3 +325,59 @@ async fn a_warm_engine_rehearses_in_its_window_only_and_the_next_run_sees_nothin
         "the run after the rehearsals sees nothing of the run before them"
     );
 }
+
+/// A context installed with the same tools, context and limits as its
+/// last run keeps what that install made, and is handed only the run's
+/// part of the config: every run on the one context still sees its own
+/// request's tools, context and limits, however they alternate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_run_on_a_reused_context_sees_its_own_tools_context_and_limits() {
+    let registry = |names: &[&str]| {
+        let mut reg = ToolRegistry::new();
+        for name in names {
+            reg.register(FnTool::new(
+                *name,
+                "answers null",
+                json!({"type": "object"}),
+                |_, _| async { Ok(json!(null)) },
+            ))
+            .unwrap();
+        }
+        ToolSet::new(Arc::new(reg))
+    };
+    let (both, one) = (registry(&["a", "b"]), registry(&["a"]));
+    let e = QuickJs::with_max_workers(1);
+    let script = "return [context.sandbox.timeoutMs, context.extra, Object.keys(tools)]";
+    let mut contexts = std::collections::HashSet::new();
+    for (i, (timeout, extra, two)) in [
+        (5_000, 1, true),
+        (5_000, 1, true),
+        (6_000, 1, true),
+        (6_000, 2, true),
+        (6_000, 2, false),
+        (6_000, 2, false),
+        (5_000, 1, true),
+        (5_000, 1, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut r = ExecutionRequest::new(script);
+        r.limits.timeout_ms = timeout;
+        r.context.extra = json!({ "n": extra });
+        r.tools = if two { both.clone() } else { one.clone() };
+        let report = e.execute(r).await;
+        let names = if two { json!(["a", "b"]) } else { json!(["a"]) };
+        assert_eq!(
+            report.value,
+            Some(json!([timeout, { "n": extra }, names])),
+            "run {i}: {report:?}"
+        );
+        contexts.insert(report.context_id);
+    }
+    assert_eq!(
+        contexts.len(),
+        1,
+        "the runs did not share a context: {contexts:?}"
+    );
+}

@@ -99,6 +99,26 @@ mod tests {
     }
 
     #[test]
+    fn a_config_splits_at_its_static_mark_only_in_the_fixed_layout() {
+        use run_config::*;
+        let run = "0".repeat(SEED_HEX_LEN) + "scr_0123456789abcdef";
+        let head = format!("{PREFIX}{run}{STATIC_MARK}");
+        let config = format!("{head}{{\"tools\":[]}}}}");
+        assert_eq!(
+            split_static(&config),
+            Some((head.as_str(), "{\"tools\":[]}"))
+        );
+        for other in [
+            format!("{PREFIX}{run}x{STATIC_MARK}{{}}}}"),
+            format!("{{\"run\":{{}},\"static\":{{}}}}"),
+            head.clone(),
+            String::new(),
+        ] {
+            assert_eq!(split_static(&other), None, "{other}");
+        }
+    }
+
+    #[test]
     fn quickjs_messages_are_classified() {
         assert_eq!(
             classify_quickjs("InternalError", "interrupted"),

@@ -2,8 +2,9 @@
 // context before user code. Its value is a function the adapter calls as
 // `harden(host)`; `host(op, a, b)` is the one native function an adapter
 // provides (all arguments are strings, it returns a string). `harden`
-// returns `install(configJson)`, which sets up one run and returns
-// { start(fn), settle(id, ok, payload), end(list) }. Hardening does not depend
+// returns `install(configJson, keepStatic)`, which sets up one run and returns
+// { start(fn), settle(id, ok, payload), end(list) } (`keepStatic`: see
+// `install`, at the end). Hardening does not depend
 // on the run, so an engine may harden a fresh context ahead of time and
 // install when the request arrives.
 //
@@ -1149,9 +1150,14 @@
   // set again by each install (making an object per run cost a fifth of
   // an install on QuickJS). No script reaches it.
   const record = { scriptId: '', pending: null, waiting: 0, tools: undefined, context: undefined, console: sharedConsole };
-  return function install(configJson) {
+  // `keepStatic` true: the host installed this context last with the same
+  // static part (compared whole) and sent only the run's part, up to and
+  // including the mark.
+  return function install(configJson, keepStatic) {
     if (!freezing && !inSession && globalsDefined) throw new TypeErrorCtor('a private realm serves one run');
     if (active !== null) throw new TypeErrorCtor('a run is already installed in this context');
+    const kept = keepStatic === true;
+    if (kept && shared === null) throw new TypeErrorCtor('no static part to keep in this context');
     let scriptId, seed, staticJson;
     // `configJson` comes from the host, and no script has run in this
     // context since its intrinsics were frozen (a shared realm) or at all
@@ -1163,7 +1169,9 @@
         && configJson.slice(0, runPrefix.length) === runPrefix) {
       seed = configJson.slice(runPrefix.length, runPrefix.length + seedLength);
       scriptId = configJson.slice(runPrefix.length + seedLength, runEnd);
-      staticJson = configJson.slice(runEnd + staticMark.length, configJson.length - 1);
+      if (!kept) staticJson = configJson.slice(runEnd + staticMark.length, configJson.length - 1);
+    } else if (kept) {
+      throw new TypeErrorCtor('a kept static part needs the fixed layout');
     } else {
       const whole = jsonParse(configJson);
       const run = whole.run;
@@ -1185,7 +1193,7 @@
     record.tools = undefined;
     record.context = undefined;
     active = record;
-    if (shared === null || shared.json !== staticJson) shared = makeShared(staticJson);
+    if (!kept && (shared === null || shared.json !== staticJson)) shared = makeShared(staticJson);
     record.tools = shared.tools;
     record.context = shared.context;
     if (!globalsDefined) {

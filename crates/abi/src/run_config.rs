@@ -16,3 +16,21 @@ pub const STATIC_MARK: &str = "\",\"static\":";
 /// differ between the configs of two runs with the same static part.
 pub const RUN_PART: core::ops::Range<usize> =
     PREFIX.len()..PREFIX.len() + SEED_HEX_LEN + SCRIPT_ID_LEN;
+
+/// A config in this layout cut in two: everything up to and including
+/// [`STATIC_MARK`] (what `install(head, true)` takes, for a context whose
+/// last install had the same static part), and the static part's JSON.
+/// `None` for a config in another layout.
+pub fn split_static(config: &str) -> Option<(&str, &str)> {
+    let mark_end = RUN_PART.end + STATIC_MARK.len();
+    let fixed = config.starts_with(PREFIX)
+        && config.get(RUN_PART.end..mark_end) == Some(STATIC_MARK)
+        && config.ends_with('}');
+    if !fixed {
+        return None;
+    }
+    Some((
+        config.get(..mark_end)?,
+        config.get(mark_end..config.len() - 1)?,
+    ))
+}
