@@ -110,7 +110,7 @@ mod tests {
         );
         for other in [
             format!("{PREFIX}{run}x{STATIC_MARK}{{}}}}"),
-            format!("{{\"run\":{{}},\"static\":{{}}}}"),
+            "{\"run\":{},\"static\":{}}".to_string(),
             head.clone(),
             String::new(),
         ] {
