@@ -20,6 +20,9 @@ pub const CASES: &[Case] = &[
             ensure(o, (200.0..400.0).contains(&ms), &format!("ended after {ms} ms"))?;
             Ok(Some(format!("200 ms limit ended after {ms:.1} ms (wall {:.1} ms)", o.wall.as_secs_f64() * 1e3)))
         }).limits(|l| l.timeout_ms = 200)]),
+    case!("limits::timeout_calls_at_once", "a loop of tool calls that each finish at once ends at the deadline, also on an engine that cannot be interrupted (past the deadline a call is answered by the loop, which ends the run)", Limits, Nothing,
+        [Spec::new("for (;;) { try { await tools.echo({}) } catch (_) {} }", |o| expect_code(o, ErrorCode::ScriptTimeoutError))
+            .limits(|l| { l.timeout_ms = 200; l.max_tool_calls = 1_000_000 })]),
     case!("limits::timeout_includes_tools", "waiting on a tool counts against the timeout", Limits, Nothing,
         [Spec::new("await tools.sleep({ms: 10000})", |o| expect_code(o, ErrorCode::ScriptTimeoutError)).limits(|l| l.timeout_ms = 200)]),
  case!("limits::cancellation", "cancelling a run stops a busy loop, a tool wait, and a loop of heavy native calls promptly", Limits, Stop,

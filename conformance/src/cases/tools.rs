@@ -21,6 +21,13 @@ pub const CASES: &[Case] = &[
             ensure(o, o.report.tool_calls.len() == cap, &format!("{} records, expected {cap}", o.report.tool_calls.len()))?;
             ensure(o, o.report.tool_calls_dropped > 0, "dropped attempts counted")
         })]),
+    case!("tools::answered_at_once", "a call that finishes at once (a tool done on its first poll, a call the checks refuse) settles as any other: its result, or its error with code, tool and call id; calls settle in the order they were made", Tools, Nothing,
+        [Spec::new("const r = await tools.echo({n: 1}); let e; try { await tools.strict({n: 0}) } catch (x) { e = x } return [r.n, Object.isFrozen(r), e.code, e.tool, e.callId]", |o| {
+            expect_value(o, json!([1, true, "ToolValidationError", "strict", 2]))?;
+            ensure(o, o.report.tool_calls.len() == 2 && o.report.tool_calls[1].status == CallStatus::Error, "the refused call recorded as failed")
+        }),
+         Spec::new("try { await Promise.race([tools.strict({n: 0}), tools.echo({n: 1})]); return 'echo' } catch (e) { return e.code }", |o| expect_value(o, json!("ToolValidationError"))),
+         Spec::new("const r = await Promise.all([tools.echo({n: 1}), tools.strict({n: 0}).catch(e => e.code), tools.echo({n: 3})]); return [r[0].n, r[1], r[2].n]", |o| expect_value(o, json!([1, "ToolValidationError", 3])))]),
     case!("tools::parallel", "calls in Promise.all all complete", Tools, Nothing,
         [Spec::new("const r = await Promise.all([1, 2, 3].map(n => tools.echo({n}))); return r.map(x => x.n)", |o| expect_value(o, json!([1, 2, 3])))]),
     case!("tools::composed", "the output of one call feeds the next", Tools, Nothing,

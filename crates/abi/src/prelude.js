@@ -847,7 +847,14 @@
       if (withSite) {
         try { site = '\0' + StringCtor(new ErrorCtor().stack); } catch (_) { /* no stack */ }
       }
-      const id = +hostCallWellFormed('call', site === '' ? name : wellFormed(name + site), argsJson);
+      const answer = hostCallWellFormed('call', site === '' ? name : wellFormed(name + site), argsJson);
+      // A call that finished at once is answered with its outcome: a space
+      // and the result's JSON (which JSON.parse reads past), or `!`, its
+      // id, a newline and the failure; any other with its id.
+      const mark = answer[0];
+      if (mark === ' ') return promiseResolve(freezeTree(jsonParse(answer)));
+      if (mark === '!') return promiseReject(failure(answer, name));
+      const id = +answer;
       if (id === 0) {
         // The host stopped recording calls: this run attempted too many.
         return promiseReject(hostError('ToolBudgetExceededError',
@@ -1031,6 +1038,18 @@
   }
   let shared = null;
 
+  // The error a failed call rejects with, from the host's payload
+  // (`{code, message, stderr}`); `callId` undefined for a task.
+  function callError(payload, name, callId) {
+    const info = jsonParse(payload);
+    return hostError(info.code, info.message, name, callId, info.stderr === null ? undefined : info.stderr);
+  }
+  // A `call` answered with its failure: `!ID\nPAYLOAD`.
+  function failure(answer, name) {
+    const nl = apply(stringIndexOf, answer, ['\n']);
+    return callError(apply(stringSlice, answer, [nl + 1]), name, NumberCtor(apply(stringSlice, answer, [1, nl])));
+  }
+
   // The prelude's side of a run, the same object for every run.
   function settle(id, ok, payload) {
     const r = active;
@@ -1042,9 +1061,7 @@
     if (ok) {
       entry.resolve(freezeTree(jsonParse(payload)));
     } else {
-      const info = jsonParse(payload);
-      entry.reject(hostError(info.code, info.message, entry.name,
-        entry.task ? undefined : id, info.stderr === null ? undefined : info.stderr));
+      entry.reject(callError(payload, entry.name, entry.task ? undefined : id));
     }
   }
   // Closes the run: the host is no longer reachable and the globals read

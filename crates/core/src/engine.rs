@@ -26,7 +26,7 @@
 //!
 //! | op | `a` | `b` | answer |
 //! |---|---|---|---|
-//! | `call` | tool name, then optionally NUL and the engine's stack at the call (its first `script.js:L:C` frame is where the call was made) | arguments as JSON | call id (`"0"`: refused, over the attempt cap) |
+//! | `call` | tool name, then optionally NUL and the engine's stack at the call (its first `script.js:L:C` frame is where the call was made) | arguments as JSON | call id (`"0"`: refused, over the attempt cap); for a call that finished at once, its outcome: a space and the result's JSON, or `!`, the call id, a newline and the failure as JSON `{code, message, stderr}` |
 //! | `spawn` | as for `call` | arguments as JSON | `{"id", "settle"}` of a new detached task, or `{"error": {"code", "message"}}` |
 //! | `cancel_task` | task id | | `"1"` if it was running |
 //! | `unknown` | tool name | | call id of a call that already failed (ToolNotFoundError), a newline, and its message |

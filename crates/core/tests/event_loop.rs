@@ -43,6 +43,9 @@ struct Fake {
     on_settle: Vec<Vec<Step>>,
     host: Option<HostHandle>,
     call_ids: Vec<String>,
+    /// Calls answered with their outcome in the op, settled at the next
+    /// `run_jobs`, as the prelude's promise reactions would run.
+    answered: Vec<(u64, bool, String)>,
     settled: Vec<(u64, bool, String)>,
     deadline: Option<Instant>,
     cancel: Option<CancellationToken>,
@@ -78,12 +81,34 @@ impl Fake {
         self.host.as_ref().expect("loaded").call(op, a, b)
     }
 
+    /// A call's promise settled: the steps that follow it run.
+    fn settled_with(&mut self, id: u64, ok: bool, payload: String) -> Result<(), EngineFault> {
+        self.settled.push((id, ok, payload));
+        if self.on_settle.is_empty() {
+            return Ok(());
+        }
+        let steps = self.on_settle.remove(0);
+        self.perform(steps)
+    }
+
     fn perform(&mut self, steps: Vec<Step>) -> Result<(), EngineFault> {
         for step in steps {
             match step {
                 Step::Call(tool, args) => {
-                    let id = self.host("call", tool, &args.to_string());
-                    self.call_ids.push(id);
+                    let answer = self.host("call", tool, &args.to_string());
+                    // Ids are dense from 1; a call that finished at once
+                    // is answered with its outcome (` JSON`, `!ID\nJSON`).
+                    let id = self.call_ids.len() as u64 + 1;
+                    if let Some(json) = answer.strip_prefix(' ') {
+                        self.answered.push((id, true, json.to_owned()));
+                    } else if let Some(rest) = answer.strip_prefix('!') {
+                        let (n, json) = rest.split_once('\n').expect("id, newline, failure");
+                        assert_eq!(n, id.to_string());
+                        self.answered.push((id, false, json.to_owned()));
+                    } else {
+                        assert_eq!(answer, id.to_string());
+                    }
+                    self.call_ids.push(id.to_string());
                 }
                 Step::Done(None) => {
                     self.host("done", "0", "");
@@ -142,17 +167,16 @@ impl Engine for Fake {
 
     fn run_jobs(&mut self) -> Result<(), EngineFault> {
         self.used();
+        while !self.answered.is_empty() {
+            let (id, ok, payload) = self.answered.remove(0);
+            self.settled_with(id, ok, payload)?;
+        }
         Ok(())
     }
 
     fn settle(&mut self, id: u64, ok: bool, payload: &str) -> Result<(), EngineFault> {
         self.used();
-        self.settled.push((id, ok, payload.to_owned()));
-        if self.on_settle.is_empty() {
-            return Ok(());
-        }
-        let steps = self.on_settle.remove(0);
-        self.perform(steps)
+        self.settled_with(id, ok, payload.to_owned())
     }
 
     fn memory_used(&mut self) -> Option<u64> {

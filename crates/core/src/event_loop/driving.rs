@@ -80,7 +80,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                     let token = self.host.borrow().tracker.token(id).unwrap_or_default();
                     let at = w.line.map(|line| Location { line, column: 0 });
                     let args = w.call.args.to_string();
-                    self.host.borrow_mut().start_admitted(
+                    let first = self.host.borrow_mut().start_admitted(
                         id,
                         &w.call.tool,
                         &args,
@@ -88,6 +88,9 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                         token,
                         Admission::Approved,
                     );
+                    if let Some(outcome) = first {
+                        self.host.borrow_mut().finished.push((id, outcome));
+                    }
                     continue;
                 }
                 Some(Answer::Deny { reason }) => {
@@ -173,8 +176,9 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
                         return self.fault_end(f);
                     }
                 }
-                // A script looping over calls that finish inline never
-                // waits below, so check the deadline and cancel here too.
+                // Calls a resume started, or made once the run was past
+                // its deadline or cancelled (`HostState::answer`): a script
+                // looping over them never waits below, so check here too.
                 if self.cancel.is_cancelled() {
                     return End::Cancelled;
                 }
@@ -308,7 +312,7 @@ impl<E: Engine + ?Sized> LoopControl<'_, E> {
     }
 
     /// The calls that finished on their first poll since the last look
-    /// (they were started as the script made them: [`HostState::start_call`]).
+    /// but were not answered inside the op ([`HostState::answer`]).
     pub(super) fn finished_calls(&mut self) -> Vec<(u64, CallOutcome)> {
         std::mem::take(&mut self.host.borrow_mut().finished)
     }

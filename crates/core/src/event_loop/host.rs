@@ -23,8 +23,12 @@ pub struct HostState {
     pub(super) progress: ProgressSink,
     /// Starts tool calls as the script makes them.
     pub(super) starter: Starter,
-    /// Calls that finished on their first poll, in the order they were
-    /// made, for the loop to settle once the script's jobs have run.
+    /// The run's cancel token: a cancelled run's calls are no longer
+    /// answered inside the op.
+    pub(super) cancel: CancellationToken,
+    /// Calls a resume started that finished on their first poll, for the
+    /// loop to settle once the script's jobs have run (a call the script
+    /// makes is answered with its outcome instead: [`HostState::answer`]).
     pub(super) finished: Vec<(u64, CallOutcome)>,
     pub(super) outcome: Option<Outcome>,
     pub(super) observer: Option<crate::adapter::Observer>,
@@ -120,8 +124,10 @@ impl HostState {
             }
             HostOp::Call { tool, args, at } => {
                 let (id, token) = self.tracker.register(tool);
-                self.start_call(id, tool, args, at, token);
-                id.to_string()
+                match self.start_call(id, tool, args, at, token) {
+                    Some(outcome) => self.answer(id, outcome),
+                    None => id.to_string(),
+                }
             }
             HostOp::Spawn { tool, args, at } => self.spawn(tool, args, at),
             HostOp::CancelTask { id } => {
@@ -226,9 +232,8 @@ impl HostState {
     /// script goes on computing, as a JavaScript tool would. It is polled
     /// once right here, inside the tokio context: most tools (and every
     /// rejection by the facade's checks) finish on that poll, and their
-    /// outcome waits in `finished` for the loop to settle after the
-    /// script's jobs, so that no promise settles inside the call that made
-    /// it. A call still pending goes on in its [`CallSlot`].
+    /// outcome is returned. A call still pending goes on in its
+    /// [`CallSlot`].
     pub(super) fn start_call(
         &mut self,
         id: u64,
@@ -236,8 +241,44 @@ impl HostState {
         args: &str,
         at: Option<Location>,
         token: CancellationToken,
-    ) {
-        self.start_admitted(id, name, args, at, token, Admission::Fresh);
+    ) -> Option<CallOutcome> {
+        self.start_admitted(id, name, args, at, token, Admission::Fresh)
+    }
+
+    /// The `call` op's answer for a call that finished on its first poll:
+    /// its outcome, which the prelude settles the call's promise with as
+    /// the op returns (nothing of the script runs inside the op). A space
+    /// and the result's JSON, or `!`, the call id, a newline and the
+    /// failure's payload. A call that waits on an answer from outside, or
+    /// one of a run past its deadline or cancelled, is answered with its
+    /// id and settled by the loop, which then ends the run: an engine that
+    /// cannot be interrupted (Boa in process) still returns to the loop
+    /// from a script looping over calls.
+    pub(super) fn answer(&mut self, id: u64, outcome: CallOutcome) -> String {
+        let stopping = self.cancel.is_cancelled() || Instant::now() >= self.deadline;
+        let waits = matches!(
+            &outcome,
+            Err(CallFailure {
+                waiting: Some(_),
+                ..
+            })
+        );
+        if stopping || waits {
+            self.finished.push((id, outcome));
+            return id.to_string();
+        }
+        if !self.record(id, &outcome) {
+            return id.to_string();
+        }
+        match outcome {
+            Ok(json) => {
+                let mut answer = String::with_capacity(json.len() + 1);
+                answer.push(' ');
+                answer.push_str(&json);
+                answer
+            }
+            Err(f) => format!("!{id}\n{}", f.payload()),
+        }
     }
 
     /// [`start_call`](HostState::start_call) for a call at `admission`
@@ -250,7 +291,7 @@ impl HostState {
         at: Option<Location>,
         token: CancellationToken,
         admission: Admission,
-    ) {
+    ) -> Option<CallOutcome> {
         if let Some(o) = self.observer.clone() {
             o.0.tool_call_started(id, name);
             self.call_names.insert(id, name.to_owned());
@@ -301,12 +342,11 @@ impl HostState {
             let _rt = self.starter.tokio.enter();
             slot.poll_once()
         };
-        match first {
-            Some(outcome) => self.finished.push((id, outcome)),
-            None => self
-                .tracker
-                .attach_task(id, crate::tracker::Abort(Box::new(move || slot.abort()))),
+        if first.is_none() {
+            self.tracker
+                .attach_task(id, crate::tracker::Abort(Box::new(move || slot.abort())));
         }
+        first
     }
 
     /// Starts a detached task on tokio, under its own deadline and token,

@@ -471,6 +471,7 @@ fn new_host(
         console: ConsoleSink::new(limits),
         progress: ProgressSink::new(limits),
         starter,
+        cancel: request.cancel.clone(),
         finished: Vec::new(),
         outcome: None,
         observer: request.observer.clone(),

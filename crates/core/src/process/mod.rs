@@ -16,8 +16,9 @@
 //! handshake, then on Linux through shared rings beside those pipes
 //! (`ring`'s module docs; [`ProcessOptions::rings`]). One
 //! exchange per run, in the terms: *execute* is `ToWorker::Run`,
-//! a *tool call* is a `FromWorker::HostOp` with op `call`, *tool results*
-//! travel in `ToWorker::Drain`, *done* is the host op `done` or `fail`
+//! a *tool call* is a `FromWorker::HostOp` with op `call` (a call that
+//! finished at once is answered with its outcome, protocol 7), other
+//! *tool results* travel in `ToWorker::Drain`, *done* is the host op `done` or `fail`
 //! (a `FromWorker::Notice`, which the worker sends without waiting for an
 //! answer), and *cancel* is the kill.
 //!
@@ -47,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Where a prelude config differs from one run to the next when nothing
 /// else changed: the seed and script id (see `event_loop::prelude_config`).
