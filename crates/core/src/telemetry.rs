@@ -49,6 +49,9 @@ pub(crate) fn record_run(report: &ExecutionReport, orphans: usize, before: &Coun
     metrics::histogram!("script_execution_duration_ms", "engine" => engine.clone(), "outcome" => out)
         .record((report.metrics.duration_ms - before.ms).max(0.0));
     metrics::counter!("script_runs_total", "engine" => engine, "outcome" => out).increment(1);
+    // One histogram handle and one count per tool and outcome: a run of
+    // many calls to one tool builds its labels once.
+    let mut by_label: Vec<(&str, &'static str, metrics::Histogram, u64)> = Vec::new();
     for c in &report.tool_calls {
         // A call waiting on an answer is counted once it ends.
         if c.status == CallStatus::Pending || before.calls.contains(&c.id) {
@@ -60,7 +63,20 @@ pub(crate) fn record_run(report: &ExecutionReport, orphans: usize, before: &Coun
             CallStatus::Detached => "detached",
             _ => outcome(c.error.as_ref().map(|e| e.code)),
         };
-        record_tool_call(&c.tool, out, c.duration_ms);
+        let at = match by_label.iter().position(|l| l.0 == c.tool && l.1 == out) {
+            Some(at) => at,
+            None => {
+                let h = metrics::histogram!("tool_call_duration_ms", "tool" => c.tool.clone(), "outcome" => out);
+                by_label.push((&c.tool, out, h, 0));
+                by_label.len() - 1
+            }
+        };
+        by_label[at].2.record(c.duration_ms);
+        by_label[at].3 += 1;
+    }
+    for (tool, out, _, n) in by_label {
+        metrics::counter!("tool_calls_total", "tool" => tool.to_owned(), "outcome" => out)
+            .increment(n);
     }
     if orphans > 0 {
         metrics::counter!("orphaned_promise_count").increment(orphans as u64);
