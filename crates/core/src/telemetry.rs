@@ -49,9 +49,9 @@ pub(crate) fn record_run(report: &ExecutionReport, orphans: usize, before: &Coun
     metrics::histogram!("script_execution_duration_ms", "engine" => engine.clone(), "outcome" => out)
         .record((report.metrics.duration_ms - before.ms).max(0.0));
     metrics::counter!("script_runs_total", "engine" => engine, "outcome" => out).increment(1);
-    // One histogram handle and one count per tool and outcome: a run of
-    // many calls to one tool builds its labels once.
-    let mut by_label: Vec<(&str, &'static str, metrics::Histogram, u64)> = Vec::new();
+    // One pair of handles per tool and outcome: a run of many calls to one
+    // tool builds its labels once.
+    let mut handles: Vec<(&str, &'static str, ToolCallMetrics)> = Vec::new();
     for c in &report.tool_calls {
         // A call waiting on an answer is counted once it ends.
         if c.status == CallStatus::Pending || before.calls.contains(&c.id) {
@@ -63,30 +63,41 @@ pub(crate) fn record_run(report: &ExecutionReport, orphans: usize, before: &Coun
             CallStatus::Detached => "detached",
             _ => outcome(c.error.as_ref().map(|e| e.code)),
         };
-        let at = match by_label.iter().position(|l| l.0 == c.tool && l.1 == out) {
+        let at = match handles.iter().position(|h| h.0 == c.tool && h.1 == out) {
             Some(at) => at,
             None => {
-                let h = metrics::histogram!("tool_call_duration_ms", "tool" => c.tool.clone(), "outcome" => out);
-                by_label.push((&c.tool, out, h, 0));
-                by_label.len() - 1
+                handles.push((&c.tool, out, ToolCallMetrics::new(&c.tool, out)));
+                handles.len() - 1
             }
         };
-        by_label[at].2.record(c.duration_ms);
-        by_label[at].3 += 1;
-    }
-    for (tool, out, _, n) in by_label {
-        metrics::counter!("tool_calls_total", "tool" => tool.to_owned(), "outcome" => out)
-            .increment(n);
+        handles[at].2.record(c.duration_ms);
     }
     if orphans > 0 {
         metrics::counter!("orphaned_promise_count").increment(orphans as u64);
     }
 }
 
+/// The metrics of a tool's calls with one outcome.
+struct ToolCallMetrics {
+    duration: metrics::Histogram,
+    total: metrics::Counter,
+}
+
+impl ToolCallMetrics {
+    fn new(tool: &str, outcome: &'static str) -> Self {
+        ToolCallMetrics {
+            duration: metrics::histogram!("tool_call_duration_ms", "tool" => tool.to_owned(), "outcome" => outcome),
+            total: metrics::counter!("tool_calls_total", "tool" => tool.to_owned(), "outcome" => outcome),
+        }
+    }
+
+    fn record(&self, duration_ms: f64) {
+        self.duration.record(duration_ms);
+        self.total.increment(1);
+    }
+}
+
 /// One finished tool call (of a run, or a detached task).
 pub(crate) fn record_tool_call(tool: &str, outcome: &'static str, duration_ms: f64) {
-    metrics::histogram!("tool_call_duration_ms", "tool" => tool.to_owned(), "outcome" => outcome)
-        .record(duration_ms);
-    metrics::counter!("tool_calls_total", "tool" => tool.to_owned(), "outcome" => outcome)
-        .increment(1);
+    ToolCallMetrics::new(tool, outcome).record(duration_ms);
 }

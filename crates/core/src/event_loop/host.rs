@@ -26,9 +26,9 @@ pub struct HostState {
     /// The run's cancel token: a cancelled run's calls are no longer
     /// answered inside the op.
     pub(super) cancel: CancellationToken,
-    /// Calls a resume started that finished on their first poll, for the
-    /// loop to settle once the script's jobs have run (a call the script
-    /// makes is answered with its outcome instead: [`HostState::answer`]).
+    /// Calls that finished on their first poll but are settled by the loop
+    /// once the script's jobs have run: those a resume started, and those
+    /// [`HostState::answer`] did not answer inside the op.
     pub(super) finished: Vec<(u64, CallOutcome)>,
     pub(super) outcome: Option<Outcome>,
     pub(super) observer: Option<crate::adapter::Observer>,
